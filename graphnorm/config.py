@@ -2,6 +2,16 @@
 
 A sweep expands a YAML grid into many ``RunConfig``s; each is executed by ``graphnorm.train.run``.
 Unknown keys and impossible values are errors *before* anything runs.
+
+Protocol presets in words (the YAML files set exactly these keys):
+
+* Kipf & Welling GCN on Cora: ``num_layers=2, hidden_channels=16 or 64, dropout=0.5, lr=0.01, weight_decay=5e-4,
+  epochs=200, adjacency="sym", feature_norm="row_l1", layer_order="dropout-conv-norm-act"``; test accuracy at the
+  best-validation epoch (``test_acc``).
+* ContraNorm / PairNorm deep GCN: ``hidden_channels=32, dropout=0.6, lr=0.005, weight_decay=5e-4, epochs=200,
+  adjacency="row", feature_norm="row_l1", layer_order="dropout-conv-norm-act", norm="contranorm",
+  norm_kwargs={"scale": 1.0}, shared_layernorm=True, eval_nodes="rest"``; last-epoch accuracy on the 2068 Cora
+  nodes outside train+val (``test_acc_last``).
 """
 
 from __future__ import annotations
@@ -10,26 +20,53 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+DATASETS = ("cora", "citeseer", "zinc", "molhiv")
+NODE_DATASETS = ("cora", "citeseer")
+MODELS = ("gcn", "graphormer")
+ADJACENCIES = ("sym", "row")
+FEATURE_NORMS = ("none", "row_l1")
+LAYER_ORDERS = ("conv-norm-act-dropout", "dropout-conv-norm-act")
+READOUTS = ("mean", "sum", "virtual")
+EVAL_NODES = ("test", "rest")
+OPTIMIZERS = ("adam", "adamw")
+SCHEDULERS = ("none", "cosine", "plateau")
+DEVICES = ("cpu", "cuda", "auto")
+
 
 @dataclass
 class RunConfig:
     # --- data ---
     dataset: str = "cora"  # cora | citeseer | zinc | molhiv
     data_root: str | None = None  # None: $GRAPHNORM_DATA, else the user cache
+    feature_norm: str = "none"  # none | row_l1 (row-L1-normalized node features, Kipf/PairNorm/ContraNorm protocol)
+    eval_nodes: str = "test"  # node-level only: test (public test mask) | rest (all nodes outside train+val)
+    limit_graphs: int | None = None  # graph-level smoke runs: a fixed random subset of at most this many graphs/split
     # --- model ---
     model: str = "gcn"  # gcn | graphormer
-    num_layers: int = 2
+    num_layers: int = 2  # number of graph convolutions (or transformer layers)
     hidden_channels: int = 64
     norm: str = "none"
     norm_kwargs: dict[str, Any] = field(default_factory=dict)
     dropout: float = 0.5
     residual: bool = False
+    adjacency: str = "sym"  # sym: D^-1/2 (A+I) D^-1/2 (Kipf & Welling) | row: D^-1 (A+I) (PairNorm, ContraNorm)
+    layer_order: str = "conv-norm-act-dropout"  # or dropout-conv-norm-act (Kipf, PairNorm, ContraNorm code)
+    shared_layernorm: bool = False  # one LayerNorm shared by all hidden layers, after the norm (ContraNorm code)
+    readout: str = "mean"  # graph-level datasets: mean | sum (pool node rows) | virtual (read the virtual node)
+    virtual_node: bool = False  # graph-level datasets: add one virtual node per graph, linked to all its nodes
+    num_heads: int = 4  # attention heads (graphormer)
+    model_kwargs: dict[str, Any] = field(default_factory=dict)  # extra model-specific constructor keywords
     # --- training ---
     epochs: int = 200
     lr: float = 0.01
     weight_decay: float = 5e-4
-    batch_size: int = 128
+    optimizer: str = "adam"  # adam | adamw
+    scheduler: str = "none"  # none | cosine (per epoch, after warmup) | plateau (on the validation metric)
+    warmup_epochs: int = 0  # linear learning-rate warmup before the scheduler
+    grad_clip: float = 0.0  # max gradient norm; 0 disables clipping
+    batch_size: int = 128  # graph-level mini-batch size (node-level training is full-batch)
     seed: int = 0
+    device: str = "cpu"  # cpu | cuda | auto
 
     @classmethod
     def field_names(cls) -> list[str]:
@@ -48,14 +85,43 @@ class RunConfig:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    @property
+    def is_node_level(self) -> bool:
+        return self.dataset in NODE_DATASETS
+
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first impossible value."""
         from graphnorm.norms import norm_class, norm_keywords
 
+        def choice(key: str, valid: tuple[str, ...]) -> None:
+            value = getattr(self, key)
+            if value not in valid:
+                raise ValueError(f"{key} must be one of {', '.join(valid)}; got {value!r}")
+
+        choice("dataset", DATASETS)
+        choice("model", MODELS)
+        choice("adjacency", ADJACENCIES)
+        choice("feature_norm", FEATURE_NORMS)
+        choice("layer_order", LAYER_ORDERS)
+        choice("readout", READOUTS)
+        choice("eval_nodes", EVAL_NODES)
+        choice("optimizer", OPTIMIZERS)
+        choice("scheduler", SCHEDULERS)
+        choice("device", DEVICES)
+        for key in ("residual", "shared_layernorm", "virtual_node"):
+            if not isinstance(getattr(self, key), bool):
+                raise ValueError(f"{key} must be true or false, got {getattr(self, key)!r}")
+        for key in ("norm_kwargs", "model_kwargs"):
+            if not isinstance(getattr(self, key), dict):
+                raise ValueError(f"{key} must be a mapping, got {getattr(self, key)!r}")
         if self.num_layers < 1:
             raise ValueError(f"num_layers must be >= 1, got {self.num_layers}")
         if self.hidden_channels < 1:
             raise ValueError(f"hidden_channels must be >= 1, got {self.hidden_channels}")
+        if self.num_heads < 1:
+            raise ValueError(f"num_heads must be >= 1, got {self.num_heads}")
+        if self.model == "graphormer" and self.hidden_channels % self.num_heads != 0:
+            raise ValueError(f"num_heads={self.num_heads} must divide hidden_channels={self.hidden_channels}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
         if self.epochs < 1:
@@ -64,8 +130,29 @@ class RunConfig:
             raise ValueError(f"lr must be > 0, got {self.lr}")
         if self.weight_decay < 0:
             raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay}")
+        if not 0 <= self.warmup_epochs < self.epochs:
+            raise ValueError(f"warmup_epochs must be in [0, epochs={self.epochs}), got {self.warmup_epochs}")
+        if self.grad_clip < 0:
+            raise ValueError(f"grad_clip must be >= 0 (0 disables), got {self.grad_clip}")
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.limit_graphs is not None and self.limit_graphs < 1:
+            raise ValueError(f"limit_graphs must be >= 1 or null, got {self.limit_graphs}")
+        if self.is_node_level:
+            if self.virtual_node:
+                raise ValueError(f"virtual_node is for graph-level datasets, not {self.dataset!r}")
+            if self.limit_graphs is not None:
+                raise ValueError(f"limit_graphs is for graph-level datasets, not {self.dataset!r}")
+        else:
+            if self.feature_norm != "none":
+                raise ValueError(
+                    f"feature_norm={self.feature_norm!r} needs float node features; {self.dataset!r} "
+                    "has categorical atom features"
+                )
+            if self.eval_nodes != "test":
+                raise ValueError(f"eval_nodes is for node-level datasets, not {self.dataset!r}")
+        if self.readout == "virtual" and not self.virtual_node:
+            raise ValueError("readout='virtual' reads the virtual node: set virtual_node=true")
         norm_class(self.norm)  # unknown norm -> ValueError listing the valid ones
         unknown = sorted(set(self.norm_kwargs) - set(norm_keywords(self.norm)))
         if unknown:
