@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 from torch_geometric.utils import scatter
@@ -57,3 +59,47 @@ def broadcast_to_nodes(per_graph: Tensor, batch: Tensor | None) -> Tensor:
     if batch is None:
         return per_graph
     return per_graph.index_select(0, batch)
+
+
+def check_positive(value: float, what: str, name: str = "norm") -> float:
+    """A finite, strictly positive number (hyper-parameters such as ``eps`` or ``scale``)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name}: {what} must be a finite number > 0, got {value!r}")
+    return float(value)
+
+
+def check_choice(value: str, choices: tuple[str, ...], what: str, name: str = "norm") -> str:
+    """``value`` must be one of ``choices``; the error lists them."""
+    if value not in choices:
+        raise ValueError(f"{name}: unknown {what} {value!r}; valid choices: {', '.join(choices)}")
+    return value
+
+
+def check_token_mask(
+    x: Tensor, batch: Tensor | None, token_mask: Tensor | None, batch_size: int | None = None, name: str = "norm"
+) -> None:
+    """``token_mask`` must be a bool vector ``[num_nodes]`` marking exactly one row per graph."""
+    if token_mask is None:
+        raise ValueError(f"{name}: token_mask is required (a bool vector marking one graph-token row per graph)")
+    if not isinstance(token_mask, Tensor) or token_mask.dtype != torch.bool:
+        got = token_mask.dtype if isinstance(token_mask, Tensor) else type(token_mask).__name__
+        raise TypeError(f"{name}: token_mask must be a bool tensor, got {got}")
+    if token_mask.dim() != 1 or token_mask.numel() != x.size(0):
+        raise ValueError(
+            f"{name}: token_mask must have shape [num_nodes] = [{x.size(0)}], got shape {tuple(token_mask.shape)}"
+        )
+    graphs = num_graphs(batch, batch_size)
+    if batch is None:
+        token_graph = torch.zeros(int(token_mask.sum()), dtype=torch.long, device=x.device)
+    else:
+        token_graph = batch[token_mask]  # graph id of each token row
+    if token_graph.numel() > 0 and int(token_graph.max()) >= graphs:
+        raise ValueError(f"{name}: batch names graph {int(token_graph.max())} but batch_size is {graphs}")
+    tokens_per_graph = torch.bincount(token_graph, minlength=graphs)  # [num_graphs]
+    bad = (tokens_per_graph != 1).nonzero().flatten()
+    if bad.numel() > 0:
+        g = int(bad[0])
+        raise ValueError(
+            f"{name}: token_mask must mark exactly one token row per graph; graph {g} has "
+            f"{int(tokens_per_graph[g])} ({bad.numel()} of {graphs} graphs are malformed)"
+        )

@@ -1,0 +1,57 @@
+"""AdaNorm (Xu et al., 2019)."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from graphnorm.norms.registry import register_norm
+from graphnorm.norms.utils import check_batch, check_features, check_positive
+
+
+@register_norm("adanorm")
+class AdaNorm(nn.Module):
+    r"""AdaNorm per node, from `"Understanding and Improving Layer Normalization"
+    <https://arxiv.org/abs/1911.07013>`_ (Xu et al., NeurIPS 2019), Eq. (11)-(12):
+
+    .. math::
+        \mathbf{y}_i = \frac{\mathbf{x}_i - \mu_i}{\sigma_i}, \qquad
+        \mathbf{z}_i = C\, \big[\mathbf{1} - k\,\mathbf{y}_i\big]_{\text{detach}} \odot \mathbf{y}_i
+
+    with :math:`\mu_i, \sigma_i` the mean and standard deviation over the channels of node :math:`i`, and the factor
+    :math:`(1 - k\mathbf{y})` treated as a constant in back-propagation (the paper's gradient-stability argument).
+    Defaults ``C=2.0``, ``k=0.1`` (the paper recommends :math:`k = 1/10`). No gain or bias.
+
+    Differences from the authors' code (https://github.com/lancopku/AdaNorm): there :math:`\sigma` is the
+    *unbiased* std and ``eps`` is added to it; here :math:`\sigma = \sqrt{\sigma^2_{pop} + \epsilon}` with the
+    population variance, as in the paper's definition and in LayerNorm.
+    """
+
+    def __init__(self, channels: int, C: float = 2.0, k: float = 0.1, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.channels = channels
+        self.C = check_positive(C, "C", "adanorm")
+        if isinstance(k, bool) or not isinstance(k, (int, float)) or k < 0:
+            raise ValueError(f"adanorm: k must be a number >= 0, got {k!r}")
+        self.k = float(k)
+        self.eps = check_positive(eps, "eps", "adanorm")
+
+    def forward(
+        self,
+        x: Tensor,
+        batch: Tensor | None = None,
+        batch_size: int | None = None,
+        edge_index: Tensor | None = None,
+        token_mask: Tensor | None = None,
+    ) -> Tensor:
+        check_features(x, self.channels, "adanorm")
+        check_batch(x, batch, "adanorm")
+        if x.size(0) == 0:
+            return x.clone()
+        var, mean = torch.var_mean(x, dim=1, correction=0, keepdim=True)  # [num_nodes, 1] each
+        y = (x - mean) * (var + self.eps).rsqrt()
+        # The scaling factor is a constant for autograd: gradients flow only through y.
+        return self.C * (1.0 - self.k * y).detach() * y
+
+    def extra_repr(self) -> str:
+        return f"{self.channels}, C={self.C}, k={self.k}, eps={self.eps}"

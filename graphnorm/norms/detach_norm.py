@@ -1,0 +1,48 @@
+"""DetachNorm (Xu et al., 2019): LayerNorm-simple with mean and std detached from the gradient."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from graphnorm.norms.registry import register_norm
+from graphnorm.norms.utils import check_batch, check_features, check_positive
+
+
+@register_norm("detachnorm")
+class DetachNorm(nn.Module):
+    r"""DetachNorm per node, from `"Understanding and Improving Layer Normalization"
+    <https://arxiv.org/abs/1911.07013>`_ (Xu et al., NeurIPS 2019): the paper's probe showing that the gradients
+    through the mean and variance matter. Forward equals LayerNorm-simple,
+
+    .. math::
+        \mathbf{x}'_i = \frac{\mathbf{x}_i - [\mu_i]_{\text{detach}}}{[\sigma_i]_{\text{detach}}}, \qquad
+        \sigma_i = \sqrt{\tfrac{1}{C}\textstyle\sum_c (x_{ic} - \mu_i)^2 + \epsilon},
+
+    but :math:`\mu_i` and :math:`\sigma_i` are constants for back-propagation, so
+    :math:`\partial \mathbf{x}'_i / \partial \mathbf{x}_i = I / \sigma_i`.
+    """
+
+    def __init__(self, channels: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.channels = channels
+        self.eps = check_positive(eps, "eps", "detachnorm")
+
+    def forward(
+        self,
+        x: Tensor,
+        batch: Tensor | None = None,
+        batch_size: int | None = None,
+        edge_index: Tensor | None = None,
+        token_mask: Tensor | None = None,
+    ) -> Tensor:
+        check_features(x, self.channels, "detachnorm")
+        check_batch(x, batch, "detachnorm")
+        if x.size(0) == 0:
+            return x.clone()
+        # Statistics from a detached view: no graph is built through them at all.
+        var, mean = torch.var_mean(x.detach(), dim=1, correction=0, keepdim=True)  # [num_nodes, 1] each
+        return (x - mean) * (var + self.eps).rsqrt()
+
+    def extra_repr(self) -> str:
+        return f"{self.channels}, eps={self.eps}"

@@ -1,0 +1,86 @@
+"""LayerNorm (Ba et al., 2016): per node (transformer style) or per graph (PyG ``mode="graph"``)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from graphnorm.norms.registry import register_norm
+from graphnorm.norms.utils import (
+    broadcast_to_nodes,
+    check_batch,
+    check_choice,
+    check_features,
+    check_positive,
+    graph_reduce,
+)
+
+
+@register_norm("layernorm")
+class LayerNorm(nn.Module):
+    r"""Layer normalization from `"Layer Normalization" <https://arxiv.org/abs/1607.06450>`_ (Ba et al., 2016).
+
+    ``mode="node"`` (default, transformer style), statistics over the :math:`C` channels of each node:
+
+    .. math::
+        \mathbf{x}'_i = \boldsymbol\gamma \odot \frac{\mathbf{x}_i - \mu_i}{\sqrt{\sigma_i^2 + \epsilon}}
+        + \boldsymbol\beta, \qquad \mu_i = \frac{1}{C}\sum_c x_{ic},\;
+        \sigma_i^2 = \frac{1}{C}\sum_c (x_{ic} - \mu_i)^2
+
+    ``mode="graph"`` (as :class:`torch_geometric.nn.norm.LayerNorm` with ``mode="graph"``), one mean and variance
+    over all nodes and channels of each graph :math:`g`:
+
+    .. math::
+        \mathbf{x}'_i = \boldsymbol\gamma \odot \frac{\mathbf{x}_i - \mu_g}{\sqrt{\sigma_g^2 + \epsilon}}
+        + \boldsymbol\beta, \qquad \mu_g = \frac{1}{|\mathcal{V}_g| C}\sum_{j \in \mathcal{V}_g}\sum_c x_{jc},\;
+        \sigma_g^2 = \frac{1}{|\mathcal{V}_g| C}\sum_{j \in \mathcal{V}_g}\sum_c (x_{jc} - \mu_g)^2
+
+    Difference from PyG: PyG divides by ``std + eps`` when ``batch`` is None but by ``sqrt(var + eps)`` otherwise;
+    here it is always ``sqrt(var + eps)``, so a lone graph gives the same output with or without a batch vector.
+    ``affine`` adds the per-channel gain :math:`\boldsymbol\gamma` (init 1) and bias :math:`\boldsymbol\beta` (init 0).
+    """
+
+    def __init__(self, channels: int, mode: str = "node", eps: float = 1e-5, affine: bool = True) -> None:
+        super().__init__()
+        self.channels = channels
+        self.mode = check_choice(mode, ("node", "graph"), "mode", "layernorm")
+        self.eps = check_positive(eps, "eps", "layernorm")
+        self.affine = affine
+        if affine:
+            self.weight = nn.Parameter(torch.ones(channels))
+            self.bias = nn.Parameter(torch.zeros(channels))
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
+
+    def reset_parameters(self) -> None:
+        if self.affine:
+            nn.init.ones_(self.weight)
+            nn.init.zeros_(self.bias)
+
+    def forward(
+        self,
+        x: Tensor,
+        batch: Tensor | None = None,
+        batch_size: int | None = None,
+        edge_index: Tensor | None = None,
+        token_mask: Tensor | None = None,
+    ) -> Tensor:
+        check_features(x, self.channels, "layernorm")
+        check_batch(x, batch, "layernorm")
+        if x.size(0) == 0:
+            return x.clone()
+        if self.mode == "node":
+            return F.layer_norm(x, (self.channels,), self.weight, self.bias, self.eps)
+        # Mean over a graph's nodes, then over channels, is the mean over all its entries (equal weights).
+        mean = graph_reduce(x, batch, batch_size, "mean").mean(dim=1, keepdim=True)  # [num_graphs, 1]
+        centered = x - broadcast_to_nodes(mean, batch)
+        var = graph_reduce(centered * centered, batch, batch_size, "mean").mean(dim=1, keepdim=True)  # [num_graphs, 1]
+        out = centered * broadcast_to_nodes((var + self.eps).rsqrt(), batch)
+        if self.affine:
+            out = out * self.weight + self.bias
+        return out
+
+    def extra_repr(self) -> str:
+        return f"{self.channels}, mode={self.mode!r}, eps={self.eps}, affine={self.affine}"

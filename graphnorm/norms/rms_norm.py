@@ -1,0 +1,69 @@
+"""RMSNorm and partial RMSNorm (Zhang & Sennrich, 2019)."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from graphnorm.norms.registry import register_norm
+from graphnorm.norms.utils import check_batch, check_features, check_positive
+
+
+@register_norm("rmsnorm")
+class RMSNorm(nn.Module):
+    r"""Root-mean-square normalization per node, from `"Root Mean Square Layer Normalization"
+    <https://arxiv.org/abs/1910.07467>`_ (Zhang & Sennrich, 2019):
+
+    .. math::
+        \mathbf{x}'_i = \frac{\mathbf{x}_i}{\mathrm{RMS}(\mathbf{x}_i) + \epsilon} \odot \mathbf{g}
+        \;(+\, \mathbf{b}), \qquad
+        \mathrm{RMS}(\mathbf{x}_i) = \sqrt{\frac{1}{k}\sum_{c=1}^{k} x_{ic}^2}
+
+    with :math:`k = C` (full RMSNorm, ``p=-1`` or ``p=1``) or :math:`k = \lfloor pC \rfloor` for partial RMSNorm
+    (pRMSNorm, ``0 < p < 1``): the RMS is estimated from the first :math:`k` channels only, and all channels are
+    divided by it. As in the authors' code, ``eps`` (default 1e-8) is added to the RMS, not inside the root.
+    The gain :math:`\mathbf{g}` starts at 1; the bias :math:`\mathbf{b}` (``bias=True``) at 0.
+    """
+
+    def __init__(self, channels: int, p: float = -1.0, eps: float = 1e-8, bias: bool = False) -> None:
+        super().__init__()
+        self.channels = channels
+        self.eps = check_positive(eps, "eps", "rmsnorm")
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not (p == -1 or 0 < p <= 1):
+            raise ValueError(f"rmsnorm: p must be -1 (full RMSNorm) or in (0, 1] (partial RMSNorm), got {p!r}")
+        self.p = float(p)
+        self.partial_size = channels if self.p == -1 else int(channels * self.p)
+        if self.partial_size < 1:
+            raise ValueError(f"rmsnorm: p={p} keeps int(p * channels) = 0 of {channels} channels; use a larger p")
+        self.weight = nn.Parameter(torch.ones(channels))
+        if bias:
+            self.bias = nn.Parameter(torch.zeros(channels))
+        else:
+            self.register_parameter("bias", None)
+
+    def reset_parameters(self) -> None:
+        nn.init.ones_(self.weight)
+        if self.bias is not None:
+            nn.init.zeros_(self.bias)
+
+    def forward(
+        self,
+        x: Tensor,
+        batch: Tensor | None = None,
+        batch_size: int | None = None,
+        edge_index: Tensor | None = None,
+        token_mask: Tensor | None = None,
+    ) -> Tensor:
+        check_features(x, self.channels, "rmsnorm")
+        check_batch(x, batch, "rmsnorm")
+        if x.size(0) == 0:
+            return x.clone()
+        part = x if self.partial_size == self.channels else x[:, : self.partial_size]
+        rms = torch.linalg.vector_norm(part, dim=1, keepdim=True) * self.partial_size**-0.5  # [num_nodes, 1]
+        out = x / (rms + self.eps) * self.weight
+        if self.bias is not None:
+            out = out + self.bias
+        return out
+
+    def extra_repr(self) -> str:
+        return f"{self.channels}, p={self.p}, eps={self.eps}, bias={self.bias is not None}"

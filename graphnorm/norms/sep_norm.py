@@ -1,0 +1,85 @@
+"""SepNorm (Chen et al., 2023): separate normalization for the graph token and the node tokens."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch_geometric.utils import subgraph
+
+from graphnorm.norms.registry import build_norm, register_norm
+from graphnorm.norms.utils import check_batch, check_features, check_token_mask, num_graphs
+
+
+@register_norm("sepnorm")
+class SepNorm(nn.Module):
+    r"""Separate normalization from `"On Separate Normalization in Self-supervised Transformers"
+    <https://arxiv.org/abs/2309.12931>`_ (Chen et al., NeurIPS 2023): the [CLS]-like graph-token row of each graph and
+    the ordinary node rows go through two different norms,
+
+    .. math::
+        \mathbf{x}'_i = \begin{cases} \mathrm{Norm}_{\text{token}}(\mathbf{x}_i) & i \text{ is a graph token} \\
+        \mathrm{Norm}_{\text{node}}(\mathbf{x}_i) & \text{otherwise} \end{cases}
+
+    with :math:`\mathrm{Norm}_{\text{token}}` = ``token_norm`` (default ``"batchnorm"``, over the one token row per
+    graph, i.e. across the graphs of the batch, as the paper's BatchNorm for [CLS]) and
+    :math:`\mathrm{Norm}_{\text{node}}` = ``node_norm`` (default ``"layernorm"``), both built through the registry
+    with ``token_kwargs`` / ``node_kwargs``.
+
+    ``token_mask`` (bool ``[num_nodes]``) is required and must mark exactly one row per graph of ``batch``
+    (otherwise ``ValueError``). The node rows keep their own ``batch`` entries (and ``edge_index`` restricted to
+    node-node edges, relabelled); the token rows are passed with their graph ids as batch (``arange(num_graphs)``
+    when tokens appear in graph order). Neither sub-norm receives ``token_mask``.
+
+    One graph in training mode: the default BatchNorm then sees a single token row, which has no batch variance;
+    it normalizes that row with its running statistics and does not update them (as in eval mode), see
+    :class:`~graphnorm.norms.BatchNorm`.
+    """
+
+    def __init__(
+        self,
+        channels: int,
+        token_norm: str = "batchnorm",
+        node_norm: str = "layernorm",
+        token_kwargs: dict[str, Any] | None = None,
+        node_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__()
+        self.channels = channels
+        if "sepnorm" in (str(token_norm).lower(), str(node_norm).lower()):
+            raise ValueError("sepnorm: token_norm and node_norm cannot themselves be 'sepnorm'")
+        self.token_norm = build_norm(token_norm, channels, **(token_kwargs or {}))
+        self.node_norm = build_norm(node_norm, channels, **(node_kwargs or {}))
+
+    def forward(
+        self,
+        x: Tensor,
+        batch: Tensor | None = None,
+        batch_size: int | None = None,
+        edge_index: Tensor | None = None,
+        token_mask: Tensor | None = None,
+    ) -> Tensor:
+        check_features(x, self.channels, "sepnorm")
+        check_batch(x, batch, "sepnorm")
+        if x.size(0) == 0:
+            return x.clone()
+        check_token_mask(x, batch, token_mask, batch_size, "sepnorm")
+        graphs = num_graphs(batch, batch_size)
+        if batch is None:
+            batch = torch.zeros(x.size(0), dtype=torch.long, device=x.device)
+        node_mask = ~token_mask
+        node_edge_index = None
+        if edge_index is not None:
+            node_edge_index, _ = subgraph(node_mask, edge_index, relabel_nodes=True, num_nodes=x.size(0))
+        token_out = self.token_norm(x[token_mask], batch=batch[token_mask], batch_size=graphs)  # [num_graphs, C]
+        node_out = self.node_norm(
+            x[node_mask], batch=batch[node_mask], batch_size=graphs, edge_index=node_edge_index
+        )  # [num_nodes - num_graphs, C]
+        out = torch.empty_like(x)
+        out[token_mask] = token_out
+        out[node_mask] = node_out
+        return out
+
+    def extra_repr(self) -> str:
+        return f"{self.channels}"
