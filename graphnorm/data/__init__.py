@@ -1,0 +1,6 @@
+"""Datasets: ``load_dataset(name, root=None) -> GraphTask`` for cora, citeseer, zinc and molhiv."""
+
+from graphnorm.data.datasets import DATASET_NAMES, DatasetNotFoundError, GraphTask, load_dataset
+from graphnorm.data.root import resolve_root, seed_from_mirror
+
+__all__ = ["DATASET_NAMES", "DatasetNotFoundError", "GraphTask", "load_dataset", "resolve_root", "seed_from_mirror"]

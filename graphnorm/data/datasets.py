@@ -1,0 +1,214 @@
+"""The four benchmark datasets behind one loader: ``load_dataset(name, root=None) -> GraphTask``.
+
+* ``cora``, ``citeseer``: PyG ``Planetoid``, public split (node classification, accuracy).
+* ``zinc``: PyG ``ZINC(subset=True)``, 10000/1000/1000 graphs (graph regression, MAE).
+* ``molhiv``: OGB ``PygGraphPropPredDataset('ogbg-molhiv')``, scaffold split, ROC-AUC by OGB's ``Evaluator``.
+
+Root: the ``root`` argument, else ``$GRAPHNORM_DATA``, else the user cache (:func:`resolve_root`). Missing raw files
+are copied from ``$GRAPHNORM_DATA_MIRROR`` first (:func:`seed_from_mirror`); only then do the loaders try to download.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.error import URLError
+
+import torch
+from torch import Tensor
+from torch_geometric.data import Data, Dataset
+from torch_geometric.data.data import DataEdgeAttr, DataTensorAttr
+from torch_geometric.data.storage import GlobalStorage
+
+from graphnorm.data.root import ENV_MIRROR, ENV_ROOT, mirror_root, resolve_root, seed_from_mirror
+
+DATASET_NAMES = ("cora", "citeseer", "zinc", "molhiv")
+
+ZINC_NUM_ATOM_TYPES = 28  # benchmarking-gnns atom_dict: ids 0..27
+ZINC_NUM_BOND_TYPES = 4  # NONE, SINGLE, DOUBLE, TRIPLE
+OGB_RELEASE_FILE = "RELEASE_v1.txt"  # ogb asks an interactive input() when a dataset folder lacks it
+
+# The three PyG classes pickled in ogb's processed file: torch>=2.6 loads with weights_only=True by default.
+OGB_SAFE_GLOBALS = [DataEdgeAttr, DataTensorAttr, GlobalStorage]
+
+
+class DatasetNotFoundError(FileNotFoundError):
+    """Raw files are missing, no mirror provides them and the download failed."""
+
+
+@dataclass
+class GraphTask:
+    """A dataset with its standard split, in the one shape the training code understands.
+
+    Node level (``level="node"``): ``data`` is the single graph, with boolean ``train_mask``/``val_mask``/``test_mask``.
+    Graph level (``level="graph"``): ``train``/``val``/``test`` are PyG datasets of graphs with ``y`` ``[1, 1]``.
+
+    ``num_features`` is the width of ``x`` for float features; with an ``atom_encoder`` it is the atom vocabulary
+    size (``"zinc"``: 28 atom types, ``x`` ``[N, 1]`` long) or the 9 OGB atom feature columns (``"ogb"``).
+    """
+
+    name: str
+    level: str  # node | graph
+    task_type: str  # multiclass | regression | binary
+    metric: str  # acc | mae | rocauc
+    num_features: int
+    num_outputs: int
+    atom_encoder: str | None = None  # None (float features) | zinc | ogb
+    data: Data | None = None
+    train: Dataset | None = None
+    val: Dataset | None = None
+    test: Dataset | None = None
+    evaluator: object | None = None  # ogb.graphproppred.Evaluator for molhiv
+
+    @property
+    def higher_is_better(self) -> bool:
+        return self.metric != "mae"
+
+    def __repr__(self) -> str:
+        if self.level == "node":
+            sizes = f"nodes={self.data.num_nodes}"
+        else:
+            sizes = f"graphs={len(self.train)}/{len(self.val)}/{len(self.test)}"
+        return f"GraphTask({self.name}, {self.level}, {self.task_type}, metric={self.metric}, {sizes})"
+
+
+def load_dataset(name: str, root: str | Path | None = None) -> GraphTask:
+    """Load ``name`` (cora | citeseer | zinc | molhiv) with its standard split."""
+    if not isinstance(name, str) or name.lower() not in DATASET_NAMES:
+        raise ValueError(f"unknown dataset {name!r}; valid choices: {', '.join(DATASET_NAMES)}")
+    name = name.lower()
+    data_root = resolve_root(root)
+    if name in ("cora", "citeseer"):
+        task = _load_planetoid(name, data_root)
+    elif name == "zinc":
+        task = _load_zinc(data_root)
+    else:
+        task = _load_molhiv(data_root)
+    _check_finite(task)
+    return task
+
+
+def _load_planetoid(name: str, root: Path) -> GraphTask:
+    from torch_geometric.datasets import Planetoid
+
+    title = {"cora": "Cora", "citeseer": "CiteSeer"}[name]
+    relative = f"Planetoid/{title}"
+    required = [f"raw/ind.{name}.{part}" for part in ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")]
+    _ensure_raw(root, relative, required)
+    dataset = _download_guard(name, root, relative, lambda: Planetoid(root=str(root / "Planetoid"), name=title))
+    data = dataset[0]
+    return GraphTask(
+        name=name,
+        level="node",
+        task_type="multiclass",
+        metric="acc",
+        num_features=dataset.num_features,
+        num_outputs=dataset.num_classes,
+        data=data,
+    )
+
+
+def _load_zinc(root: Path) -> GraphTask:
+    from torch_geometric.datasets import ZINC
+
+    required = [f"raw/{split}.{ext}" for split in ("train", "val", "test") for ext in ("pickle", "index")]
+    _ensure_raw(root, "ZINC", required)
+    splits = {
+        split: _download_guard("zinc", root, "ZINC", lambda s=split: ZINC(str(root / "ZINC"), subset=True, split=s))
+        for split in ("train", "val", "test")
+    }
+    return GraphTask(
+        name="zinc",
+        level="graph",
+        task_type="regression",
+        metric="mae",
+        num_features=ZINC_NUM_ATOM_TYPES,
+        num_outputs=1,
+        atom_encoder="zinc",
+        train=splits["train"],
+        val=splits["val"],
+        test=splits["test"],
+    )
+
+
+def _load_molhiv(root: Path) -> GraphTask:
+    from ogb.graphproppred import Evaluator, PygGraphPropPredDataset
+
+    relative = "ogb/ogbg_molhiv"
+    required = [OGB_RELEASE_FILE, "raw/edge.csv.gz", "raw/node-feat.csv.gz", "raw/edge-feat.csv.gz"]
+    _ensure_raw(root, relative, required)
+    folder = root / relative
+    if folder.is_dir() and not (folder / OGB_RELEASE_FILE).exists():
+        # ogb would stop at an interactive input() here and may delete the folder.
+        raise DatasetNotFoundError(
+            f"{folder} exists but has no {OGB_RELEASE_FILE}, so ogb would ask an interactive question. "
+            f"Delete that folder, or copy the full ogbg_molhiv folder (with {OGB_RELEASE_FILE}) there."
+        )
+
+    def construct() -> PygGraphPropPredDataset:
+        # Scoped allow-list: ogb 1.3.6 calls torch.load without weights_only on its own processed file.
+        with torch.serialization.safe_globals(OGB_SAFE_GLOBALS):
+            return PygGraphPropPredDataset(name="ogbg-molhiv", root=str(root / "ogb"))
+
+    dataset = _download_guard("molhiv", root, relative, construct)
+    split = dataset.get_idx_split()  # train/valid/test index tensors (scaffold split)
+    return GraphTask(
+        name="molhiv",
+        level="graph",
+        task_type="binary",
+        metric="rocauc",
+        num_features=dataset.num_features,
+        num_outputs=dataset.num_tasks,
+        atom_encoder="ogb",
+        train=dataset[split["train"]],
+        val=dataset[split["valid"]],
+        test=dataset[split["test"]],
+        evaluator=Evaluator("ogbg-molhiv"),
+    )
+
+
+def _ensure_raw(root: Path, relative: str, required: list[str]) -> None:
+    """Copy ``relative`` from the mirror when any of its ``required`` raw files is missing under ``root``."""
+    seed_from_mirror(root, relative, required)
+
+
+def _download_guard(name: str, root: Path, relative: str, construct):
+    """Run a loader; if it has to download and cannot, raise one clear error saying where we looked."""
+    folder = root / relative
+    existed = folder.exists()
+    try:
+        return construct()
+    except (URLError, OSError) as error:
+        if isinstance(error, FileNotFoundError) and folder.exists() and any(folder.rglob("*.*")):
+            raise  # a genuine missing file inside a present dataset, not a failed download
+        if not existed and folder.exists():
+            shutil.rmtree(folder)  # only the empty folders the failed download created
+        mirror = mirror_root()
+        looked = f"{folder}" + (f" and the mirror {mirror / relative}" if mirror else f" (${ENV_MIRROR} is unset)")
+        raise DatasetNotFoundError(
+            f"dataset {name!r} not found: looked in {looked}, and the download failed ({error}). "
+            f"Provide it by setting ${ENV_MIRROR} to a folder holding {relative}/ (e.g. ../shared/data), "
+            f"or ${ENV_ROOT} to a data root that already holds it, or run once with internet access."
+        ) from error
+
+
+def _check_finite(task: GraphTask) -> None:
+    """Reject NaN/inf features or targets with a message naming the dataset and tensor."""
+    if task.level == "node":
+        tensors = {"x": task.data.x, "y": task.data.y}
+    else:
+        # the splits share one storage per dataset; checking each split's x/y covers every graph once per split
+        tensors = {}
+        for split in ("train", "val", "test"):
+            dataset = getattr(task, split)
+            tensors[f"{split}.x"] = dataset.x
+            tensors[f"{split}.y"] = dataset.y
+    for key, tensor in tensors.items():
+        _reject_non_finite(tensor, f"{task.name} {key}")
+
+
+def _reject_non_finite(tensor: Tensor, what: str) -> None:
+    if tensor.is_floating_point() and not torch.isfinite(tensor).all():
+        bad = int((~torch.isfinite(tensor)).sum())
+        raise ValueError(f"{what} has {bad} NaN/inf values; clean or impute the features before training")
