@@ -1,0 +1,349 @@
+"""The deep GCN of the oversmoothing papers, with a pluggable norm per layer.
+
+Forward signature (PyG style): ``model(x, edge_index, batch=None, batch_size=None) -> Tensor``.
+
+* Node level (``readout=None``): ``num_layers`` GCN convolutions; the first ``num_layers - 1`` are hidden blocks
+  (conv, norm, [shared LayerNorm], ReLU, dropout) and the last conv is the classifier (no norm, no activation).
+  Output ``[num_nodes, out_channels]``.
+* Graph level (``readout="mean"|"sum"|"virtual"``): all ``num_layers`` convs are hidden blocks, then the readout
+  and a linear head. Output ``[num_graphs, out_channels]``. ``mean``/``sum`` pool the *node rows only* (the virtual
+  node is left out of the pool); ``virtual`` reads each graph's virtual-node row.
+
+Adjacency (computed once per forward, shared by every layer; GCNConv runs with ``normalize=False``):
+
+* ``"sym"``: :math:`\\hat A = D^{-1/2}(A+I)D^{-1/2}` (Kipf & Welling, 2017).
+* ``"row"``: :math:`\\hat A = D^{-1}(A+I)`, i.e. each node averages itself and its neighbours (the PairNorm and
+  ContraNorm code).
+
+Virtual node (``virtual_node=True``): one extra row per graph, placed *first* among its graph's rows so ``batch``
+stays sorted, linked in both directions to every node of its graph and starting from a learned vector. Its rows
+are the ``token_mask`` given to every norm (so SepNorm works in a GCN too).
+
+Norms are always called as ``norm(x, batch=, batch_size=, edge_index=, token_mask=)``; ``edge_index`` is the
+graph's edge_index *without* self loops (with the virtual-node edges when there is one): ContraNorm uses it to
+exclude neighbours from its negatives.
+
+Probe contract (``graphnorm.analysis.CollapseProbe``): :meth:`DeepGCN.collapse_layers` lists the modules whose
+forward output is the representation after each layer, all over the same rows (node rows plus virtual-node rows):
+``input`` (the atom encoder output, only when there is an encoder), then ``layer1 .. layerL`` (each
+:class:`GCNBlock`, after norm and activation; the node-level ``layerL`` is the classifier output).
+:meth:`DeepGCN.probe_context` gives ``batch``, ``token_mask`` and ``edge_index`` for those rows.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch_geometric.nn import GCNConv, global_add_pool, global_mean_pool
+from torch_geometric.nn.conv.gcn_conv import gcn_norm
+from torch_geometric.utils import add_remaining_self_loops, degree, remove_self_loops
+
+from graphnorm.norms import build_norm
+
+ADJACENCIES = ("sym", "row")
+LAYER_ORDERS = ("conv-norm-act-dropout", "dropout-conv-norm-act")
+READOUTS = (None, "mean", "sum", "virtual")
+ATOM_ENCODERS = (None, "zinc", "ogb")
+
+
+@dataclass
+class GraphRows:
+    """The rows every layer works on, and their graph structure, computed once per forward.
+
+    With a virtual node the rows are the original nodes plus one token row per graph; otherwise the nodes.
+    """
+
+    num_rows: int
+    node_rows: Tensor | None  # [num_nodes] row index of each original node (None: rows are the nodes)
+    token_rows: Tensor | None  # [num_graphs] row index of each graph's virtual node
+    batch: Tensor | None  # [num_rows] graph id per row (None: one graph without a batch vector)
+    batch_size: int | None
+    token_mask: Tensor | None  # [num_rows] bool, True on virtual-node rows
+    edge_index: Tensor  # [2, E'] without self loops: handed to the norms
+    propagation_index: Tensor  # [2, E' + num_rows] with self loops
+    propagation_weight: Tensor  # [E' + num_rows] normalized adjacency entries
+
+
+class InputLayer(nn.Module):
+    """Atom encoder (if any) and virtual-node rows. Output ``[num_rows, width]``: layer 0 for the probe."""
+
+    def __init__(self, in_channels: int, hidden_channels: int, atom_encoder: str | None, virtual_node: bool) -> None:
+        super().__init__()
+        self.atom_encoder = atom_encoder
+        if atom_encoder == "zinc":
+            self.encoder = nn.Embedding(in_channels, hidden_channels)  # in_channels = number of atom types
+        elif atom_encoder == "ogb":
+            from ogb.graphproppred.mol_encoder import AtomEncoder
+
+            self.encoder = AtomEncoder(hidden_channels)  # 9 categorical OGB atom features, summed embeddings
+        else:
+            self.encoder = None
+        self.out_channels = in_channels if self.encoder is None else hidden_channels
+        # The virtual node starts from a learned vector at the input width of the first conv.
+        self.virtual_embedding = nn.Parameter(torch.zeros(1, self.out_channels)) if virtual_node else None
+
+    def forward(self, x: Tensor, rows: GraphRows) -> Tensor:
+        if self.atom_encoder == "zinc":
+            x = self.encoder(x.view(-1))  # [N, 1] atom types -> [N, hidden]
+        elif self.atom_encoder == "ogb":
+            x = self.encoder(x)  # [N, 9] -> [N, hidden]
+        if rows.node_rows is None:
+            return x
+        out = x.new_empty(rows.num_rows, x.size(1))  # [N + num_graphs, width]
+        out[rows.node_rows] = x
+        out[rows.token_rows] = self.virtual_embedding.to(x.dtype).expand(rows.token_rows.numel(), -1)
+        return out
+
+
+class GCNBlock(nn.Module):
+    """One GCN layer. Its forward output is the representation after the layer (the probe hooks it).
+
+    ``order="conv-norm-act-dropout"``: conv -> norm -> [shared LayerNorm] -> ReLU -> dropout.
+    ``order="dropout-conv-norm-act"``: dropout -> conv -> norm -> [shared LayerNorm] -> ReLU (Kipf, PairNorm and
+    ContraNorm code). ``is_output``: conv only (the classifier), with the dropout before it in the second order.
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        norm: nn.Module | None,
+        shared_layernorm: nn.LayerNorm | None,
+        dropout: float,
+        order: str,
+        residual: bool,
+        is_output: bool = False,
+    ) -> None:
+        super().__init__()
+        self.conv = GCNConv(in_channels, out_channels, normalize=False)  # weights precomputed in GraphRows
+        self.norm = norm
+        self.shared_layernorm = shared_layernorm
+        self.dropout = dropout
+        self.order = order
+        self.residual = residual and in_channels == out_channels
+        self.is_output = is_output
+
+    def forward(self, x: Tensor, rows: GraphRows) -> Tensor:
+        skip = x
+        if self.order == "dropout-conv-norm-act":
+            x = F.dropout(x, self.dropout, self.training)
+        x = self.conv(x, rows.propagation_index, rows.propagation_weight)
+        if self.is_output:
+            return x
+        if self.norm is not None:
+            x = self.norm(
+                x, batch=rows.batch, batch_size=rows.batch_size, edge_index=rows.edge_index, token_mask=rows.token_mask
+            )
+        if self.shared_layernorm is not None:
+            x = self.shared_layernorm(x)
+        x = F.relu(x)
+        if self.order == "conv-norm-act-dropout":
+            x = F.dropout(x, self.dropout, self.training)
+        if self.residual:
+            x = x + skip
+        return x
+
+
+class DeepGCN(nn.Module):
+    """Deep GCN with a norm per hidden layer; see the module docstring for the layer layout and conventions.
+
+    Args:
+        in_channels: feature width (float features), or atom vocabulary size (``atom_encoder="zinc"``), or the 9
+            OGB atom columns (``atom_encoder="ogb"``).
+        num_layers: number of graph convolutions (>= 1).
+        norm: registry name or an ``nn.Module`` (deep-copied per layer); ``norm_kwargs`` go to ``build_norm``.
+        residual: add the block input to its output where the widths agree (hidden -> hidden).
+        adjacency: ``"sym"`` or ``"row"``.
+        layer_order: ``"conv-norm-act-dropout"`` or ``"dropout-conv-norm-act"``.
+        shared_layernorm: one ``nn.LayerNorm(hidden)`` shared by all hidden blocks, after the norm (ContraNorm).
+        readout: ``None`` (node level) or ``"mean"``/``"sum"``/``"virtual"`` (graph level).
+        virtual_node: add a virtual node per graph (graph level only).
+        atom_encoder: ``None``, ``"zinc"`` (``nn.Embedding``) or ``"ogb"`` (OGB ``AtomEncoder``). GCNConv does not
+            use bond features, so no bond encoder.
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        hidden_channels: int,
+        out_channels: int,
+        num_layers: int,
+        norm: str | nn.Module = "none",
+        norm_kwargs: dict | None = None,
+        dropout: float = 0.6,
+        residual: bool = False,
+        adjacency: str = "sym",
+        layer_order: str = "conv-norm-act-dropout",
+        shared_layernorm: bool = False,
+        readout: str | None = None,
+        virtual_node: bool = False,
+        atom_encoder: str | None = None,
+    ) -> None:
+        super().__init__()
+        for value, name in ((in_channels, "in_channels"), (hidden_channels, "hidden_channels")):
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if not isinstance(out_channels, int) or out_channels < 1:
+            raise ValueError(f"out_channels must be a positive integer, got {out_channels!r}")
+        if not isinstance(num_layers, int) or num_layers < 1:
+            raise ValueError(f"num_layers (number of convs) must be >= 1, got {num_layers!r}")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        if adjacency not in ADJACENCIES:
+            raise ValueError(f"adjacency must be one of {ADJACENCIES}, got {adjacency!r}")
+        if layer_order not in LAYER_ORDERS:
+            raise ValueError(f"layer_order must be one of {LAYER_ORDERS}, got {layer_order!r}")
+        if readout not in READOUTS:
+            raise ValueError(f"readout must be one of {READOUTS}, got {readout!r}")
+        if atom_encoder not in ATOM_ENCODERS:
+            raise ValueError(f"atom_encoder must be one of {ATOM_ENCODERS}, got {atom_encoder!r}")
+        if atom_encoder == "ogb" and in_channels != 9:
+            raise ValueError(f"atom_encoder='ogb' expects the 9 OGB atom columns, got in_channels={in_channels}")
+        if virtual_node and readout is None:
+            raise ValueError("virtual_node=True is for graph-level models: also set readout")
+        if readout == "virtual" and not virtual_node:
+            raise ValueError("readout='virtual' reads the virtual node: set virtual_node=True")
+        norm_kwargs = dict(norm_kwargs or {})
+        if isinstance(norm, nn.Module) and norm_kwargs:
+            raise ValueError("norm_kwargs given together with an already-built norm module")
+
+        self.in_channels = in_channels
+        self.hidden_channels = hidden_channels
+        self.out_channels = out_channels
+        self.num_layers = num_layers
+        self.adjacency = adjacency
+        self.readout = readout
+        self.virtual_node = virtual_node
+
+        self.input_layer = InputLayer(in_channels, hidden_channels, atom_encoder, virtual_node)
+        self.shared_layernorm = nn.LayerNorm(hidden_channels) if shared_layernorm else None
+        num_hidden = num_layers if readout is not None else num_layers - 1
+        blocks = []
+        width = self.input_layer.out_channels
+        for _ in range(num_hidden):
+            if isinstance(norm, nn.Module):
+                layer_norm = copy.deepcopy(norm)  # one independent copy per layer
+            else:
+                layer_norm = build_norm(norm, hidden_channels, **norm_kwargs)
+            blocks.append(
+                GCNBlock(width, hidden_channels, layer_norm, self.shared_layernorm, dropout, layer_order, residual)
+            )
+            width = hidden_channels
+        if readout is None:
+            blocks.append(GCNBlock(width, out_channels, None, None, dropout, layer_order, False, is_output=True))
+            self.head = None
+        else:
+            self.head = nn.Linear(hidden_channels, out_channels)
+        self.blocks = nn.ModuleList(blocks)
+
+    # --- structure -------------------------------------------------------------------------------------------
+    def graph_rows(self, edge_index: Tensor, num_nodes: int, batch: Tensor | None, batch_size: int | None) -> GraphRows:
+        """Rows (nodes [+ virtual nodes]), their batch/token_mask, and the normalized adjacency with self loops."""
+        if edge_index.dim() != 2 or edge_index.size(0) != 2:
+            raise ValueError(f"edge_index must have shape [2, num_edges], got {tuple(edge_index.shape)}")
+        if edge_index.numel() and (int(edge_index.min()) < 0 or int(edge_index.max()) >= num_nodes):
+            raise ValueError(f"edge_index holds node ids outside [0, {num_nodes})")
+        if batch is not None and (batch.dim() != 1 or batch.numel() != num_nodes):
+            raise ValueError(f"batch must have shape [num_nodes] = [{num_nodes}], got {tuple(batch.shape)}")
+        edge_index, _ = remove_self_loops(edge_index)
+        node_rows = token_rows = token_mask = None
+        num_rows = num_nodes
+        if self.virtual_node:
+            if batch is None:
+                batch = edge_index.new_zeros(num_nodes)
+            if batch.numel() > 1 and bool((batch[1:] < batch[:-1]).any()):
+                raise ValueError("virtual_node needs a sorted batch vector (as PyG's DataLoader makes)")
+            num_graphs = batch_size if batch_size is not None else (int(batch.max()) + 1 if batch.numel() else 0)
+            counts = torch.bincount(batch, minlength=num_graphs)  # nodes per graph
+            first_node = torch.cumsum(counts, 0) - counts  # index of each graph's first node
+            token_rows = first_node + torch.arange(num_graphs, device=batch.device)  # token before its nodes
+            node_rows = torch.arange(num_nodes, device=batch.device) + batch + 1
+            num_rows = num_nodes + num_graphs
+            row_batch = torch.empty(num_rows, dtype=torch.long, device=batch.device)
+            row_batch[node_rows] = batch
+            row_batch[token_rows] = torch.arange(num_graphs, device=batch.device)
+            token_mask = torch.zeros(num_rows, dtype=torch.bool, device=batch.device)
+            token_mask[token_rows] = True
+            token_edges = torch.stack([token_rows[batch], node_rows])  # token -> node, [2, N]
+            edge_index = torch.cat([node_rows[edge_index], token_edges, token_edges.flip(0)], dim=1)
+            batch, batch_size = row_batch, num_graphs
+        propagation_index, propagation_weight = self._normalized_adjacency(edge_index, num_rows)
+        return GraphRows(
+            num_rows=num_rows,
+            node_rows=node_rows,
+            token_rows=token_rows,
+            batch=batch,
+            batch_size=batch_size,
+            token_mask=token_mask,
+            edge_index=edge_index,
+            propagation_index=propagation_index,
+            propagation_weight=propagation_weight,
+        )
+
+    def _normalized_adjacency(self, edge_index: Tensor, num_rows: int) -> tuple[Tensor, Tensor]:
+        if self.adjacency == "sym":
+            return gcn_norm(edge_index, None, num_rows, add_self_loops=True)  # D^-1/2 (A+I) D^-1/2
+        index, _ = add_remaining_self_loops(edge_index, num_nodes=num_rows)
+        target = index[1]  # GCNConv sums messages source -> target, so row i of \hat A is target i
+        in_degree = degree(target, num_rows)  # >= 1 thanks to the self loop
+        return index, in_degree.reciprocal()[target]  # D^-1 (A+I)
+
+    # --- forward ---------------------------------------------------------------------------------------------
+    def forward(
+        self, x: Tensor, edge_index: Tensor, batch: Tensor | None = None, batch_size: int | None = None
+    ) -> Tensor:
+        """``x`` ``[N, in_channels]`` float (or atom ids) -> ``[N, out]`` (node level) or ``[num_graphs, out]``."""
+        self._check_input(x)
+        if self.readout is not None and batch is None:
+            batch = edge_index.new_zeros(x.size(0))  # one graph
+        rows = self.graph_rows(edge_index, x.size(0), batch, batch_size)
+        h = self.input_layer(x, rows)  # [num_rows, width]
+        for block in self.blocks:
+            h = block(h, rows)  # [num_rows, hidden] (the node-level classifier: [num_rows, out])
+        if self.readout is None:
+            return h
+        return self.head(self._pool(h, rows, batch, batch_size))  # [num_graphs, hidden] -> [num_graphs, out]
+
+    def _pool(self, h: Tensor, rows: GraphRows, batch: Tensor, batch_size: int | None) -> Tensor:
+        if self.readout == "virtual":
+            return h[rows.token_rows]
+        if rows.node_rows is not None:
+            h = h[rows.node_rows]  # node rows only: the virtual node is not pooled
+        size = rows.batch_size if rows.batch_size is not None else batch_size
+        if self.readout == "mean":
+            return global_mean_pool(h, batch, size)
+        return global_add_pool(h, batch, size)
+
+    def _check_input(self, x: Tensor) -> None:
+        encoder = self.input_layer.atom_encoder
+        if encoder is None:
+            if not x.is_floating_point() or x.dim() != 2 or x.size(1) != self.in_channels:
+                raise ValueError(f"x must be float [num_nodes, {self.in_channels}], got {x.dtype} {tuple(x.shape)}")
+        elif encoder == "zinc":
+            if x.is_floating_point() or x.dim() not in (1, 2) or (x.dim() == 2 and x.size(1) != 1):
+                raise ValueError(f"atom_encoder='zinc' needs integer atom types [num_nodes, 1], got {tuple(x.shape)}")
+        elif x.is_floating_point() or x.dim() != 2 or x.size(1) != 9:
+            raise ValueError(f"atom_encoder='ogb' needs integer features [num_nodes, 9], got {tuple(x.shape)}")
+
+    # --- probe contract --------------------------------------------------------------------------------------
+    def collapse_layers(self) -> list[tuple[str, nn.Module]]:
+        """Modules whose forward output is the representation after each layer, all over the same rows."""
+        layers: list[tuple[str, nn.Module]] = []
+        if self.input_layer.encoder is not None:
+            layers.append(("input", self.input_layer))
+        layers += [(f"layer{i}", block) for i, block in enumerate(self.blocks, start=1)]
+        return layers
+
+    def probe_context(self, data) -> dict:
+        """``batch``, ``token_mask`` (bool or None) and ``edge_index`` (no self loops) for the rows of every probed
+        layer, for a PyG ``Data``/``Batch`` fed to this model."""
+        batch = getattr(data, "batch", None)
+        batch_size = data.num_graphs if batch is not None else None
+        if self.readout is not None and batch is None:
+            batch = data.edge_index.new_zeros(data.num_nodes)
+        rows = self.graph_rows(data.edge_index, data.num_nodes, batch, batch_size)
+        return {"batch": rows.batch, "token_mask": rows.token_mask, "edge_index": rows.edge_index}
