@@ -1,0 +1,160 @@
+"""Command line: ``graphnorm sweep``, ``graphnorm train``, ``graphnorm norms``.
+
+graphnorm sweep experiments/cora_depth_quick.yaml                    # local processes, all cores
+graphnorm sweep experiments/cora_depth.yaml base.epochs=50 grid.seed=[0,1] --workers 2
+graphnorm sweep --dry-run experiments/cora_depth.yaml                # the grid, done/missing, runs nothing
+graphnorm sweep experiments/cora_depth.yaml --executor slurm --slurm-partition gpu --slurm-time 30
+graphnorm train run.yaml epochs=5 norm=pairnorm                      # one run, prints its record
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import yaml
+
+from graphnorm import sweep as sweeps
+
+
+class CommandError(Exception):
+    """Bad input or a sweep that cannot go on: reported as one line, without a traceback."""
+
+
+def _sweep_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "sweep",
+        help="run a grid of configs (resumes: only runs without a result are executed)",
+        description="Run every grid point of a sweep YAML; results go to OUT/results/*.json, runs.csv, layers.csv.",
+    )
+    p.add_argument("config", help="sweep YAML (name, base, grid, norm_settings, metric)")
+    p.add_argument("overrides", nargs="*", help="key.path=value overrides, e.g. base.epochs=50 grid.seed=[0,1]")
+    p.add_argument("--out", help="output directory (default: runs/<name>)")
+    p.add_argument("--executor", choices=sweeps.EXECUTORS, default="local", help="where runs execute (default: local)")
+    p.add_argument("--workers", type=int, help="parallel runs for local/submitit-local (default: number of cores)")
+    p.add_argument("--threads", type=int, help="torch threads per run (default: cores / workers)")
+    p.add_argument("--retry-failed", action="store_true", help="run again the runs recorded as failed")
+    p.add_argument("--dry-run", action="store_true", help="print the runs and whether each is done; run nothing")
+    p.add_argument("--no-plots", action="store_true", help="skip the report step (graphnorm.analysis.plots)")
+    p.add_argument("--metric", help="metric of the summary table (default: the config's, else test_acc/rocauc/mae)")
+    p.add_argument("--run-fn", help="function run per grid point, 'module:function' (default: graphnorm.train:run)")
+    slurm = p.add_argument_group("SLURM (--executor slurm, through submitit)")
+    slurm.add_argument("--slurm-partition", help="partition to submit to")
+    slurm.add_argument(
+        "--slurm-time", type=int, default=60, help="time limit per run in minutes (also for submitit-local)"
+    )
+    slurm.add_argument("--slurm-cpus", type=int, default=1, help="CPUs per run (default: 1)")
+    slurm.add_argument("--slurm-mem-gb", type=float, help="memory per run in GB")
+    slurm.add_argument("--slurm-gpus", type=int, default=0, help="GPUs per run (default: 0)")
+    slurm.add_argument("--slurm-array-parallelism", type=int, default=256, help="max runs at once (default: 256)")
+    slurm.add_argument("--slurm-account", help="account to charge")
+
+
+def _train_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("train", help="one run from a YAML of RunConfig keys; prints its record")
+    p.add_argument("config", help="YAML mapping of RunConfig keys")
+    p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. epochs=5 norm=pairnorm")
+    p.add_argument("--out", help="also write the full record (with per-layer rows) to this JSON file")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="graphnorm", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    _sweep_parser(sub)
+    _train_parser(sub)
+    sub.add_parser("norms", help="list the registered norms")
+    return parser
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    try:
+        return _sweep(args)
+    except (ValueError, FileNotFoundError, RuntimeError) as e:  # validation happens before any run starts
+        raise CommandError(str(e)) from None
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    sweep = sweeps.load_sweep_config(args.config, args.overrides)
+    if args.metric:
+        sweep["metric"] = args.metric
+    out = Path(args.out) if args.out else Path("runs") / sweep["name"]
+    if args.dry_run:
+        configs = sweeps.expand_grid(sweep)  # validates every run, exactly as a real sweep would
+        table = sweeps.status_table(sweep, configs, out)
+        counts = table["state"].value_counts()
+        print(table.to_string(index=False))
+        summary = ", ".join(f"{counts.get(s, 0)} {s}" for s in ("done", "failed", "missing"))
+        print(f"\n{sweep['name']}: {len(table)} runs ({summary}) in {out}")
+        return 0
+    slurm = sweeps.SlurmOptions(
+        partition=args.slurm_partition,
+        time_min=args.slurm_time,
+        cpus_per_task=args.slurm_cpus,
+        mem_gb=args.slurm_mem_gb,
+        gpus_per_node=args.slurm_gpus,
+        array_parallelism=args.slurm_array_parallelism,
+        account=args.slurm_account,
+    )
+    try:
+        runs = sweeps.run_sweep(
+            sweep,
+            out,
+            run_fn=args.run_fn,
+            executor=args.executor,
+            workers=args.workers,
+            threads=args.threads,
+            retry_failed=args.retry_failed,
+            slurm=slurm,
+            make_plots=not args.no_plots,
+        )
+    except KeyboardInterrupt:
+        print(f"\ninterrupted; finished runs are saved in {out}. Run the same command to resume.", file=sys.stderr)
+        return 130
+    return 0 if (runs["status"] == "ok").all() else 1
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from graphnorm.config import RunConfig
+
+    path = Path(args.config)
+    if not path.is_file():
+        raise CommandError(f"config {path} does not exist")
+    with open(path) as f:
+        values = yaml.safe_load(f) or {}
+    if not isinstance(values, dict):
+        raise CommandError(f"config {path} must be a YAML mapping of RunConfig keys, got {type(values).__name__}")
+    try:
+        config = RunConfig.from_dict(sweeps.apply_overrides(values, args.overrides))
+    except (ValueError, TypeError) as e:
+        raise CommandError(str(e)) from None
+    # Errors of the run itself keep their traceback.
+    record = sweeps.resolve_run_fn(None)(config)
+    if args.out:
+        sweeps.atomic_write_text(Path(args.out), json.dumps(record, indent=1))
+    shown = {k: v for k, v in record.items() if k != "layers"}
+    print(json.dumps(shown, indent=1))
+    if record.get("layers"):
+        print(f"({len(record['layers'])} per-layer rows not shown{'' if args.out else '; save them with --out'})")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "sweep":
+            return cmd_sweep(args)
+        if args.command == "train":
+            return cmd_train(args)
+        from graphnorm.norms import available_norms
+
+        print("\n".join(available_norms()))
+        return 0
+    except CommandError as e:
+        print(f"graphnorm {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

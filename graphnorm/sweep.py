@@ -1,0 +1,702 @@
+"""Depth sweeps: expand a YAML grid into runs, execute them (serial, local processes, or SLURM via submitit), resume.
+
+A sweep config is YAML::
+
+    name: cora_depth
+    metric: test_acc               # optional: the summary's metric (default: first of test_acc/test_rocauc/test_mae)
+    base: {dataset: cora, epochs: 200}                       # RunConfig keys shared by every run
+    grid: {norm: [none, pairnorm], num_layers: [2, 8, 32], seed: [0, 1, 2]}
+    norm_settings:                                           # per-norm overrides of base keys
+      pairnorm: {norm_kwargs: {scale: 1.0}}
+
+Every grid point is one call of a plain function ``run(config: RunConfig) -> dict``. The run itself writes
+``results/<run_id>.json`` atomically when it ends (ok or failed), so that file is the only source of truth:
+``runs.csv``/``layers.csv``/``summary.md`` are regenerated from those files, and re-running a sweep executes
+only the grid points without one. ``run_id`` is a stable hash of the run's full config.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import copy
+import fcntl
+import hashlib
+import importlib
+import importlib.util
+import itertools
+import json
+import math
+import multiprocessing
+import os
+import pickle
+import socket
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+from tqdm import tqdm
+
+from graphnorm.config import RunConfig
+
+RunFn = Callable[[RunConfig], dict[str, Any]]
+
+SWEEP_KEYS = ("name", "description", "metric", "base", "grid", "norm_settings")
+EXECUTORS = ("local", "serial", "submitit-local", "slurm")
+DEFAULT_METRICS = ("test_acc", "test_rocauc", "test_mae")
+LAYER_COLUMNS = ("run_id", "layer", "layer_name", "rows", "metric", "value")
+# Config fields that do not change a run's result, left out of its run_id so a sweep resumes on another machine.
+NOT_HASHED = ("data_root",)
+CSV_REFRESH_S = 2.0  # regenerate the CSVs at most this often while runs finish (always at the end)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Sweep config: load, override, expand, validate
+
+
+def load_sweep_config(path: str | os.PathLike, overrides: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
+    """Read a sweep YAML and apply ``key.path=value`` overrides (values parsed with ``yaml.safe_load``)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"sweep config {path} does not exist")
+    with open(path) as f:
+        sweep = yaml.safe_load(f)
+    if not isinstance(sweep, dict):
+        raise ValueError(f"sweep config {path} must be a YAML mapping, got {type(sweep).__name__}")
+    sweep = apply_overrides(sweep, overrides)
+    sweep.setdefault("name", path.stem)
+    check_sweep_config(sweep)
+    return sweep
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """``"base.epochs=50"`` -> ``(["base", "epochs"], 50)``."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise ValueError(f"override {text!r} must look like key=value (e.g. base.epochs=50 or grid.seed=[0,1])")
+    parts = key.strip().split(".")
+    if any(not p for p in parts):
+        raise ValueError(f"override {text!r} has an empty key component")
+    try:
+        parsed = yaml.safe_load(value)
+    except yaml.YAMLError as e:
+        raise ValueError(f"override {text!r}: value is not valid YAML ({e})") from None
+    return parts, parsed
+
+
+def apply_overrides(mapping: dict[str, Any], overrides: list[str] | tuple[str, ...]) -> dict[str, Any]:
+    """A copy of ``mapping`` with each ``a.b.c=value`` override set (intermediate mappings are created)."""
+    result = copy.deepcopy(mapping)
+    for text in overrides:
+        parts, value = parse_override(text)
+        node = result
+        for i, part in enumerate(parts[:-1]):
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            if not isinstance(child, dict):
+                where = ".".join(parts[: i + 1])
+                raise ValueError(f"override {text!r}: {where} is a {type(child).__name__}, not a mapping")
+            node = child
+        node[parts[-1]] = value
+    return result
+
+
+def check_sweep_config(sweep: dict[str, Any]) -> None:
+    """Structural checks of a sweep config (RunConfig keys and values are checked by :func:`expand_grid`)."""
+    unknown = sorted(set(sweep) - set(SWEEP_KEYS))
+    if unknown:
+        raise ValueError(f"unknown sweep key(s) {unknown}; valid keys: {', '.join(SWEEP_KEYS)}")
+    if not isinstance(sweep.get("name"), str) or not sweep["name"].strip():
+        raise ValueError(f"sweep 'name' must be a non-empty string, got {sweep.get('name')!r}")
+    if "/" in sweep["name"] or sweep["name"].startswith("."):
+        raise ValueError(f"sweep 'name' is used as a directory name; got {sweep['name']!r}")
+    for key in ("base", "grid", "norm_settings"):
+        if sweep.get(key) is not None and not isinstance(sweep[key], dict):
+            raise ValueError(f"sweep '{key}' must be a mapping, got {type(sweep[key]).__name__}")
+    if sweep.get("metric") is not None and not isinstance(sweep["metric"], str):
+        raise ValueError(f"sweep 'metric' must be a string, got {sweep['metric']!r}")
+    fields = RunConfig.field_names()
+    for section in ("base", "grid"):
+        unknown = sorted(set(sweep.get(section) or {}) - set(fields))
+        if unknown:
+            raise ValueError(f"unknown config key(s) {unknown} in '{section}'; valid keys: {', '.join(fields)}")
+    for key, values in (sweep.get("grid") or {}).items():
+        if isinstance(values, list) and not values:
+            raise ValueError(f"grid.{key} is an empty list; give at least one value")
+    grid_keys = set(sweep.get("grid") or {})
+    for norm, settings in (sweep.get("norm_settings") or {}).items():
+        if not isinstance(settings, dict):
+            raise ValueError(f"norm_settings.{norm} must be a mapping of config keys, got {type(settings).__name__}")
+        unknown = sorted(set(settings) - set(fields))
+        if unknown:
+            valid = ", ".join(fields)
+            raise ValueError(f"unknown config key(s) {unknown} in norm_settings.{norm}; valid keys: {valid}")
+        # A per-norm value for a key the grid varies would silently collapse grid points into duplicates.
+        clash = sorted(set(settings) & grid_keys)
+        if clash:
+            raise ValueError(f"norm_settings.{norm} sets {clash}, which the grid varies; remove one of them")
+        if "norm" in settings:
+            raise ValueError(f"norm_settings.{norm} may not set 'norm' itself")
+
+
+def _grid_values(values: Any) -> list[Any]:
+    return values if isinstance(values, list) else [values]
+
+
+def expand_grid(sweep: dict[str, Any]) -> list[RunConfig]:
+    """Every grid point as a validated RunConfig, in grid order (last grid key varies fastest).
+
+    Raises ``ValueError`` naming the grid point for the first invalid config, and for duplicate points,
+    so nothing starts unless every run is valid.
+    """
+    from graphnorm.norms import norm_class
+
+    check_sweep_config(sweep)
+    base = sweep.get("base") or {}
+    grid = sweep.get("grid") or {}
+    norm_settings = sweep.get("norm_settings") or {}
+    for norm in norm_settings:
+        try:
+            norm_class(norm)
+        except (ValueError, TypeError) as e:
+            raise ValueError(f"norm_settings: {e}") from None
+    keys = list(grid)
+    configs: list[RunConfig] = []
+    seen: dict[str, dict[str, Any]] = {}
+    for values in itertools.product(*(_grid_values(grid[k]) for k in keys)):
+        point = dict(zip(keys, values))
+        merged = {**copy.deepcopy(base), **copy.deepcopy(point)}
+        norm = str(merged.get("norm", RunConfig.norm)).lower()
+        merged.update(copy.deepcopy(norm_settings.get(norm, {})))
+        try:
+            config = RunConfig.from_dict(merged)
+        except (ValueError, TypeError) as e:
+            where = ", ".join(f"{k}={v!r}" for k, v in point.items()) or "base"
+            raise ValueError(f"invalid run ({where}): {e}") from None
+        run_id = config_run_id(config)
+        if run_id in seen:
+            raise ValueError(f"grid point {point} duplicates {seen[run_id]}: the grid lists a value twice")
+        seen[run_id] = point
+        configs.append(config)
+    return configs
+
+
+def config_run_id(config: RunConfig) -> str:
+    """Stable, readable id: ``<norm>-L<layers>-s<seed>-<hash of the full config>``."""
+    values = {k: v for k, v in config.to_dict().items() if k not in NOT_HASHED}
+    digest = hashlib.sha1(json.dumps(values, sort_keys=True, default=str).encode()).hexdigest()[:10]
+    return f"{config.norm}-L{config.num_layers}-s{config.seed}-{digest}"
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Atomic files
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` so readers see the old file or the new one, never a partial one."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+
+
+def atomic_write_csv(path: Path, frame: pd.DataFrame) -> None:
+    atomic_write_text(path, frame.to_csv(index=False))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# One run (executed in a worker process, a SLURM job, or in-process)
+
+
+def _set_threads(threads: int | None) -> None:
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+
+
+def _check_layers(layers: Any) -> None:
+    if not isinstance(layers, list) or not all(isinstance(row, dict) for row in layers):
+        raise TypeError(f"record['layers'] must be a list of dicts, got {type(layers).__name__}")
+    for row in layers:
+        missing = [k for k in ("layer", "metric", "value") if k not in row]
+        if missing:
+            raise ValueError(f"record['layers'] row {row} lacks {missing}")
+
+
+def execute_run(run_fn: RunFn, config_values: dict[str, Any], out_dir: str, threads: int | None = None) -> dict:
+    """Run one config and write ``results/<run_id>.json`` atomically; return ``{"run_id", "status"}``.
+
+    A failing run is recorded with its error and traceback instead of raising, so the sweep goes on.
+    ``KeyboardInterrupt`` is not caught: an interrupted run leaves no result and is re-run on resume.
+    """
+    _set_threads(threads)
+    config = RunConfig.from_dict(config_values)
+    run_id = config_run_id(config)
+    out = Path(out_dir)
+    (out / "logs").mkdir(parents=True, exist_ok=True)
+    result: dict[str, Any] = {"run_id": run_id, "config": config.to_dict(), "host": socket.gethostname()}
+    result["pid"] = os.getpid()
+    start = time.perf_counter()
+    # A run's own prints go to its log file: parallel runs would otherwise interleave on one terminal.
+    with open(out / "logs" / f"{run_id}.log", "w") as log, contextlib.redirect_stdout(log):
+        try:
+            record = run_fn(config)
+            if not isinstance(record, dict):
+                raise TypeError(f"run function returned {type(record).__name__}, expected a dict record")
+            record = dict(record)
+            layers = record.pop("layers", [])
+            _check_layers(layers)
+            json.dumps([record, layers])  # fail here, as this run's error, if the record is not JSON-serializable
+            result.update(status="ok", record=record, layers=layers, error=None, traceback=None)
+        except Exception as e:
+            tb = traceback.format_exc()
+            log.write(tb)
+            result.update(status="failed", record={}, layers=[], error=f"{type(e).__name__}: {e}", traceback=tb)
+    result["elapsed_s"] = round(time.perf_counter() - start, 3)
+    result["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+    write_result(out, result)
+    return {"run_id": run_id, "status": result["status"]}
+
+
+def write_result(out_dir: Path, result: dict[str, Any]) -> None:
+    results = Path(out_dir) / "results"
+    results.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(results / f"{result['run_id']}.json", json.dumps(result, indent=1))
+
+
+def failed_result(config: RunConfig, error: str) -> dict[str, Any]:
+    """The record of a run whose worker or job died before it could write one itself."""
+    return {
+        "run_id": config_run_id(config),
+        "config": config.to_dict(),
+        "status": "failed",
+        "record": {},
+        "layers": [],
+        "error": error,
+        "traceback": None,
+        "elapsed_s": None,
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }
+
+
+def load_results(out_dir: Path, run_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """Existing results for ``run_ids``; an unreadable file is reported and treated as missing (re-run)."""
+    results: dict[str, dict[str, Any]] = {}
+    for run_id in run_ids:
+        path = Path(out_dir) / "results" / f"{run_id}.json"
+        if not path.exists():
+            continue
+        try:
+            results[run_id] = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            print(f"warning: cannot read {path} ({e}); the run will be executed again", file=sys.stderr)
+    return results
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Tidy tables
+
+
+def _cell(value: Any) -> Any:
+    # Nested values (norm_kwargs, lists) become JSON strings so every CSV cell is a scalar.
+    return json.dumps(value, sort_keys=True) if isinstance(value, (dict, list, tuple)) else value
+
+
+def runs_table(configs: list[RunConfig], results: dict[str, dict[str, Any]]) -> pd.DataFrame:
+    """One row per finished run in grid order: run_id, status, config keys, record metrics, elapsed_s, error."""
+    fields = RunConfig.field_names()
+    reserved = {"run_id", "status", "elapsed_s", "error", *fields}
+    rows = []
+    metric_columns: dict[str, None] = {}  # ordered set
+    for config in configs:
+        result = results.get(config_run_id(config))
+        if result is None:
+            continue
+        row: dict[str, Any] = {"run_id": result["run_id"], "status": result["status"]}
+        row.update({k: _cell(v) for k, v in result["config"].items()})
+        for key, value in (result.get("record") or {}).items():
+            column = f"record_{key}" if key in reserved else key
+            metric_columns[column] = None
+            row[column] = _cell(value)
+        row["elapsed_s"] = result.get("elapsed_s")
+        row["error"] = result.get("error")
+        rows.append(row)
+    columns = ["run_id", "status", *fields, *metric_columns, "elapsed_s", "error"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def layers_table(configs: list[RunConfig], results: dict[str, dict[str, Any]]) -> pd.DataFrame:
+    """One row per (run, layer, metric[, stat, split...]) from the records' ``layers`` lists."""
+    rows = []
+    extra: dict[str, None] = {}
+    for config in configs:
+        result = results.get(config_run_id(config))
+        if result is None:
+            continue
+        for layer_row in result.get("layers") or []:
+            rows.append({"run_id": result["run_id"], **{k: _cell(v) for k, v in layer_row.items()}})
+            extra.update((k, None) for k in layer_row if k not in LAYER_COLUMNS)
+    return pd.DataFrame(rows, columns=[*LAYER_COLUMNS, *extra])
+
+
+def pick_metric(runs_df: pd.DataFrame, metric: str | None = None) -> str | None:
+    """``metric`` if given, else the first default metric present in ``runs_df``."""
+    if metric is not None:
+        return metric
+    return next((m for m in DEFAULT_METRICS if m in runs_df.columns), None)
+
+
+def summary_table(
+    runs_df: pd.DataFrame,
+    metric: str,
+    rows: list[str] | tuple[str, ...] = ("norm",),
+    columns: str = "num_layers",
+    digits: int = 3,
+) -> pd.DataFrame:
+    """``metric`` as "mean ± std" over the remaining keys (seeds) per ``rows`` x ``columns``; failed runs excluded.
+
+    Rows keep their first-appearance order, columns are sorted. A cell over one run shows the value alone.
+    """
+    if metric not in runs_df.columns:
+        available = [c for c in runs_df.columns if c not in RunConfig.field_names()]
+        raise ValueError(f"metric {metric!r} is not a column of the runs table; available: {available}")
+    rows = list(rows)
+    missing = [k for k in [*rows, columns] if k not in runs_df.columns]
+    if missing:
+        raise ValueError(f"summary keys {missing} are not columns of the runs table")
+    ok = runs_df if "status" not in runs_df.columns else runs_df[runs_df["status"] == "ok"]
+    ok = ok.assign(**{metric: pd.to_numeric(ok[metric], errors="coerce")})
+    stats = ok.groupby([*rows, columns], sort=False)[metric].agg(["mean", "std", "count"])
+
+    def fmt(stat: pd.Series) -> str:
+        if stat["count"] == 0 or math.isnan(stat["mean"]):
+            return ""
+        if stat["count"] == 1 or math.isnan(stat["std"]):
+            return f"{stat['mean']:.{digits}f}"
+        return f"{stat['mean']:.{digits}f} ± {stat['std']:.{digits}f}"
+
+    cells = stats.apply(fmt, axis=1) if len(stats) else pd.Series(dtype=object, index=stats.index)
+    table = cells.unstack(columns).fillna("") if len(cells) else pd.DataFrame()
+    if len(table):
+        row_order = list(dict.fromkeys(stats.index.droplevel(columns)))
+        table = table.reindex(row_order)
+        table = table.reindex(sorted(table.columns), axis=1)
+        table.columns.name = columns
+    return table
+
+
+def markdown_table(table: pd.DataFrame) -> str:
+    """A plain GitHub-markdown rendering (no extra dependency)."""
+    index_names = [str(n) for n in table.index.names]
+    header = [*index_names, *(str(c) for c in table.columns)]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for index, row in table.iterrows():
+        keys = index if isinstance(index, tuple) else (index,)
+        lines.append("| " + " | ".join([*(str(k) for k in keys), *(str(v) for v in row)]) + " |")
+    return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The sweep
+
+
+@dataclass
+class SlurmOptions:
+    """Job resources for ``executor="slurm"`` (``time_min`` is also the per-run limit of ``"submitit-local"``)."""
+
+    partition: str | None = None
+    time_min: int = 60
+    cpus_per_task: int = 1
+    mem_gb: float | None = None
+    gpus_per_node: int = 0
+    array_parallelism: int = 256
+    account: str | None = None
+
+
+def available_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def resolve_run_fn(spec: str | RunFn | None) -> RunFn:
+    """``None`` -> ``graphnorm.train.run``; ``"module:function"`` -> that function; a callable as is."""
+    if spec is None:
+        spec = "graphnorm.train:run"
+    if callable(spec):
+        return spec
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"run function {spec!r} must look like 'package.module:function'")
+    module = importlib.import_module(module_name)
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise ValueError(f"{module_name} has no function {attr!r}")
+    return fn
+
+
+def grid_keys(sweep: dict[str, Any]) -> list[str]:
+    return list(sweep.get("grid") or {})
+
+
+def status_table(sweep: dict[str, Any], configs: list[RunConfig], out_dir: Path) -> pd.DataFrame:
+    """The runs of the grid with their state (done, failed, missing): what ``--dry-run`` prints."""
+    results = load_results(out_dir, [config_run_id(c) for c in configs])
+    keys = grid_keys(sweep) or ["norm", "num_layers", "seed"]
+    rows = []
+    for config in configs:
+        run_id = config_run_id(config)
+        result = results.get(run_id)
+        state = "missing" if result is None else ("done" if result["status"] == "ok" else "failed")
+        rows.append({"run_id": run_id, **{k: _cell(getattr(config, k)) for k in keys}, "state": state})
+    return pd.DataFrame(rows, columns=["run_id", *keys, "state"])
+
+
+@contextlib.contextmanager
+def _sweep_lock(out_dir: Path) -> Iterator[None]:
+    # Two sweeps writing one directory would run the same grid points twice.
+    with open(out_dir / ".sweep.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RuntimeError(f"another sweep is running in {out_dir}; wait for it or use another --out") from None
+        yield
+
+
+class _Tables:
+    """Keeps the finished results and regenerates runs.csv/layers.csv from them (throttled, atomic)."""
+
+    def __init__(self, out_dir: Path, configs: list[RunConfig], results: dict[str, dict[str, Any]]):
+        self.out_dir, self.configs, self.results = out_dir, configs, results
+        self.last_write = 0.0
+
+    def add(self, run_id: str) -> dict[str, Any] | None:
+        loaded = load_results(self.out_dir, [run_id])
+        self.results.update(loaded)
+        if time.monotonic() - self.last_write > CSV_REFRESH_S:
+            self.write()
+        return loaded.get(run_id)
+
+    def write(self) -> pd.DataFrame:
+        runs = runs_table(self.configs, self.results)
+        atomic_write_csv(self.out_dir / "runs.csv", runs)
+        atomic_write_csv(self.out_dir / "layers.csv", layers_table(self.configs, self.results))
+        self.last_write = time.monotonic()
+        return runs
+
+
+def run_sweep(
+    sweep: dict[str, Any],
+    out_dir: str | os.PathLike | None = None,
+    run_fn: RunFn | str | None = None,
+    executor: str = "local",
+    workers: int | None = None,
+    threads: int | None = None,
+    retry_failed: bool = False,
+    slurm: SlurmOptions | None = None,
+    make_plots: bool = True,
+    progress: bool | None = None,
+    log: Callable[[str], None] = print,
+) -> pd.DataFrame:
+    """Execute the grid points of ``sweep`` that have no result yet in ``out_dir``; return the runs table.
+
+    ``executor``: ``"local"`` (a process pool of ``workers``, default: all cores), ``"serial"`` (in-process),
+    ``"submitit-local"`` (submitit's LocalExecutor, the SLURM code path on this machine, ``workers`` jobs at a
+    time) or ``"slurm"``. ``threads``: torch threads per run (default: cores / workers for local runs, the
+    job's CPUs on SLURM, untouched for serial). ``progress=None``: a progress bar only on a terminal.
+    """
+    if executor not in EXECUTORS:
+        raise ValueError(f"unknown executor {executor!r}; valid: {', '.join(EXECUTORS)}")
+    if workers is not None and workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    if threads is not None and threads < 1:
+        raise ValueError(f"threads must be >= 1, got {threads}")
+    configs = expand_grid(sweep)  # every run is validated before anything starts
+    run_fn = resolve_run_fn(run_fn)
+    if executor == "local":
+        try:
+            pickle.dumps(run_fn)
+        except (pickle.PicklingError, AttributeError, TypeError) as e:
+            raise ValueError(f"run function cannot be sent to worker processes ({e}); use executor 'serial'") from None
+    out = Path(out_dir) if out_dir is not None else Path("runs") / sweep["name"]
+    out.mkdir(parents=True, exist_ok=True)
+    with _sweep_lock(out):
+        atomic_write_text(out / "sweep.yaml", yaml.safe_dump(sweep, sort_keys=False))
+        results = load_results(out, [config_run_id(c) for c in configs])
+        todo = [
+            c
+            for c in configs
+            if config_run_id(c) not in results or (retry_failed and results[config_run_id(c)]["status"] != "ok")
+        ]
+        tables = _Tables(out, configs, results)
+        tables.write()
+        done = len(configs) - len(todo)
+        log(f"sweep {sweep['name']}: {len(configs)} runs, {done} already done, {len(todo)} to run -> {out}")
+        # disable=None: tqdm shows the bar only on a terminal.
+        bar = tqdm(total=len(todo), desc=sweep["name"], unit="run", disable=None if progress is None else not progress)
+        failures = 0
+
+        def finished(run_id: str) -> None:
+            nonlocal failures
+            result = tables.add(run_id)
+            if result is not None and result["status"] != "ok":
+                failures += 1
+                tqdm.write(f"run {run_id} failed: {result['error']}", file=sys.stderr)
+            bar.update(1)
+
+        try:
+            if executor == "serial":
+                for config in todo:
+                    finished(execute_run(run_fn, config.to_dict(), str(out), threads)["run_id"])
+            elif executor == "local":
+                _run_process_pool(run_fn, todo, out, workers, threads, finished)
+            else:
+                _run_submitit(run_fn, todo, out, executor, workers, threads, slurm or SlurmOptions(), finished)
+        finally:
+            bar.close()
+            runs = tables.write()
+        if failures:
+            log(f"{failures} run(s) failed; errors in runs.csv, tracebacks in {out / 'results'}")
+        write_summary(sweep, runs, out, log)
+    if make_plots:
+        make_report(out, log)
+    return runs
+
+
+def _run_process_pool(
+    run_fn: RunFn,
+    todo: list[RunConfig],
+    out: Path,
+    workers: int | None,
+    threads: int | None,
+    finished: Callable[[str], None],
+) -> None:
+    if not todo:
+        return
+    cores = available_cores()
+    workers = min(workers or cores, len(todo))
+    threads = threads or max(1, cores // workers)
+    # spawn, not fork: forking a process that already runs torch's thread pools can deadlock.
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
+        futures = {pool.submit(execute_run, run_fn, c.to_dict(), str(out), threads): c for c in todo}
+        try:
+            for future in concurrent.futures.as_completed(futures):
+                config = futures[future]
+                try:
+                    finished(future.result()["run_id"])
+                except concurrent.futures.process.BrokenProcessPool:
+                    # Which run killed its worker (out of memory?) is unknown, so none is marked failed.
+                    raise RuntimeError(
+                        "a worker process died (killed, or out of memory?); unfinished runs have no result: "
+                        "re-run the sweep to resume, perhaps with fewer --workers"
+                    ) from None
+                except Exception as e:  # the run could not even start in its worker: record it
+                    write_result(out, failed_result(config, f"{type(e).__name__}: {e}"))
+                    finished(config_run_id(config))
+        except BaseException:
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+
+
+def _run_submitit(
+    run_fn: RunFn,
+    todo: list[RunConfig],
+    out: Path,
+    executor_name: str,
+    workers: int | None,
+    threads: int | None,
+    slurm: SlurmOptions,
+    finished: Callable[[str], None],
+) -> None:
+    """One code path for SLURM and submitit's LocalExecutor (which runs every submitted job at once, hence the cap)."""
+    import submitit
+
+    if not todo:
+        return
+    cluster = "slurm" if executor_name == "slurm" else "local"
+    ex = submitit.AutoExecutor(folder=out / "submitit" / "%j", cluster=cluster)
+    params: dict[str, Any] = {"name": f"graphnorm-{out.name}", "timeout_min": slurm.time_min}
+    if cluster == "slurm":
+        params.update(
+            cpus_per_task=slurm.cpus_per_task,
+            gpus_per_node=slurm.gpus_per_node,
+            mem_gb=slurm.mem_gb,
+            slurm_partition=slurm.partition,
+            slurm_array_parallelism=slurm.array_parallelism,
+            slurm_account=slurm.account,
+        )
+        max_in_flight = len(todo)  # one job array; SLURM schedules it
+        threads = threads or slurm.cpus_per_task
+    else:
+        cores = available_cores()
+        max_in_flight = min(workers or cores, len(todo))
+        threads = threads or max(1, cores // max_in_flight)
+    ex.update_parameters(**{k: v for k, v in params.items() if v is not None})
+    pending = list(todo)
+    running: dict[Any, RunConfig] = {}
+    try:
+        while pending or running:
+            if pending and len(running) < max_in_flight:
+                batch, pending = pending[: max_in_flight - len(running)], pending[max_in_flight - len(running) :]
+                with ex.batch():
+                    jobs = [ex.submit(execute_run, run_fn, c.to_dict(), str(out), threads) for c in batch]
+                running.update(zip(jobs, batch))
+            done = [job for job in running if job.done()]
+            for job in done:
+                config = running.pop(job)
+                try:
+                    finished(job.result()["run_id"])
+                except Exception as e:  # the job died (timeout, preemption, node failure) before writing a result
+                    write_result(out, failed_result(config, f"job {job.job_id} died: {type(e).__name__}: {e}"))
+                    finished(config_run_id(config))
+            if not done:
+                time.sleep(0.2 if cluster == "local" else 10.0)
+    except BaseException:
+        for job in running:
+            with contextlib.suppress(Exception):
+                job.cancel(check=False)
+        raise
+
+
+def write_summary(sweep: dict[str, Any], runs: pd.DataFrame, out: Path, log: Callable[[str], None] = print) -> None:
+    """Print the metric by norm x depth and write it to ``summary.md``."""
+    metric = pick_metric(runs, sweep.get("metric"))
+    if runs.empty or metric is None or metric not in runs.columns:
+        log("no finished runs with a metric to summarize yet")
+        return
+    varying = [k for k in grid_keys(sweep) if k not in ("num_layers", "seed")]
+    rows = [k for k in ["norm", *varying] if k in runs.columns and (k == "norm" or runs[k].nunique() > 1)]
+    rows = list(dict.fromkeys(rows))
+    table = summary_table(runs, metric, rows=rows, columns="num_layers")
+    ok = int((runs["status"] == "ok").sum())
+    title = f"{sweep['name']}: {metric}, mean ± std over seeds ({ok} ok, {len(runs) - ok} failed runs)"
+    log(f"\n{title}\n{table.to_string()}\n")
+    atomic_write_text(out / "summary.md", f"# {title}\n\n{markdown_table(table)}")
+
+
+def make_report(out: Path, log: Callable[[str], None] = print) -> None:
+    """Call ``graphnorm.analysis.plots.make_report(out_dir)`` when that module exists (the plotting step)."""
+    if importlib.util.find_spec("graphnorm.analysis.plots") is None:
+        return
+    plots = importlib.import_module("graphnorm.analysis.plots")
+    report = getattr(plots, "make_report", None)
+    if callable(report):
+        log(f"writing the report into {out}")
+        report(out)
