@@ -1,0 +1,203 @@
+"""Exact cone angle of a set of vectors: the smallest circular cone (apex at the origin) containing them.
+
+Definition. For the non-zero rows x_i of X, the cone half-angle is
+
+    theta* = min_{||u|| = 1} max_i angle(u, x_i).
+
+Reduction to a min-norm-point problem. Let u_i = x_i / ||x_i|| and p* the point of the convex hull
+conv{u_i} closest to the origin. If ||p*|| > 0 then theta* < 90 degrees, the optimal axis is p* / ||p*||
+and cos(theta*) = ||p*||. (For any unit u, min_i <u, u_i> = min_{y in hull} <u, y> <= ||p*|| with equality
+at u = p*/||p*|| by the optimality condition <p*, u_i> >= ||p*||^2 for all i.) If 0 lies in the hull, every
+axis leaves some row at >= 90 degrees: we return 90.0, read "at least 90" (a hemisphere is no longer a cone
+that says anything about collapse).
+
+Algorithm. Wolfe's min-norm-point algorithm (Wolfe 1976, "Finding the nearest point in a polytope",
+Math. Programming 11), an active-set method that is finite in exact arithmetic. Each major cycle costs one
+O(n d) product plus a small (k+1) x (k+1) solve over the k <= d+1 active points.
+
+Stop criterion in degrees. At any iterate p in the hull, ||p|| >= ||p*|| gives a lower bound
+acos(||p||) <= theta*, and the axis p/||p|| is feasible, giving the upper bound acos(min_i <p, u_i>/||p||)
+>= theta*. We stop when (upper, clipped at 90) - lower <= tol_deg and return the upper bound: the half-angle
+of a cone that really contains every row, within tol_deg of the optimum.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+__all__ = ["ConeAngle", "cone_angle", "cone_angle_info"]
+
+
+@dataclass(frozen=True)
+class ConeAngle:
+    """Result of :func:`cone_angle_info`.
+
+    angle_deg: half-angle in degrees (90.0 means "at least 90"; NaN when there is no non-zero row).
+    axis: unit axis of the cone (None when angle is 90 or undefined).
+    gap_deg: certified upper - lower bound on the optimum at termination.
+    num_rows / num_zero_rows: rows given / rows excluded because they are zero (no direction).
+    iterations: Wolfe major cycles.
+    converged: whether the gap reached the tolerance within ``max_iter``.
+    """
+
+    angle_deg: float
+    axis: np.ndarray | None
+    gap_deg: float
+    num_rows: int
+    num_zero_rows: int
+    iterations: int
+    converged: bool
+
+
+def _as_float64_rows(x: Tensor | np.ndarray, name: str) -> np.ndarray:
+    if isinstance(x, Tensor):
+        if x.dim() != 2:
+            raise ValueError(f"{name}: x must have shape [n, d], got shape {tuple(x.shape)}")
+        if x.is_complex():
+            raise TypeError(f"{name}: x must be a real tensor, got {x.dtype}")
+        array = x.detach().to(device="cpu", dtype=torch.float64).numpy()
+    else:
+        array = np.asarray(x, dtype=np.float64)
+        if array.ndim != 2:
+            raise ValueError(f"{name}: x must have shape [n, d], got shape {array.shape}")
+    if not np.isfinite(array).all():
+        raise ValueError(f"{name}: x contains NaN or Inf ({int((~np.isfinite(array)).sum())} entries)")
+    return array
+
+
+def _bounds_deg(norm_p: float, min_inner: float) -> tuple[float, float]:
+    """(upper, lower) bounds on theta* in degrees from an iterate p of norm norm_p and min_i <p, u_i>."""
+    lower = math.degrees(math.acos(min(norm_p, 1.0)))
+    if norm_p == 0.0:
+        return 180.0, lower
+    return math.degrees(math.acos(max(-1.0, min(1.0, min_inner / norm_p)))), lower
+
+
+def _wolfe_min_norm_point(
+    points: np.ndarray, tol_deg: float, max_iter: int, working_size: int = 256
+) -> tuple[np.ndarray, float, float, int, bool]:
+    """Min-norm point of conv(points) for unit rows; returns (p, upper_deg, lower_deg, iterations, converged).
+
+    Speed: the O(n d) search for the most violating row dominates, so each major cycle searches only a
+    working set of rows (at first those pointing furthest from the mean direction). When the stop criterion
+    holds on the working set, all rows are checked once; violators join the working set and the iteration
+    continues from the same state. Only the all-rows check yields the returned (certified) upper bound.
+    """
+    num_points = points.shape[0]
+    alignment = points @ points.sum(axis=0)  # alignment with the mean direction (all zero if it vanishes)
+    # Start at the row closest to the mean direction: usually already near the final axis.
+    start = int(np.argmax(alignment))
+    if num_points <= 2 * working_size:
+        working = np.arange(num_points)
+    else:
+        working = np.argpartition(alignment, working_size)[:working_size]
+    working = np.union1d(working, [start])
+    working_points = points[working]
+    active = [start]  # indices into points
+    weights = np.array([1.0])
+    p = points[start].copy()
+    best_upper, lower = 180.0, 0.0
+    weight_eps = 1e-12  # "zero weight" threshold; weights live on the simplex
+    for iteration in range(1, max_iter + 1):
+        norm_p = float(np.linalg.norm(p))
+        inner = working_points @ p
+        position = int(np.argmin(inner))
+        upper, lower = _bounds_deg(norm_p, float(inner[position]))
+        candidate = int(working[position])
+        if min(upper, 90.0) - lower <= tol_deg or candidate in active:
+            # Converged on the working set (a candidate already active means p is optimal there up to
+            # round-off): check every row.
+            all_inner = points @ p
+            upper, lower = _bounds_deg(norm_p, float(all_inner.min()))
+            best_upper = min(best_upper, upper)
+            if min(best_upper, 90.0) - lower <= tol_deg or working.size == num_points:
+                return p, best_upper, lower, iteration, min(best_upper, 90.0) - lower <= tol_deg
+            violators = np.argpartition(all_inner, working_size)[:working_size] if num_points > working_size else None
+            working = np.union1d(working, violators if violators is not None else np.arange(num_points))
+            working_points = points[working]
+            candidate = int(np.argmin(all_inner))
+            if candidate in active:
+                return p, best_upper, lower, iteration, min(best_upper, 90.0) - lower <= tol_deg
+        active.append(candidate)
+        weights = np.append(weights, 0.0)
+        while True:  # minor cycles: project onto the affine hull, step back while it leaves the simplex
+            corral = points[active]
+            k = len(active)
+            bordered = np.empty((k + 1, k + 1))
+            bordered[:k, :k] = corral @ corral.T
+            bordered[:k, k] = 1.0
+            bordered[k, :k] = 1.0
+            bordered[k, k] = 0.0
+            rhs = np.zeros(k + 1)
+            rhs[k] = 1.0
+            try:
+                affine = np.linalg.solve(bordered, rhs)[:k]
+            except np.linalg.LinAlgError:
+                affine = np.linalg.lstsq(bordered, rhs, rcond=None)[0][:k]
+            if (affine > weight_eps).all():
+                weights = affine
+                break
+            negative = affine <= weight_eps
+            denominators = weights[negative] - affine[negative]
+            safe = np.where(denominators > 0, denominators, 1.0)
+            ratios = np.where(denominators > 0, weights[negative] / safe, 0.0)
+            step = float(ratios.min()) if ratios.size else 0.0
+            weights = step * affine + (1.0 - step) * weights
+            keep = weights > weight_eps
+            if keep.all():  # numerical tie: drop the smallest so the corral shrinks and the loop terminates
+                keep[int(np.argmin(weights))] = False
+            active = [index for index, kept in zip(active, keep) if kept]
+            weights = weights[keep]
+            weights /= weights.sum()
+            if len(active) == 1:
+                break
+        new_p = weights @ points[active]
+        if float(np.linalg.norm(new_p)) >= norm_p * (1.0 - 1e-14):
+            # Wolfe decreases ||p|| strictly in exact arithmetic; no progress means round-off has taken over.
+            upper, lower = _bounds_deg(norm_p, float((points @ p).min()))
+            best_upper = min(best_upper, upper)
+            return p, best_upper, lower, iteration, min(best_upper, 90.0) - lower <= tol_deg
+        p = new_p
+    upper, lower = _bounds_deg(float(np.linalg.norm(p)), float((points @ p).min()))
+    best_upper = min(best_upper, upper)
+    return p, best_upper, lower, max_iter, min(best_upper, 90.0) - lower <= tol_deg
+
+
+def cone_angle_info(x: Tensor | np.ndarray, tol_deg: float = 1e-4, max_iter: int = 10_000) -> ConeAngle:
+    """Smallest enclosing cone of the non-zero rows of ``x`` [n, d]; see the module docstring.
+
+    Computed in float64 whatever the input dtype. Zero rows (exactly zero) are excluded and counted in
+    ``num_zero_rows``. No non-zero row: angle NaN. ``tol_deg`` bounds |returned - optimal| in degrees.
+    """
+    rows = _as_float64_rows(x, "cone_angle")
+    if tol_deg <= 0:
+        raise ValueError(f"cone_angle: tol_deg must be > 0, got {tol_deg}")
+    num_rows = rows.shape[0]
+    if num_rows == 0:
+        raise ValueError("cone_angle: x has no rows")
+    norms = np.linalg.norm(rows, axis=1)
+    nonzero = norms > 0
+    num_zero = int(num_rows - nonzero.sum())
+    if not nonzero.any():
+        return ConeAngle(math.nan, None, 0.0, num_rows, num_zero, 0, True)
+    units = rows[nonzero] / norms[nonzero, None]
+    p, upper, lower, iterations, converged = _wolfe_min_norm_point(units, tol_deg, max_iter)
+    norm_p = float(np.linalg.norm(p))
+    if upper >= 90.0 or norm_p == 0.0:
+        return ConeAngle(90.0, None, max(0.0, 90.0 - lower), num_rows, num_zero, iterations, converged)
+    return ConeAngle(upper, p / norm_p, upper - lower, num_rows, num_zero, iterations, converged)
+
+
+def cone_angle(x: Tensor | np.ndarray, tol_deg: float = 1e-4) -> float:
+    """Half-angle in degrees of the smallest cone (apex at 0) containing every non-zero row of ``x``.
+
+    min over unit u of max_i angle(u, x_i); exact to ``tol_deg`` below 90, and 90.0 meaning ">= 90" when the
+    origin is in the convex hull of the normalized rows. Zero rows are ignored (see :func:`cone_angle_info`
+    for their count). NaN when no row is non-zero. Source of the reduction: see the module docstring.
+    """
+    return cone_angle_info(x, tol_deg=tol_deg).angle_deg
