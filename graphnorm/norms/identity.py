@@ -5,7 +5,7 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from graphnorm.norms.registry import register_norm
-from graphnorm.norms.utils import check_features
+from graphnorm.norms.utils import check_batch, check_features
 
 
 @register_norm("none")
@@ -25,6 +25,7 @@ class Identity(nn.Module):
         token_mask: Tensor | None = None,
     ) -> Tensor:
         check_features(x, self.channels, "none")
+        check_batch(x, batch, "none")
         return x
 
     def extra_repr(self) -> str:
