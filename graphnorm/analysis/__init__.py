@@ -16,9 +16,13 @@ from graphnorm.analysis.metrics import (
     singular_values,
     stable_rank,
 )
+from graphnorm.analysis.probe import CollapseProbe, evaluation_sample, probe_records
 
 __all__ = [
     "METRIC_NAMES",
+    "CollapseProbe",
+    "evaluation_sample",
+    "probe_records",
     "ConeAngle",
     "collapse_metrics",
     "collapse_records",
