@@ -1,0 +1,292 @@
+"""Figures and a markdown summary from a sweep's output directory (runs.csv, layers.csv).
+
+* ``metric_vs_layer``: each collapse metric against layer, one panel per (metric, depth), one line per norm
+  (mean over seeds, band = std over seeds).
+* ``main_metric_vs_depth``: the task metric (test_acc / test_mae / test_rocauc) against depth, one line per norm,
+  error bars = std over seeds.
+* ``spectra``: normalized singular-value spectra (metrics ``sv_000``...) at the first, middle and last layer of the
+  deepest model, log scale.
+* ``summary.md``: the task metric and the last layer's collapse metrics as norm x depth tables (mean ± std).
+
+With several datasets in one sweep every figure is made per dataset. Norm "labels" also include any other config
+key that varies in the sweep (e.g. ``residual``), so distinct variants never share a line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; never needs a display
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+__all__ = [
+    "load_sweep",
+    "main_metric",
+    "layer_table",
+    "plot_metric_vs_layer",
+    "plot_main_metric_vs_depth",
+    "plot_spectra",
+    "summary_markdown",
+    "make_report",
+    "DEFAULT_LAYER_METRICS",
+]
+
+MAIN_METRICS = ("test_acc", "test_rocauc", "test_mae")
+DEFAULT_LAYER_METRICS = (
+    "effective_rank",
+    "stable_rank",
+    "mean_cosine",
+    "cone_angle",
+    "mad_neighbors",
+    "dirichlet_energy_normalized",
+)
+LOG_SCALE_METRICS = {"dirichlet_energy", "dirichlet_energy_normalized", "stable_rank"}
+# Config columns that never define a variant (they are the axes or the repetition).
+_NON_VARIANT = {"num_layers", "seed", "dataset", "data_root", "run_id", "status", "epochs"}
+
+
+def load_sweep(run_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(runs, layers) of a sweep directory; layers is empty when the sweep has no layers.csv."""
+    run_dir = Path(run_dir)
+    runs_path = run_dir / "runs.csv"
+    if not runs_path.exists():
+        raise FileNotFoundError(f"{runs_path} not found: expected a sweep output directory with runs.csv")
+    runs = pd.read_csv(runs_path)
+    for column in ("run_id", "norm", "num_layers"):
+        if column not in runs.columns:
+            raise ValueError(f"{runs_path} has no column {column!r} (columns: {', '.join(runs.columns)})")
+    if "status" in runs.columns:
+        runs = runs[runs["status"] == "ok"]
+    layers_path = run_dir / "layers.csv"
+    layers = pd.read_csv(layers_path) if layers_path.exists() and layers_path.stat().st_size > 0 else pd.DataFrame()
+    return runs.reset_index(drop=True), layers
+
+
+def main_metric(runs: pd.DataFrame) -> str:
+    """The task metric present in ``runs``: test_acc, test_rocauc or test_mae (first found)."""
+    for name in MAIN_METRICS:
+        if name in runs.columns and runs[name].notna().any():
+            return name
+    raise ValueError(f"runs has none of the task metrics {MAIN_METRICS} (columns: {', '.join(runs.columns)})")
+
+
+def _variant_columns(runs: pd.DataFrame) -> list[str]:
+    from graphnorm.config import RunConfig
+
+    candidates = [c for c in RunConfig.field_names() if c in runs.columns and c not in _NON_VARIANT and c != "norm"]
+    varying = [c for c in candidates if runs[c].astype(str).nunique() > 1]
+    return ["norm", *varying]
+
+
+def _with_label(runs: pd.DataFrame) -> pd.DataFrame:
+    columns = _variant_columns(runs)
+    runs = runs.copy()
+    if len(columns) == 1:
+        runs["label"] = runs["norm"].astype(str)
+    else:
+        runs["label"] = (
+            runs[columns]
+            .astype(str)
+            .apply(lambda row: row["norm"] + " (" + ", ".join(f"{c}={row[c]}" for c in columns[1:]) + ")", axis=1)
+        )
+    return runs
+
+
+def layer_table(runs: pd.DataFrame, layers: pd.DataFrame) -> pd.DataFrame:
+    """Node-row layer metrics joined with the runs' label / depth / seed / dataset: one value per (run, layer,
+    metric); the per-graph "value" (one graph) or "mean" (over graphs) statistic, the first split if several."""
+    if layers.empty:
+        return pd.DataFrame(columns=["run_id", "layer", "metric", "value", "label", "num_layers", "seed", "dataset"])
+    table = layers
+    if "rows" in table.columns:
+        table = table[table["rows"] == "node"]
+    if "stat" in table.columns:
+        table = table[table["stat"].isin(["value", "mean"]) | table["stat"].isna()]
+    if "split" in table.columns and table["split"].notna().any():
+        table = table[table["split"] == sorted(table["split"].dropna().unique())[0]]
+    labelled = _with_label(runs)
+    keep = ["run_id", "label", "num_layers", "seed"] + (["dataset"] if "dataset" in labelled.columns else [])
+    table = table.merge(labelled[keep], on="run_id", how="inner")
+    if "dataset" not in table.columns:
+        table["dataset"] = "data"
+    return table
+
+
+def _datasets(frame: pd.DataFrame) -> list[str]:
+    return sorted(frame["dataset"].astype(str).unique()) if "dataset" in frame.columns else ["data"]
+
+
+def _save(figure: plt.Figure, out_dir: Path, stem: str) -> list[Path]:
+    paths = [out_dir / f"{stem}.png", out_dir / f"{stem}.pdf"]
+    for path in paths:
+        figure.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(figure)
+    return paths
+
+
+def plot_metric_vs_layer(
+    table: pd.DataFrame, metrics: tuple[str, ...] = DEFAULT_LAYER_METRICS, dataset: str | None = None
+) -> plt.Figure:
+    """Grid: one row per metric, one column per depth; x = layer, one line per label (mean ± std over seeds)."""
+    if dataset is not None:
+        table = table[table["dataset"].astype(str) == dataset]
+    metrics = tuple(m for m in metrics if m in set(table["metric"]))
+    if not metrics:
+        raise ValueError("no layer metrics to plot (layers.csv empty or without the requested metrics)")
+    depths = sorted(table["num_layers"].unique())
+    labels = sorted(table["label"].unique())
+    colors = {label: plt.cm.tab10(i % 10) for i, label in enumerate(labels)}
+    figure, axes = plt.subplots(
+        len(metrics), len(depths), figsize=(3.2 * len(depths), 2.4 * len(metrics)), squeeze=False, sharex="col"
+    )
+    for row, metric in enumerate(metrics):
+        for column, depth in enumerate(depths):
+            axis = axes[row][column]
+            subset = table[(table["metric"] == metric) & (table["num_layers"] == depth)]
+            for label in labels:
+                curve = subset[subset["label"] == label].groupby("layer")["value"].agg(["mean", "std"]).sort_index()
+                if curve.empty:
+                    continue
+                axis.plot(curve.index, curve["mean"], color=colors[label], label=label, lw=1.4)
+                if curve["std"].notna().any():
+                    low, high = curve["mean"] - curve["std"].fillna(0), curve["mean"] + curve["std"].fillna(0)
+                    axis.fill_between(curve.index, low, high, color=colors[label], alpha=0.2, lw=0)
+            if metric in LOG_SCALE_METRICS and (subset["value"] > 0).any():
+                axis.set_yscale("log")
+            if row == 0:
+                axis.set_title(f"{depth} layers")
+            if row == len(metrics) - 1:
+                axis.set_xlabel("layer")
+            if column == 0:
+                axis.set_ylabel(metric.replace("_", " "))
+            axis.grid(alpha=0.3)
+    handles, names = axes[0][0].get_legend_handles_labels()
+    figure.legend(handles, names, loc="upper center", ncol=min(len(names), 5), bbox_to_anchor=(0.5, 1.02))
+    figure.suptitle(f"collapse metrics by layer{f' ({dataset})' if dataset else ''}", y=1.06)
+    figure.tight_layout()
+    return figure
+
+
+def plot_main_metric_vs_depth(runs: pd.DataFrame, metric: str | None = None, dataset: str | None = None) -> plt.Figure:
+    """Task metric against depth (log2 axis), one line per label, error bars = std over seeds."""
+    runs = _with_label(runs)
+    if dataset is not None and "dataset" in runs.columns:
+        runs = runs[runs["dataset"].astype(str) == dataset]
+    metric = metric or main_metric(runs)
+    figure, axis = plt.subplots(figsize=(5.5, 3.8))
+    for label, group in runs.groupby("label"):
+        stats = group.groupby("num_layers")[metric].agg(["mean", "std", "count"]).sort_index()
+        axis.errorbar(stats.index, stats["mean"], yerr=stats["std"].fillna(0), marker="o", capsize=3, label=label)
+    axis.set_xscale("log", base=2)
+    axis.set_xlabel("depth (number of layers)")
+    axis.set_ylabel(metric.replace("_", " "))
+    axis.set_title(f"{metric} vs depth{f' ({dataset})' if dataset else ''}: mean ± std over seeds")
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=8)
+    figure.tight_layout()
+    return figure
+
+
+def plot_spectra(table: pd.DataFrame, dataset: str | None = None, depth: int | None = None) -> plt.Figure:
+    """Normalized singular values (sigma_k / sigma_1) at the first, middle and last layer of the deepest model
+    (or ``depth``), one line per label, mean over seeds, log y."""
+    if dataset is not None:
+        table = table[table["dataset"].astype(str) == dataset]
+    spectra = table[table["metric"].astype(str).str.match(r"sv_\d+$")]
+    if spectra.empty:
+        raise ValueError("no singular-value metrics (sv_000...) in layers.csv: probe with num_singular_values > 0")
+    depth = depth or int(spectra["num_layers"].max())
+    spectra = spectra[spectra["num_layers"] == depth].copy()
+    spectra["index"] = spectra["metric"].str[3:].astype(int) + 1
+    layers = sorted(spectra["layer"].unique())
+    chosen = sorted({layers[0], layers[len(layers) // 2], layers[-1]})
+    figure, axes = plt.subplots(1, len(chosen), figsize=(3.6 * len(chosen), 3.2), squeeze=False, sharey=True)
+    for axis, layer in zip(axes[0], chosen):
+        subset = spectra[spectra["layer"] == layer]
+        for label, group in subset.groupby("label"):
+            curve = group.groupby("index")["value"].mean().sort_index()
+            axis.plot(curve.index, curve.clip(lower=1e-16), marker=".", label=label)
+        axis.set_yscale("log")
+        axis.set_title(f"layer {layer} of {depth}")
+        axis.set_xlabel("singular value index k")
+        axis.grid(alpha=0.3, which="both")
+    axes[0][0].set_ylabel(r"$\sigma_k / \sigma_1$")
+    axes[0][-1].legend(fontsize=8)
+    figure.tight_layout()
+    return figure
+
+
+def _mean_std(values: pd.Series) -> str:
+    values = values.dropna()
+    if values.empty:
+        return ""
+    std = values.std() if len(values) > 1 else math.nan
+    return f"{values.mean():.4g}" + (f" ± {std:.2g}" if not math.isnan(std) else "") + f" (n={len(values)})"
+
+
+def _to_markdown(table: pd.DataFrame) -> str:
+    header = "| " + " | ".join([str(table.index.name or "")] + [str(c) for c in table.columns]) + " |"
+    rule = "|" + "---|" * (len(table.columns) + 1)
+    body = ["| " + " | ".join([str(index)] + [str(v) for v in row]) + " |" for index, row in table.iterrows()]
+    return "\n".join([header, rule, *body])
+
+
+def summary_markdown(runs: pd.DataFrame, layers: pd.DataFrame) -> str:
+    """Markdown: per dataset, the task metric and the last layer's collapse metrics as label x depth tables."""
+    labelled = _with_label(runs)
+    if "dataset" not in labelled.columns:
+        labelled["dataset"] = "data"
+    table = layer_table(runs, layers)
+    parts = ["# Sweep summary", ""]
+    for dataset in _datasets(labelled):
+        subset = labelled[labelled["dataset"].astype(str) == dataset]
+        try:
+            metric = main_metric(subset)
+        except ValueError:
+            continue
+        pivot = subset.groupby(["label", "num_layers"])[metric].apply(_mean_std).unstack("num_layers")
+        pivot.index.name = "norm \\ depth"
+        parts += [f"## {dataset}: {metric} (mean ± std over seeds)", "", _to_markdown(pivot), ""]
+        last = table[(table["dataset"].astype(str) == dataset) & (table["layer"] == table["num_layers"])]
+        for collapse_metric in ("effective_rank", "cone_angle"):
+            rows = last[last["metric"] == collapse_metric]
+            if rows.empty:
+                continue
+            pivot = rows.groupby(["label", "num_layers"])["value"].apply(_mean_std).unstack("num_layers")
+            pivot.index.name = "norm \\ depth"
+            parts += [f"## {dataset}: {collapse_metric} at the last layer", "", _to_markdown(pivot), ""]
+    return "\n".join(parts)
+
+
+def make_report(run_dir: str | Path, out_dir: str | Path | None = None) -> list[Path]:
+    """Write every figure (PNG and PDF) and ``summary.md`` for the sweep in ``run_dir`` into ``out_dir``
+    (default ``run_dir/report``); returns the written paths. Figures whose data are absent are skipped."""
+    runs, layers = load_sweep(run_dir)
+    out = Path(out_dir) if out_dir is not None else Path(run_dir) / "report"
+    out.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    if runs.empty:
+        raise ValueError(f"{run_dir}: no successful runs in runs.csv")
+    table = layer_table(runs, layers)
+    datasets = _datasets(runs)
+    for dataset in datasets:
+        suffix = f"_{dataset}" if len(datasets) > 1 else ""
+        name = dataset if "dataset" in runs.columns else None
+        with contextlib.suppress(ValueError):  # raised when this dataset's runs have no task metric
+            written += _save(plot_main_metric_vs_depth(runs, dataset=name), out, f"main_metric_vs_depth{suffix}")
+        if table.empty:
+            continue
+        if np.isin(list(DEFAULT_LAYER_METRICS), table["metric"].unique()).any():
+            written += _save(plot_metric_vs_layer(table, dataset=name), out, f"metric_vs_layer{suffix}")
+        if table["metric"].astype(str).str.match(r"sv_\d+$").any():
+            written += _save(plot_spectra(table, dataset=name), out, f"spectra{suffix}")
+    summary = out / "summary.md"
+    summary.write_text(summary_markdown(runs, layers))
+    written.append(summary)
+    return written
