@@ -8,6 +8,7 @@ Create them by name with :func:`build_norm`; :func:`available_norms` lists the n
 
 from graphnorm.norms.ada_norm import AdaNorm
 from graphnorm.norms.batch_norm import BatchNorm
+from graphnorm.norms.contranorm import ContraNorm
 from graphnorm.norms.detach_norm import DetachNorm
 from graphnorm.norms.diff_group_norm import DiffGroupNorm
 from graphnorm.norms.graph_norm import GraphNorm
@@ -31,6 +32,7 @@ __all__ = [
     "register_norm",
     "AdaNorm",
     "BatchNorm",
+    "ContraNorm",
     "DetachNorm",
     "DiffGroupNorm",
     "GraphNorm",

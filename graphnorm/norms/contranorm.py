@@ -1,0 +1,413 @@
+"""ContraNorm (Guo et al., ICLR 2023), per graph and in memory linear in the number of nodes."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.autograd.function import FunctionCtx, once_differentiable
+from torch_geometric.utils import to_dense_batch
+
+from graphnorm.norms.registry import register_norm
+from graphnorm.norms.utils import check_batch, check_features
+
+# Graphs with at most this many nodes go through padded dense blocks [graphs, max_nodes, max_nodes] (autograd);
+# larger ones through the streaming row-block kernel. Measured on a 2-core CPU (experiments/benchmarks/
+# bench_contranorm.py): the two paths are on par around a few hundred nodes.
+DENSE_MAX_NODES = 256
+# Padded dense chunks hold at most this many similarity entries (graphs * max_nodes^2): ~16 MB per float32 tensor.
+DENSE_CHUNK_ELEMENTS = 1 << 22
+# The streaming kernel holds one row block [block_rows, n] at a time; block_rows = BLOCK_ELEMENTS // n.
+# 2^19 float32 entries = 2 MB, which stays in the L2/L3 caches and keeps the matmuls efficient.
+BLOCK_ELEMENTS = 1 << 19
+MIN_BLOCK_ROWS = 32
+
+
+def _block_bounds(num_rows: int, num_cols: int) -> list[int]:
+    """Row-block boundaries ``[0, b, 2b, ..., num_rows]`` so that a block ``[b, num_cols]`` has ~BLOCK_ELEMENTS."""
+    rows = max(MIN_BLOCK_ROWS, BLOCK_ELEMENTS // max(num_cols, 1))
+    return list(range(0, num_rows, rows)) + [num_rows]
+
+
+def _mask_block(logits: Tensor, row_start: int, rows: Tensor | None, cols: Tensor | None, mask_self: bool) -> None:
+    """Set the excluded entries of a row block ``[b, n]`` (rows ``row_start..``) to ``-inf`` in place.
+
+    ``rows``/``cols`` are the block's neighbour pairs (global row ids, sorted by row), ``None`` for none.
+    """
+    if mask_self:
+        # entries (i, row_start + i): the node itself
+        logits.diagonal(offset=row_start).fill_(-math.inf)
+    if rows is not None and rows.numel() > 0:
+        logits.index_put_((rows - row_start, cols), logits.new_tensor(-math.inf))
+
+
+class _StreamingNegativeMix(torch.autograd.Function):
+    r"""``P @ v`` with ``P = softmax_masked(x_hat x_hat^T / tau)`` for ONE graph, one row block at a time.
+
+    Memory is O(n * block_rows + n * d): the ``n x n`` similarity is never stored. Forward keeps the row-wise
+    log-sum-exp; backward recomputes each block of ``P`` from it (as FlashAttention does) and uses
+    ``dS_ij = P_ij (dP_ij - g_i . y_i)`` with ``y = P v``, so no row reduction over ``n`` is needed in backward.
+    Masking is exact (entries set to ``-inf`` before the exponential), so there is no cancellation even when
+    neighbours carry almost all of the softmax mass.
+
+    Elementwise passes over the ``[b, n]`` block dominate after the matmuls on a CPU, so the row shifts and the
+    softmax denominator ride along in the matmuls as one extra column: ``[q, -shift] @ [x_hat, 1]^T = S - shift``,
+    ``E @ [v, 1] = [E v, sum_j E_ij]`` and ``[g, -delta] @ [v, 1]^T = dP - delta``. Forward shifts every row by the
+    bound ``1/tau >= S_ij`` instead of the row max; rows whose shifted sum falls below ``sqrt(tiny)`` (only for
+    very small ``tau``, or rows with no negatives) are recomputed with their exact row max.
+    """
+
+    @staticmethod
+    def forward(
+        ctx: FunctionCtx,
+        x_hat: Tensor,
+        values: Tensor,
+        inv_tau: float,
+        edge_rows: Tensor | None,
+        edge_cols: Tensor | None,
+        mask_self: bool,
+    ) -> Tensor:
+        n, d = values.shape
+        bounds = _block_bounds(n, n)
+        edge_ptr = _edge_block_ptr(edge_rows, bounds)
+        ones = x_hat.new_ones(n, 1)
+        keys = torch.cat([x_hat, ones], dim=1)  # [n, d_hat + 1]
+        values_ones = torch.cat([values, ones], dim=1)  # [n, d + 1]
+        queries = torch.cat([x_hat * inv_tau, x_hat.new_full((n, 1), -inv_tau)], dim=1)  # [n, d_hat + 1]
+        out = torch.empty_like(values)  # [n, d]
+        lse = torch.empty(n, 1, dtype=x_hat.dtype, device=x_hat.device)  # row log-sum-exp over the negatives
+        small = math.sqrt(torch.finfo(x_hat.dtype).tiny)
+        for i, (r0, r1) in enumerate(zip(bounds[:-1], bounds[1:])):
+            block_rows, block_cols = _block_edges(edge_rows, edge_cols, edge_ptr, i)
+            weights = torch.mm(queries[r0:r1], keys.t())  # [b, n]: S - 1/tau <= 0
+            _mask_block(weights, r0, block_rows, block_cols, mask_self)
+            weights.exp_()  # masked entries become exactly 0
+            sums = torch.mm(weights, values_ones)  # [b, d + 1]: [sum_j E_ij v_j, sum_j E_ij]
+            denom = sums[:, d:]
+            out[r0:r1] = sums[:, :d] / denom
+            lse[r0:r1] = denom.log() + inv_tau
+            underflow = (denom.squeeze(1) < small).nonzero().squeeze(1)
+            if underflow.numel() > 0:
+                _recompute_rows(underflow, r0, x_hat, values, inv_tau, block_rows, block_cols, mask_self, out, lse)
+        ctx.save_for_backward(x_hat, values, out, lse, edge_rows, edge_cols)
+        ctx.inv_tau = inv_tau
+        ctx.mask_self = mask_self
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: FunctionCtx, grad_out: Tensor) -> tuple[Tensor | None, ...]:
+        x_hat, values, out, lse, edge_rows, edge_cols = ctx.saved_tensors
+        inv_tau, mask_self = ctx.inv_tau, ctx.mask_self
+        n = x_hat.size(0)
+        bounds = _block_bounds(n, n)
+        edge_ptr = _edge_block_ptr(edge_rows, bounds)
+        grad_out = grad_out.contiguous()
+        delta = (grad_out * out).sum(dim=1, keepdim=True)  # [n, 1]: sum_j P_ij dP_ij = g_i . y_i
+        ones = x_hat.new_ones(n, 1)
+        keys = torch.cat([x_hat, ones], dim=1)  # [n, d_hat + 1]
+        values_ones = torch.cat([values, ones], dim=1)  # [n, d + 1]
+        queries = torch.cat([x_hat * inv_tau, -lse], dim=1)  # [n, d_hat + 1]: q . k = S - lse
+        grads_minus_delta = torch.cat([grad_out, -delta], dim=1)  # [n, d + 1]: . [v, 1] = dP - delta
+        grad_x_hat = torch.zeros_like(x_hat)
+        grad_values = torch.zeros_like(values)
+        for i, (r0, r1) in enumerate(zip(bounds[:-1], bounds[1:])):
+            probs = torch.mm(queries[r0:r1], keys.t())  # [b, n]: S - lse
+            _mask_block(probs, r0, *_block_edges(edge_rows, edge_cols, edge_ptr, i), mask_self)
+            probs.exp_()  # P block, masked entries 0
+            grad_values.addmm_(probs.t(), grad_out[r0:r1])
+            grad_logits = torch.mm(grads_minus_delta[r0:r1], values_ones.t())  # [b, n]: dP - delta
+            grad_logits.mul_(probs)  # dS (w.r.t. the scaled logits)
+            # S = (x_hat / tau) x_hat^T: x_hat is both the query and the key side
+            grad_x_hat[r0:r1].addmm_(grad_logits, x_hat, alpha=inv_tau)
+            grad_x_hat.addmm_(grad_logits.t(), queries[r0:r1, :-1])
+        return grad_x_hat, grad_values, None, None, None, None
+
+
+def _recompute_rows(
+    local_rows: Tensor,
+    row_start: int,
+    x_hat: Tensor,
+    values: Tensor,
+    inv_tau: float,
+    block_rows: Tensor | None,
+    block_cols: Tensor | None,
+    mask_self: bool,
+    out: Tensor,
+    lse: Tensor,
+) -> None:
+    """Redo rows whose fixed-shift softmax sum underflowed, shifting by their exact row max instead (in place)."""
+    rows = local_rows + row_start  # [r] global row ids
+    logits = torch.mm(x_hat[rows] * inv_tau, x_hat.t())  # [r, n]
+    if mask_self:
+        logits[torch.arange(rows.numel(), device=rows.device), rows] = -math.inf
+    if block_rows is not None and block_rows.numel() > 0:
+        position = torch.full((int(local_rows.max()) + 1,), -1, dtype=torch.long, device=rows.device)
+        position[local_rows] = torch.arange(rows.numel(), device=rows.device)
+        local = block_rows - row_start
+        keep = local <= position.numel() - 1
+        edge_position = torch.full_like(local, -1)
+        edge_position[keep] = position[local[keep]]
+        hit = edge_position >= 0
+        logits[edge_position[hit], block_cols[hit]] = -math.inf
+    row_max = logits.amax(dim=1, keepdim=True)  # [r, 1]; -inf when the row has no negatives
+    row_max.masked_fill_(row_max == -math.inf, 0.0)
+    weights = logits.sub_(row_max).exp_()
+    denom = weights.sum(dim=1, keepdim=True).clamp_min_(1.0)  # >= 1 unless the row has no negatives
+    out[rows] = torch.mm(weights, values) / denom
+    lse[rows] = row_max + denom.log()
+
+
+def _edge_block_ptr(edge_rows: Tensor | None, bounds: list[int]) -> list[int] | None:
+    """Offsets into the row-sorted edge list where each row block starts."""
+    if edge_rows is None:
+        return None
+    return torch.searchsorted(edge_rows, torch.tensor(bounds, device=edge_rows.device)).tolist()
+
+
+def _block_edges(
+    edge_rows: Tensor | None, edge_cols: Tensor | None, edge_ptr: list[int] | None, block: int
+) -> tuple[Tensor | None, Tensor | None]:
+    if edge_rows is None or edge_ptr is None:
+        return None, None
+    lo, hi = edge_ptr[block], edge_ptr[block + 1]
+    return edge_rows[lo:hi], edge_cols[lo:hi]
+
+
+def _dense_negative_mix(
+    x_hat: Tensor,
+    values: Tensor,
+    local_batch: Tensor,
+    num_local_graphs: int,
+    inv_tau: float,
+    edge_rows: Tensor | None,
+    edge_cols: Tensor | None,
+    mask_self: bool,
+) -> Tensor:
+    """``P @ v`` for a run of small graphs through padded per-graph blocks (plain autograd).
+
+    ``edge_rows``/``edge_cols`` are node ids local to this run of graphs.
+    """
+    x_hat_dense, node_mask = to_dense_batch(x_hat, local_batch, batch_size=num_local_graphs)  # [G, M, d], [G, M]
+    values_dense, _ = to_dense_batch(values, local_batch, batch_size=num_local_graphs)  # [G, M, d]
+    num_graphs_here, max_nodes = node_mask.shape
+    logits = torch.bmm(x_hat_dense * inv_tau, x_hat_dense.transpose(1, 2))  # [G, M, M]
+    excluded = ~node_mask.unsqueeze(1).expand(-1, max_nodes, -1)  # padding columns, [G, M, M]
+    if mask_self:
+        excluded = excluded | torch.eye(max_nodes, dtype=torch.bool, device=x_hat.device)
+    if edge_rows is not None and edge_rows.numel() > 0:
+        # position of each node inside its graph's padded block
+        ptr = torch.zeros(num_graphs_here + 1, dtype=torch.long, device=x_hat.device)
+        ptr[1:] = torch.bincount(local_batch, minlength=num_graphs_here).cumsum(0)
+        graph_of_edge = local_batch[edge_rows]
+        excluded = excluded.clone()
+        excluded[graph_of_edge, edge_rows - ptr[graph_of_edge], edge_cols - ptr[graph_of_edge]] = True
+    logits = logits.masked_fill(excluded, -math.inf)
+    row_max = logits.amax(dim=2, keepdim=True).detach()  # [G, M, 1]
+    row_max = row_max.masked_fill(row_max == -math.inf, 0.0)
+    weights = (logits - row_max).exp()
+    denom = weights.sum(dim=2, keepdim=True).clamp_min(1.0)  # >= 1 unless the row has no negatives
+    mixed = torch.bmm(weights, values_dense) / denom  # [G, M, d]
+    return mixed[node_mask]  # [nodes, d]
+
+
+@register_norm("contranorm")
+class ContraNorm(nn.Module):
+    r"""ContraNorm from `"ContraNorm: A Contrastive Learning Perspective on Oversmoothing and Beyond"
+    <https://arxiv.org/abs/2303.06562>`_ (Guo et al., ICLR 2023), graph version of the official code
+    (``gnn/layers.py``, ``NormLayer`` mode ``'CN'``), computed per graph:
+
+    .. math::
+        \hat{\mathbf{x}}_i = \mathbf{x}_i / \|\mathbf{x}_i\|_2, \qquad
+        S_{ij} = \hat{\mathbf{x}}_i^\top \hat{\mathbf{x}}_j / \tau, \qquad
+        P_{ij} = \frac{\exp S_{ij}}{\sum_{k \in \mathcal{N}^-(i)} \exp S_{ik}} \ (j \in \mathcal{N}^-(i)),
+
+    .. math::
+        \mathbf{x}'_i = \mathrm{LayerNorm}\Big((1 + s)\,\mathbf{x}_i - s \sum_{j} P_{ij} \mathbf{x}_j\Big)
+
+    where the negatives :math:`\mathcal{N}^-(i)` are the nodes of node :math:`i`'s graph that are neither
+    :math:`i` nor a neighbour of :math:`i` (pairs ``(edge_index[0], edge_index[1])`` are excluded, as the
+    reference's ``sim[adj[0], adj[1]] = -inf``, whose adjacency carries self-loops).
+
+    As in the official code, the mixed vectors are the raw features (``x_neg = sim @ x``), not
+    :math:`\hat{\mathbf{x}}`; only the similarity uses the normalized features. The official training scripts always
+    follow the norm with a ``LayerNorm`` (``use_layer_norm``), so ``layer_norm=True`` is the default here.
+
+    Options: ``scale`` (:math:`s`), ``tau`` (:math:`\tau`); ``exclude_neighbors=False`` gives the transformer form,
+    a softmax over all nodes of the graph with the node itself included; ``identity=False`` gives
+    :math:`\mathbf{x} - s P\mathbf{x}`; ``layer_norm=False`` drops the trailing ``LayerNorm(channels)``.
+
+    Differences from the reference, on purpose: (1) a node with no negatives (adjacent to every other node, or alone
+    in its graph) gets no repulsive term (:math:`P_{i\cdot} = 0`) where the reference returns NaN; (2) the softmax is
+    per graph in mini-batches (the reference's GIN builds one adjacency over the whole batch, so negatives leak across
+    graphs); (3) the ``n x n`` similarity is never materialized for large graphs: a streaming row-block kernel with a
+    recomputing backward keeps memory linear in ``n``; graphs of at most ``DENSE_MAX_NODES`` nodes use padded
+    per-graph dense blocks. Double backward is not supported.
+    """
+
+    def __init__(
+        self,
+        channels: int,
+        scale: float = 1.0,
+        tau: float = 1.0,
+        exclude_neighbors: bool = True,
+        identity: bool = True,
+        layer_norm: bool = True,
+    ) -> None:
+        super().__init__()
+        if not (isinstance(tau, (int, float)) and math.isfinite(tau) and tau > 0):
+            raise ValueError(f"contranorm: tau must be a positive finite number, got {tau!r}")
+        if not (isinstance(scale, (int, float)) and math.isfinite(scale)):
+            raise ValueError(f"contranorm: scale must be a finite number, got {scale!r}")
+        self.channels = channels
+        self.scale = float(scale)
+        self.tau = float(tau)
+        self.exclude_neighbors = bool(exclude_neighbors)
+        self.identity = bool(identity)
+        self.layer_norm = nn.LayerNorm(channels) if layer_norm else None
+
+    def forward(
+        self,
+        x: Tensor,
+        batch: Tensor | None = None,
+        batch_size: int | None = None,
+        edge_index: Tensor | None = None,
+        token_mask: Tensor | None = None,
+    ) -> Tensor:
+        check_features(x, self.channels, "contranorm")
+        check_batch(x, batch, "contranorm")
+        if self.exclude_neighbors and edge_index is None:
+            raise ValueError(
+                "contranorm: exclude_neighbors=True needs edge_index (the negatives are the non-neighbours); "
+                "pass edge_index or build with exclude_neighbors=False for the all-nodes (transformer) form"
+            )
+        if edge_index is not None and self.exclude_neighbors:
+            _check_edge_index(edge_index, x.size(0))
+        if x.size(0) == 0:
+            return self.layer_norm(x) if self.layer_norm is not None else x.clone()
+        mixed = self.negative_mix(x, batch, edge_index if self.exclude_neighbors else None)
+        base = (1.0 + self.scale) * x if self.identity else x
+        out = base - self.scale * mixed
+        return self.layer_norm(out) if self.layer_norm is not None else out
+
+    def negative_mix(self, x: Tensor, batch: Tensor | None, edge_index: Tensor | None) -> Tensor:
+        """``P x`` ``[num_nodes, channels]``: each node's softmax-weighted mean over its negatives (per graph)."""
+        n = x.size(0)
+        mask_self = edge_index is not None  # the transformer form keeps the node itself
+        inv_tau = 1.0 / self.tau
+        x_hat = F.normalize(x, dim=1)  # row L2, eps 1e-12 as in the reference
+
+        if batch is None:
+            batch = torch.zeros(n, dtype=torch.long, device=x.device)
+        batch = batch.long()
+        order = None
+        if n > 1 and bool((batch[1:] < batch[:-1]).any()):
+            # nodes of a graph must be contiguous for per-graph slices; PyG batches already are
+            order = torch.argsort(batch, stable=True)
+            inverse = torch.empty_like(order)
+            inverse[order] = torch.arange(n, device=x.device)
+            batch, x, x_hat = batch[order], x[order], x_hat[order]
+            if edge_index is not None:
+                edge_index = inverse[edge_index]
+
+        edge_rows = edge_cols = None
+        if edge_index is not None and edge_index.numel() > 0:
+            edge_rows, edge_cols = edge_index[0].long(), edge_index[1].long()
+            if bool((batch[edge_rows] != batch[edge_cols]).any()):
+                raise ValueError("contranorm: edge_index connects nodes of different graphs in the batch")
+            sort = torch.argsort(edge_rows * n + edge_cols)  # row-major, so each row block's edges are a slice
+            edge_rows, edge_cols = edge_rows[sort], edge_cols[sort]
+
+        graph_sizes = torch.unique_consecutive(batch, return_counts=True)[1].tolist()
+        pieces: list[Tensor] = []
+        start = 0
+        run_start = 0  # first node of the current run of consecutive small graphs
+        run_graphs = 0
+        run_max = 0
+
+        def flush_small_run(end: int) -> None:
+            nonlocal run_graphs, run_max
+            if run_graphs == 0:
+                return
+            rows, cols = _edges_in_range(edge_rows, edge_cols, run_start, end)
+            local_batch = batch[run_start:end]
+            local_batch = torch.unique_consecutive(local_batch, return_inverse=True)[1]
+            pieces.append(
+                _dense_negative_mix(
+                    x_hat[run_start:end],
+                    x[run_start:end],
+                    local_batch,
+                    run_graphs,
+                    inv_tau,
+                    None if rows is None else rows - run_start,
+                    None if cols is None else cols - run_start,
+                    mask_self,
+                )
+            )
+            run_graphs, run_max = 0, 0
+
+        for size in graph_sizes:
+            end = start + size
+            if size <= DENSE_MAX_NODES:
+                new_max = max(run_max, size)
+                if run_graphs > 0 and (run_graphs + 1) * new_max * new_max > DENSE_CHUNK_ELEMENTS:
+                    flush_small_run(start)
+                    new_max = size
+                if run_graphs == 0:
+                    run_start = start
+                run_graphs += 1
+                run_max = new_max
+            else:
+                flush_small_run(start)
+                rows, cols = _edges_in_range(edge_rows, edge_cols, start, end)
+                pieces.append(
+                    _StreamingNegativeMix.apply(
+                        x_hat[start:end],
+                        x[start:end],
+                        inv_tau,
+                        None if rows is None else rows - start,
+                        None if cols is None else cols - start,
+                        mask_self,
+                    )
+                )
+            start = end
+        flush_small_run(start)
+
+        mixed = pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=0)  # [n, d]
+        if order is not None:
+            mixed = mixed[inverse]
+        return mixed
+
+    def extra_repr(self) -> str:
+        return (
+            f"{self.channels}, scale={self.scale}, tau={self.tau}, exclude_neighbors={self.exclude_neighbors}, "
+            f"identity={self.identity}, layer_norm={self.layer_norm is not None}"
+        )
+
+
+def _edges_in_range(
+    edge_rows: Tensor | None, edge_cols: Tensor | None, start: int, end: int
+) -> tuple[Tensor | None, Tensor | None]:
+    """The (row-sorted) edges whose row lies in ``[start, end)``; edges never cross graphs, so columns do too."""
+    if edge_rows is None:
+        return None, None
+    lo, hi = torch.searchsorted(edge_rows, torch.tensor([start, end], device=edge_rows.device)).tolist()
+    if lo == hi:
+        return None, None
+    return edge_rows[lo:hi], edge_cols[lo:hi]
+
+
+def _check_edge_index(edge_index: Tensor, num_nodes: int) -> None:
+    if not isinstance(edge_index, Tensor):
+        raise TypeError(f"contranorm: edge_index must be a torch.Tensor, got {type(edge_index).__name__}")
+    if edge_index.dim() != 2 or edge_index.size(0) != 2:
+        raise ValueError(f"contranorm: edge_index must have shape [2, num_edges], got {tuple(edge_index.shape)}")
+    if edge_index.dtype not in (torch.long, torch.int32):
+        raise TypeError(f"contranorm: edge_index must be an integer tensor, got {edge_index.dtype}")
+    if edge_index.numel() > 0 and (int(edge_index.min()) < 0 or int(edge_index.max()) >= num_nodes):
+        raise ValueError(
+            f"contranorm: edge_index holds node ids outside [0, {num_nodes}) "
+            f"(min {int(edge_index.min())}, max {int(edge_index.max())})"
+        )
