@@ -6,7 +6,7 @@ import torch
 from torch import Tensor, nn
 
 from graphnorm.norms.registry import register_norm
-from graphnorm.norms.utils import check_batch, check_features, check_positive
+from graphnorm.norms.utils import check_batch, check_features, check_positive, row_mean_var
 
 
 @register_norm("detachnorm")
@@ -41,8 +41,10 @@ class DetachNorm(nn.Module):
         if x.size(0) == 0:
             return x.clone()
         # Statistics from a detached view: no graph is built through them at all.
-        var, mean = torch.var_mean(x.detach(), dim=1, correction=0, keepdim=True)  # [num_nodes, 1] each
-        return (x - mean) * (var + self.eps).rsqrt()
+        mean, var = row_mean_var(x.detach())  # [num_nodes, 1] each
+        inv_std = (var + self.eps).rsqrt()
+        # (x - mean) * inv_std as one fused pass: x * inv_std + (-mean * inv_std)
+        return torch.addcmul(-mean * inv_std, x, inv_std)
 
     def extra_repr(self) -> str:
         return f"{self.channels}, eps={self.eps}"

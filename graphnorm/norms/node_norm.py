@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor, nn
 
 from graphnorm.norms.registry import register_norm
-from graphnorm.norms.utils import check_batch, check_features, check_positive
+from graphnorm.norms.utils import check_batch, check_features, check_positive, row_mean_var
 
 
 @register_norm("nodenorm")
@@ -41,7 +40,7 @@ class NodeNorm(nn.Module):
         check_batch(x, batch, "nodenorm")
         if x.size(0) == 0:
             return x.clone()
-        var = torch.var(x, dim=1, correction=0, keepdim=True)  # [num_nodes, 1]
+        _, var = row_mean_var(x)  # [num_nodes, 1]
         # sigma^(1/p) = (var + eps)^(1/(2p))
         return x * (var + self.eps).pow(-0.5 / self.p)
 

@@ -103,3 +103,14 @@ def check_token_mask(
             f"{name}: token_mask must mark exactly one token row per graph; graph {g} has "
             f"{int(tokens_per_graph[g])} ({bad.numel()} of {graphs} graphs are malformed)"
         )
+
+
+def row_mean_var(x: Tensor) -> tuple[Tensor, Tensor]:
+    """Per-row mean and population variance, ``[N, C] -> ([N, 1], [N, 1])``.
+
+    Two-pass (centered) like ``torch.var``, but built from ``mean`` and ``vector_norm``, which are several times
+    faster than ``torch.var(dim=1)`` on CPU for wide tall matrices (this matters for the element-wise norms).
+    """
+    mean = x.mean(dim=1, keepdim=True)
+    var = torch.linalg.vector_norm(x - mean, dim=1, keepdim=True).square() / x.size(1)
+    return mean, var
