@@ -5,7 +5,7 @@ A sweep config is YAML::
     name: cora_depth
     metric: test_acc               # optional: the summary's metric (default: first of test_acc/test_rocauc/test_mae)
     base: {dataset: cora, epochs: 200}                       # RunConfig keys shared by every run
-    grid: {norm: [none, pairnorm], num_layers: [2, 8, 32], seed: [0, 1, 2]}
+    grid: {norm: [none, pairnorm], num_layers: [2, 8, 32], seed: [0, 1, 2]}   # norm: all = every registered norm
     norm_settings:                                           # per-norm overrides of base keys
       pairnorm: {norm_kwargs: {scale: 1.0}}
 
@@ -146,7 +146,11 @@ def check_sweep_config(sweep: dict[str, Any]) -> None:
             raise ValueError(f"norm_settings.{norm} may not set 'norm' itself")
 
 
-def _grid_values(values: Any) -> list[Any]:
+def _grid_values(key: str, values: Any) -> list[Any]:
+    from graphnorm.norms import available_norms
+
+    if key == "norm" and values == "all":  # every registered norm, so the list never goes stale
+        return available_norms()
     return values if isinstance(values, list) else [values]
 
 
@@ -170,7 +174,7 @@ def expand_grid(sweep: dict[str, Any]) -> list[RunConfig]:
     keys = list(grid)
     configs: list[RunConfig] = []
     seen: dict[str, dict[str, Any]] = {}
-    for values in itertools.product(*(_grid_values(grid[k]) for k in keys)):
+    for values in itertools.product(*(_grid_values(k, grid[k]) for k in keys)):
         point = dict(zip(keys, values))
         merged = {**copy.deepcopy(base), **copy.deepcopy(point)}
         norm = str(merged.get("norm", RunConfig.norm)).lower()
@@ -355,9 +359,13 @@ def layers_table(configs: list[RunConfig], results: dict[str, dict[str, Any]]) -
 
 
 def pick_metric(runs_df: pd.DataFrame, metric: str | None = None) -> str | None:
-    """``metric`` if given, else the first default metric present in ``runs_df``."""
+    """``metric`` if given, else ``test_<record's metric>``, else the first default metric present in ``runs_df``."""
     if metric is not None:
         return metric
+    if "metric" in runs_df.columns and runs_df["metric"].notna().any():
+        named = f"test_{runs_df['metric'].dropna().iloc[0]}"  # train.run names its task metric (acc, mae, rocauc)
+        if named in runs_df.columns:
+            return named
     return next((m for m in DEFAULT_METRICS if m in runs_df.columns), None)
 
 
@@ -592,8 +600,10 @@ def _run_process_pool(
     cores = available_cores()
     workers = min(workers or cores, len(todo))
     threads = threads or max(1, cores // workers)
-    # spawn, not fork: forking a process that already runs torch's thread pools can deadlock.
-    context = multiprocessing.get_context("spawn")
+    # forkserver, not fork: forking a process that already runs torch's thread pools can deadlock. The server
+    # imports torch once, and every worker forks from it instead of importing it again (seconds each).
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["graphnorm.sweep"])
     with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
         futures = {pool.submit(execute_run, run_fn, c.to_dict(), str(out), threads): c for c in todo}
         try:
