@@ -11,7 +11,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from graphnorm.analysis.plots import make_report
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no display needed
+
+from graphnorm.analysis.plots import make_report  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

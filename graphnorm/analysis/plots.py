@@ -18,12 +18,11 @@ import contextlib
 import math
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")  # files only; never needs a display
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
+# No matplotlib.use() here: that would break inline figures in notebooks. Headless runs fall back to Agg by
+# themselves and analysis/plot_sweep.py selects Agg explicitly.
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
 
 __all__ = [
     "load_sweep",
