@@ -568,6 +568,19 @@ def test_sepnorm_node_rows_get_their_own_batch_vector():
     np.testing.assert_allclose(out[m], ref_layernorm_rows(np_(x)[m]), rtol=1e-10, atol=1e-10)
 
 
+def test_sepnorm_graphs_are_independent_in_eval_mode():
+    """In eval mode the token BatchNorm uses running statistics, so every graph is normalized on its own."""
+    x, batch, mask = token_batch()
+    norm = SepNorm(C).double().train()
+    norm(x, batch, token_mask=mask)  # move the running statistics away from (0, 1)
+    norm.eval()
+    out = norm(x, batch, token_mask=mask)
+    starts = np.cumsum((0,) + SIZES)
+    for g in range(len(SIZES)):
+        rows = slice(int(starts[g]), int(starts[g + 1]))
+        torch.testing.assert_close(out[rows], norm(x[rows], token_mask=mask[rows]), rtol=1e-10, atol=1e-10)
+
+
 def test_sepnorm_single_graph_in_training_uses_running_statistics():
     x, batch, mask = token_batch(sizes=(5,))
     norm = SepNorm(C).double().train()

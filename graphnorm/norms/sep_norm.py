@@ -25,7 +25,7 @@ class SepNorm(nn.Module):
     with :math:`\mathrm{Norm}_{\text{token}}` = ``token_norm`` (default ``"batchnorm"``, over the one token row per
     graph, i.e. across the graphs of the batch, as the paper's BatchNorm for [CLS]) and
     :math:`\mathrm{Norm}_{\text{node}}` = ``node_norm`` (default ``"layernorm"``), both built through the registry
-    with ``token_kwargs`` / ``node_kwargs``.
+    with ``token_kwargs`` / ``node_kwargs`` (an already-built norm module is also accepted, without kwargs).
 
     ``token_mask`` (bool ``[num_nodes]``) is required and must mark exactly one row per graph of ``batch``
     (otherwise ``ValueError``). The node rows keep their own ``batch`` entries (and ``edge_index`` restricted to
@@ -40,14 +40,14 @@ class SepNorm(nn.Module):
     def __init__(
         self,
         channels: int,
-        token_norm: str = "batchnorm",
-        node_norm: str = "layernorm",
+        token_norm: str | nn.Module = "batchnorm",
+        node_norm: str | nn.Module = "layernorm",
         token_kwargs: dict[str, Any] | None = None,
         node_kwargs: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         self.channels = channels
-        if "sepnorm" in (str(token_norm).lower(), str(node_norm).lower()):
+        if any(isinstance(n, str) and n.lower() == "sepnorm" for n in (token_norm, node_norm)):
             raise ValueError("sepnorm: token_norm and node_norm cannot themselves be 'sepnorm'")
         self.token_norm = build_norm(token_norm, channels, **(token_kwargs or {}))
         self.node_norm = build_norm(node_norm, channels, **(node_kwargs or {}))
