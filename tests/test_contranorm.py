@@ -1,0 +1,273 @@
+"""ContraNorm: equality with a dense per-graph reference of the official formula, edge cases, linear memory."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+import graphnorm.norms.contranorm as contranorm_module
+from graphnorm.norms import ContraNorm, build_norm
+
+
+def dense_reference(
+    x: Tensor,
+    batch: Tensor,
+    edge_index: Tensor | None,
+    scale: float,
+    tau: float,
+    exclude_neighbors: bool,
+    identity: bool,
+    layer_norm: torch.nn.Module | None,
+) -> Tensor:
+    """The official ``NormLayer`` 'CN' formula, one graph at a time with its full n x n matrix and negatives mask."""
+    outputs, node_ids = [], []
+    for graph in torch.unique(batch).tolist():
+        nodes = (batch == graph).nonzero().squeeze(1)
+        xg = x[nodes]  # [n_g, d]
+        n = nodes.numel()
+        x_hat = F.normalize(xg, dim=1)
+        sim = x_hat @ x_hat.T / tau  # [n_g, n_g]
+        negatives = torch.ones(n, n, dtype=torch.bool)
+        if exclude_neighbors:
+            negatives.fill_diagonal_(False)
+            local = torch.full((x.size(0),), -1, dtype=torch.long)
+            local[nodes] = torch.arange(n)
+            inside = (batch[edge_index[0]] == graph) & (batch[edge_index[1]] == graph)
+            negatives[local[edge_index[0, inside]], local[edge_index[1, inside]]] = False
+        has_negative = negatives.any(dim=1, keepdim=True)
+        sim = sim.masked_fill(~negatives, -math.inf).masked_fill(~has_negative, 0.0)
+        probs = torch.softmax(sim, dim=1) * negatives  # rows without negatives: 0 (the reference gives NaN)
+        base = (1 + scale) * xg if identity else xg
+        outputs.append(base - scale * (probs @ xg))  # the raw x is mixed, as in the official `sim @ x`
+        node_ids.append(nodes)
+    order = torch.cat(node_ids)
+    out = torch.cat(outputs)[torch.argsort(order)]
+    return layer_norm(out) if layer_norm is not None else out
+
+
+def random_graph_batch(sizes: list[int], edges_per_node: int = 3, seed: int = 0) -> tuple[Tensor, Tensor]:
+    """``batch`` and an ``edge_index``: random undirected edges inside each graph, duplicates and a self-loop."""
+    generator = torch.Generator().manual_seed(seed)
+    batch = torch.cat([torch.full((s,), g, dtype=torch.long) for g, s in enumerate(sizes)])
+    edges, start = [], 0
+    for size in sizes:
+        if size > 1:
+            pairs = torch.randint(0, size, (2, edges_per_node * size), generator=generator) + start
+            edges += [pairs, pairs.flip(0), pairs[:, :3], torch.tensor([[start], [start]])]
+        start += size
+    edge_index = torch.cat(edges, dim=1) if edges else torch.empty(2, 0, dtype=torch.long)
+    return batch, edge_index
+
+
+def make_norm(channels: int, dtype: torch.dtype, **kwargs) -> ContraNorm:
+    norm = ContraNorm(channels, **kwargs).to(dtype)
+    if norm.layer_norm is not None:
+        with torch.no_grad():  # non-trivial affine parameters so they are really compared
+            norm.layer_norm.weight.uniform_(0.5, 1.5)
+            norm.layer_norm.bias.uniform_(-0.5, 0.5)
+    return norm
+
+
+def compare(norm: ContraNorm, x: Tensor, batch: Tensor | None, edge_index: Tensor | None, atol: float) -> None:
+    """Outputs and gradients (x and LayerNorm parameters) agree with the dense reference."""
+    x = x.clone().requires_grad_(True)
+    x_ref = x.detach().clone().requires_grad_(True)
+    out = norm(x, batch=batch, edge_index=edge_index)
+    full_batch = batch if batch is not None else torch.zeros(x.size(0), dtype=torch.long)
+    ref = dense_reference(
+        x_ref,
+        full_batch,
+        edge_index,
+        norm.scale,
+        norm.tau,
+        norm.exclude_neighbors,
+        norm.identity,
+        norm.layer_norm,
+    )
+    torch.testing.assert_close(out, ref, atol=atol, rtol=atol)
+    upstream = torch.randn_like(out)
+    params = list(norm.parameters())
+    grads = torch.autograd.grad(out, [x, *params], upstream)
+    grads_ref = torch.autograd.grad(ref, [x_ref, *params], upstream)
+    for grad, grad_ref in zip(grads, grads_ref):
+        torch.testing.assert_close(grad, grad_ref, atol=10 * atol, rtol=10 * atol)
+
+
+OPTIONS = list(itertools.product([True, False], [True, False], [True, False], [(1.0, 1.0), (0.6, 0.3), (2.0, 4.0)]))
+
+
+@pytest.mark.parametrize("dtype,atol", [(torch.float32, 1e-5), (torch.float64, 1e-10)])
+@pytest.mark.parametrize("path", ["dense", "streaming"])
+@pytest.mark.parametrize("identity,exclude_neighbors,layer_norm,scale_tau", OPTIONS)
+def test_matches_dense_reference_on_a_batch(
+    monkeypatch, dtype, atol, path, identity, exclude_neighbors, layer_norm, scale_tau
+) -> None:
+    if path == "streaming":
+        # every graph with > 4 nodes goes through the streaming kernel, in several row blocks
+        monkeypatch.setattr(contranorm_module, "DENSE_MAX_NODES", 4)
+        monkeypatch.setattr(contranorm_module, "BLOCK_ELEMENTS", 1024)
+        monkeypatch.setattr(contranorm_module, "MIN_BLOCK_ROWS", 8)
+    else:
+        monkeypatch.setattr(contranorm_module, "DENSE_CHUNK_ELEMENTS", 2000)  # several padded chunks
+    scale, tau = scale_tau
+    batch, edge_index = random_graph_batch([6, 1, 37, 3, 90, 12])
+    x = torch.randn(batch.numel(), 8, dtype=dtype)
+    norm = make_norm(8, dtype, scale=scale, tau=tau, exclude_neighbors=exclude_neighbors, identity=identity,
+                     layer_norm=layer_norm)  # fmt: skip
+    compare(norm, x, batch, edge_index, atol)
+
+
+@pytest.mark.parametrize("dtype,atol", [(torch.float32, 1e-5), (torch.float64, 1e-10)])
+@pytest.mark.parametrize("exclude_neighbors", [True, False])
+def test_matches_dense_reference_single_large_graph(dtype, atol, exclude_neighbors) -> None:
+    """Default thresholds: one graph above DENSE_MAX_NODES takes the streaming kernel."""
+    n = contranorm_module.DENSE_MAX_NODES + 150
+    _, edge_index = random_graph_batch([n], edges_per_node=4)
+    x = torch.randn(n, 16, dtype=dtype)
+    norm = make_norm(16, dtype, scale=0.8, tau=0.5, exclude_neighbors=exclude_neighbors)
+    compare(norm, x, None, edge_index, atol)
+
+
+def test_graphs_in_a_batch_are_independent() -> None:
+    batch, edge_index = random_graph_batch([20, 300, 9])
+    x = torch.randn(batch.numel(), 8)
+    norm = ContraNorm(8)
+    together = norm(x, batch=batch, edge_index=edge_index)
+    start = 0
+    for graph, size in enumerate([20, 300, 9]):
+        inside = batch[edge_index[0]] == graph
+        alone = norm(x[start : start + size], edge_index=edge_index[:, inside] - start)
+        torch.testing.assert_close(together[start : start + size], alone, atol=1e-5, rtol=1e-5)
+        start += size
+
+
+def test_unsorted_batch_vector() -> None:
+    batch, edge_index = random_graph_batch([30, 280, 5])
+    perm = torch.randperm(batch.numel())
+    inverse = torch.argsort(perm)
+    x = torch.randn(batch.numel(), 8)
+    norm = ContraNorm(8)
+    sorted_out = norm(x, batch=batch, edge_index=edge_index)
+    shuffled_out = norm(x[perm], batch=batch[perm], edge_index=inverse[edge_index])
+    torch.testing.assert_close(shuffled_out, sorted_out[perm], atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("tau", [0.05, 0.005])
+def test_float32_when_neighbours_carry_the_mass(tau) -> None:
+    """Neighbours almost parallel to the node, negatives orthogonal: masking is exact, no cancellation; a tiny tau
+    also drives the fixed-shift sums below float32 range and exercises the exact row-max recomputation."""
+    n, d = 400, 16
+    centers = torch.eye(d)[torch.arange(n) % 2]  # two clusters on orthogonal axes
+    x = centers + 1e-3 * torch.randn(n, d)
+    same = torch.arange(n) % 2
+    rows, cols = torch.meshgrid(torch.arange(n), torch.arange(n), indexing="ij")
+    in_cluster = (same[rows] == same[cols]) & (rows != cols) & (torch.rand(n, n) < 0.9)
+    edge_index = torch.stack([rows[in_cluster], cols[in_cluster]])
+    norm = ContraNorm(d, tau=tau, layer_norm=False)
+    out = norm(x, edge_index=edge_index)
+    ref = dense_reference(x.double(), torch.zeros(n, dtype=torch.long), edge_index, 1.0, tau, True, True, None)
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out.double(), ref, atol=2e-5, rtol=2e-5)
+
+
+@pytest.mark.parametrize("n", [3, contranorm_module.DENSE_MAX_NODES + 20])
+def test_complete_graph_has_no_negatives_and_stays_finite(n) -> None:
+    rows, cols = torch.meshgrid(torch.arange(n), torch.arange(n), indexing="ij")
+    edge_index = torch.stack([rows.flatten(), cols.flatten()])
+    edge_index = edge_index[:, edge_index[0] != edge_index[1]]
+    x = torch.randn(n, 4, requires_grad=True)
+    norm = ContraNorm(4, scale=0.5, layer_norm=False)
+    out = norm(x, edge_index=edge_index)
+    torch.testing.assert_close(out, 1.5 * x)  # no negatives: no repulsive term
+    out.sum().backward()
+    assert torch.isfinite(x.grad).all()
+
+
+def test_single_node_and_isolated_node_are_finite() -> None:
+    norm = ContraNorm(4)
+    single = torch.randn(1, 4, requires_grad=True)
+    out = norm(single, edge_index=torch.empty(2, 0, dtype=torch.long))
+    out.sum().backward()
+    assert torch.isfinite(out).all() and torch.isfinite(single.grad).all()
+
+    x = torch.randn(5, 4, requires_grad=True)
+    edge_index = torch.tensor([[0, 1, 1, 2, 2, 3], [1, 0, 2, 1, 3, 2]])  # node 4 isolated
+    out = norm(x, edge_index=edge_index)
+    out.sum().backward()
+    assert torch.isfinite(out).all() and torch.isfinite(x.grad).all()
+    compare(make_norm(4, torch.float64), x.detach().double(), None, edge_index, 1e-10)
+
+
+def test_bad_input_gives_clear_errors() -> None:
+    norm = ContraNorm(4)
+    x = torch.randn(5, 4)
+    with pytest.raises(ValueError, match="needs edge_index"):
+        norm(x)
+    with pytest.raises(ValueError, match=r"shape \[num_nodes, channels\]"):
+        norm(torch.randn(5), edge_index=torch.empty(2, 0, dtype=torch.long))
+    with pytest.raises(ValueError, match="built for 4 channels"):
+        norm(torch.randn(5, 3), edge_index=torch.empty(2, 0, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"shape \[2, num_edges\]"):
+        norm(x, edge_index=torch.zeros(3, 2, dtype=torch.long))
+    with pytest.raises(ValueError, match="outside"):
+        norm(x, edge_index=torch.tensor([[0], [5]]))
+    with pytest.raises(TypeError, match="integer"):
+        norm(x, edge_index=torch.zeros(2, 1))
+    with pytest.raises(ValueError, match="different graphs"):
+        norm(x, batch=torch.tensor([0, 0, 1, 1, 1]), edge_index=torch.tensor([[0], [3]]))
+    with pytest.raises(ValueError, match="batch must have shape"):
+        norm(x, batch=torch.zeros(4, dtype=torch.long), edge_index=torch.tensor([[0], [1]]))
+    with pytest.raises(ValueError, match="tau"):
+        ContraNorm(4, tau=0.0)
+    with pytest.raises(ValueError, match="unknown keyword"):
+        build_norm("contranorm", 4, temperature=1.0)
+
+
+def test_empty_input_gives_empty_output() -> None:
+    for layer_norm in (True, False):
+        out = ContraNorm(4, layer_norm=layer_norm)(
+            torch.empty(0, 4), batch=torch.empty(0, dtype=torch.long), edge_index=torch.empty(2, 0, dtype=torch.long)
+        )
+        assert out.shape == (0, 4)
+
+
+def test_transformer_form_needs_no_edges_and_keeps_self() -> None:
+    x = torch.randn(50, 8, dtype=torch.float64)
+    norm = make_norm(8, torch.float64, exclude_neighbors=False, scale=0.7, tau=0.4)
+    compare(norm, x, None, None, 1e-10)
+
+
+def test_registered_and_built_by_name() -> None:
+    norm = build_norm("contranorm", 16, scale=0.5, tau=0.2, exclude_neighbors=False, identity=False, layer_norm=False)
+    assert isinstance(norm, ContraNorm) and norm.scale == 0.5 and norm.tau == 0.2 and norm.layer_norm is None
+
+
+def _rss_bytes(key: str) -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(key):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"{key} not in /proc/self/status")
+
+
+def test_memory_is_linear_not_quadratic() -> None:
+    """Forward + backward at n = 10,000 must not allocate anything near n^2 floats (400 MB)."""
+    n, d = 10_000, 4
+    x = torch.randn(n, d, requires_grad=True)
+    edge_index = torch.randint(0, n, (2, 5 * n))
+    norm = ContraNorm(d)
+    with open("/proc/self/clear_refs", "w") as clear_refs:
+        clear_refs.write("5")  # reset the peak-RSS counter VmHWM
+    baseline = _rss_bytes("VmRSS")
+    started = time.perf_counter()
+    norm(x, edge_index=edge_index).sum().backward()
+    extra = _rss_bytes("VmHWM") - baseline
+    assert extra < 0.1 * n * n * 4, f"peak extra memory {extra / 1e6:.1f} MB; n x n would be {n * n * 4 / 1e6:.0f} MB"
+    assert torch.isfinite(x.grad).all()
+    assert time.perf_counter() - started < 60  # generous: the machine is shared
