@@ -12,7 +12,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -219,23 +218,17 @@ def test_submitit_local_executor(tmp_path: Path, run_log: Path, monkeypatch: pyt
 
 @pytest.mark.slow
 def test_killed_sweep_resumes_running_only_missing_runs(tmp_path: Path, run_log: Path):
+    # The real command line in a subprocess (python -m graphnorm), killed with SIGKILL after some runs finished.
     out = tmp_path / "out"
-    script = tmp_path / "sweep_script.py"
-    script.write_text(
-        textwrap.dedent(
-            f"""
-            import sys
-            sys.path.insert(0, {str(TESTS)!r})
-            from test_sweep import SWEEP, fake_run
-            from graphnorm.sweep import run_sweep
-            run_sweep(SWEEP, {str(out)!r}, run_fn=fake_run, executor="serial", make_plots=False)
-            """
-        )
-    )
-    env = {**os.environ, SLEEP_ENV: "0.4"}
-    proc = subprocess.Popen([sys.executable, str(script)], env=env, start_new_session=True)
+    config = tmp_path / "sweep.yaml"
+    config.write_text(json.dumps(SWEEP))
+    command = [sys.executable, "-m", "graphnorm", "sweep", str(config), "--out", str(out), "--executor", "serial"]
+    command += ["--run-fn", "test_sweep:fake_run", "--no-plots"]
+    pythonpath = os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])  # so jobs can import fake_run
+    env = {**os.environ, SLEEP_ENV: "0.4", "PYTHONPATH": pythonpath}
+    proc = subprocess.Popen(command, env=env, start_new_session=True, stdout=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 90
         while len(list((out / "results").glob("*.json"))) < 3:
             assert proc.poll() is None, "the sweep ended before it could be interrupted"
             assert time.monotonic() < deadline, "the sweep made no progress"

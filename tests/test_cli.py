@@ -1,0 +1,117 @@
+"""Command line: ``graphnorm sweep`` (dry run, overrides, errors, exit codes), ``graphnorm train``, the configs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from test_sweep import FAIL_ENV, SWEEP
+
+from graphnorm.cli import main
+from graphnorm.sweep import expand_grid, load_sweep_config
+
+REPO = Path(__file__).resolve().parents[1]
+EXPERIMENTS = sorted((REPO / "experiments").glob("*.yaml"))
+FAKE = ["--run-fn", "test_sweep:fake_run", "--executor", "serial", "--no-plots"]
+
+
+@pytest.fixture
+def sweep_file(tmp_path: Path) -> Path:
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(SWEEP))
+    return path
+
+
+def test_sweep_command_runs_overrides_and_dry_run_marks_states(sweep_file, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "out"
+    monkeypatch.setenv(FAIL_ENV, "pairnorm")
+    code = main(["sweep", str(sweep_file), "grid.seed=[0]", "base.epochs=5", "--out", str(out), *FAKE])
+    assert code == 1  # a run failed: the sweep finished, but says so
+    captured = capsys.readouterr()
+    assert "4 runs, 0 already done, 4 to run" in captured.out
+    assert "run/s" not in captured.err  # no progress bar when not on a terminal
+    runs = pd.read_csv(out / "runs.csv")
+    assert len(runs) == 4 and set(runs.epochs) == {5} and set(runs.seed) == {0}
+    assert yaml.safe_load((out / "sweep.yaml").read_text())["grid"]["seed"] == [0]
+
+    assert main(["sweep", "--dry-run", str(sweep_file), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    lines = [line.split() for line in printed.splitlines() if "-L" in line]
+    states = {(norm, int(depth), int(seed)): state for _, norm, depth, seed, state in lines}
+    assert len(states) == 8
+    # epochs differs from the sweep run above (5 vs 3): those runs are other configs, so all are missing...
+    assert set(states.values()) == {"missing"}
+    assert main(["sweep", "--dry-run", str(sweep_file), "base.epochs=5", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    lines = [line.split() for line in printed.splitlines() if "-L" in line]
+    states = {(norm, int(depth), int(seed)): state for _, norm, depth, seed, state in lines}
+    # ...while with the same settings the seed-0 runs are found: done or failed.
+    assert states[("none", 2, 0)] == "done" and states[("pairnorm", 4, 0)] == "failed"
+    assert states[("none", 2, 1)] == "missing"
+    assert "8 runs (2 done, 2 failed, 4 missing)" in printed
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("grid.num_layers=[2, 0]", "num_layers must be >= 1"),
+        ("grid.norm=[none, nosuch]", "unknown norm 'nosuch'"),
+        ("base.dropout=-0.5", "dropout must be in"),
+        ("base.epochz=3", "unknown config key"),
+        ("grid", "must look like key=value"),
+    ],
+)
+def test_sweep_command_rejects_bad_input_before_running(sweep_file, tmp_path, capsys, override, message):
+    out = tmp_path / "out"
+    assert main(["sweep", str(sweep_file), override, "--out", str(out), *FAKE]) == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_missing_sweep_file_is_a_clear_error(tmp_path, capsys):
+    assert main(["sweep", str(tmp_path / "nope.yaml"), "--dry-run"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("path", EXPERIMENTS, ids=[p.stem for p in EXPERIMENTS])
+def test_experiment_configs_are_valid(path: Path, capsys):
+    sweep = load_sweep_config(path)
+    configs = expand_grid(sweep)  # every run validated against the current RunConfig and norm registry
+    assert sweep["name"] == path.stem and len(configs) >= 12
+    assert {c.dataset for c in configs} == {"cora"}
+    assert main(["sweep", "--dry-run", str(path), "--out", "/nonexistent/graphnorm-dry-run"]) == 0
+    assert f"{len(configs)} missing" in capsys.readouterr().out
+
+
+def test_contranorm_protocol_config_matches_the_paper():
+    configs = expand_grid(load_sweep_config(REPO / "experiments" / "cora_contranorm_protocol.yaml"))
+    assert len(configs) == 4 * 5 * 5
+    for c in configs:
+        assert (c.hidden_channels, c.dropout, c.lr, c.weight_decay, c.epochs) == (32, 0.6, 0.005, 5e-4, 200)
+        assert (c.adjacency, c.feature_norm, c.eval_nodes, c.optimizer) == ("row", "row_l1", "rest", "adam")
+    contra = [c for c in configs if c.norm == "contranorm"]
+    assert all(c.shared_layernorm and c.norm_kwargs == {"scale": 1.0, "layer_norm": False} for c in contra)
+    pair = [c for c in configs if c.norm == "pairnorm"]
+    assert all(c.norm_kwargs == {"mode": "PN", "scale": 1.0} and not c.shared_layernorm for c in pair)
+
+
+def test_all_norms_config_covers_every_registered_norm():
+    from graphnorm.norms import available_norms
+
+    configs = expand_grid(load_sweep_config(REPO / "experiments" / "cora_all_norms.yaml"))
+    assert {c.norm for c in configs} == set(available_norms())
+
+
+def test_train_command_prints_the_record(tmp_path: Path, data_root: Path, capsys):
+    config = tmp_path / "run.yaml"
+    config.write_text("dataset: cora\nnum_layers: 2\nhidden_channels: 8\nepochs: 5\n")
+    record_file = tmp_path / "record.json"
+    assert main(["train", str(config), "norm=pairnorm", "epochs=2", "--out", str(record_file)]) == 0
+    printed = json.loads(capsys.readouterr().out.split("\n(")[0])
+    assert 0 <= printed["test_acc"] <= 1 and "layers" not in printed
+    assert json.loads(record_file.read_text())["test_acc"] == printed["test_acc"]
+    assert main(["train", str(config), "num_layers=0"]) == 2
+    assert "num_layers must be >= 1" in capsys.readouterr().err
