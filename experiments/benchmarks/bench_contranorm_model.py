@@ -1,0 +1,311 @@
+"""Benchmark 6: whole-model cost of ContraNorm in a deep GCN on Cora, against a dense-reference ContraNorm.
+
+Model (the ContraNorm paper's Cora protocol, ``experiments/cora_contranorm_protocol.yaml``): ``DeepGCN`` with hidden
+32, dropout 0.6 before each convolution (``layer_order="dropout-conv-norm-act"``), row adjacency ``D^-1 (A+I)``,
+row-L1-normalized features, ``norm="contranorm"`` with ``scale=1.0, layer_norm=False`` followed by one LayerNorm
+shared by all hidden layers (``shared_layernorm=True``); Adam (lr 0.005, weight decay 5e-4), one full-batch step
+per epoch. Depths 8 and 32.
+
+Baseline: the same model whose ContraNorm is :class:`DenseContraNorm`, written here as the official code does it:
+build the ``n x n`` similarity, set the self and neighbour entries to ``-inf``, softmax, ``P @ x`` (autograd keeps
+the ``n x n`` matrices of every layer for backward).
+
+* Epoch time: both models timed in this process, interleaved (one epoch each per round), median. Target at 8
+  layers: ours <= 0.5 x dense.
+* Peak RSS: one fresh Python process per (model, depth) (``--worker``), which loads Cora, builds the model, runs a
+  few epochs and reports its ``VmHWM`` (``/proc/self/status``; the whole process: interpreter, torch, data
+  included) and the resident memory before training. Target: ours < 1.5 GB at 32 layers.
+
+    python -m experiments.benchmarks.bench_contranorm_model [--quick] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import resource
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+import torch_geometric.transforms as T
+from torch import Tensor, nn
+from torch_geometric.data import Data
+
+from experiments.benchmarks import run_all as common
+from experiments.benchmarks.bench_gcn import synthetic_graph
+from graphnorm.models.gcn import DeepGCN
+
+REPO = Path(__file__).resolve().parents[2]
+HIDDEN = 32
+RSS_TARGET_BYTES = 1.5e9
+TIME_TARGET = 0.5  # ours / dense at 8 layers
+IMPLEMENTATIONS = ("ours", "dense")
+
+
+class DenseContraNorm(nn.Module):
+    """ContraNorm as the official code computes it (one graph, ``n x n`` similarity), same call signature as ours.
+
+    ``x' = (1 + s) x - s softmax(mask(x_hat x_hat^T / tau)) x`` with the self and neighbour entries masked to
+    ``-inf``; no LayerNorm (the model's shared LayerNorm follows).
+    """
+
+    def __init__(self, channels: int, scale: float = 1.0, tau: float = 1.0) -> None:
+        super().__init__()
+        self.channels = channels
+        self.scale = scale
+        self.tau = tau
+
+    def forward(
+        self,
+        x: Tensor,
+        batch: Tensor | None = None,
+        batch_size: int | None = None,
+        edge_index: Tensor | None = None,
+        token_mask: Tensor | None = None,
+    ) -> Tensor:
+        x_hat = F.normalize(x, dim=1)
+        sim = x_hat @ x_hat.t() / self.tau  # [n, n]
+        diagonal = torch.arange(x.size(0), device=x.device)
+        sim[diagonal, diagonal] = -math.inf
+        if edge_index is not None:
+            sim[edge_index[0], edge_index[1]] = -math.inf
+        sim = torch.softmax(sim, dim=1)
+        return (1.0 + self.scale) * x - self.scale * (sim @ x)
+
+
+def load_data(quick: bool) -> Data:
+    if quick:
+        data = synthetic_graph(num_nodes=300, num_features=16)
+        data.x = data.x.abs()
+    else:
+        from graphnorm.data import load_dataset
+
+        data = load_dataset("cora").data
+    return T.NormalizeFeatures()(data.clone())  # row-L1 features, as the protocol
+
+
+def build_model(data: Data, impl: str, num_layers: int) -> nn.Module:
+    if impl not in IMPLEMENTATIONS:
+        raise ValueError(f"impl must be one of {IMPLEMENTATIONS}, got {impl!r}")
+    if impl == "ours":
+        norm: str | nn.Module = "contranorm"
+        norm_kwargs: dict | None = {"scale": 1.0, "layer_norm": False}
+    else:
+        norm, norm_kwargs = DenseContraNorm(HIDDEN, scale=1.0), None
+    torch.manual_seed(0)
+    return DeepGCN(
+        data.num_features,
+        HIDDEN,
+        int(data.y.max()) + 1,
+        num_layers,
+        norm=norm,
+        norm_kwargs=norm_kwargs,
+        dropout=0.6,
+        adjacency="row",
+        layer_order="dropout-conv-norm-act",
+        shared_layernorm=True,
+    )
+
+
+def epoch_fn(model: nn.Module, data: Data) -> Callable[[], None]:
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.005, weight_decay=5e-4)
+    model.train()
+
+    def epoch() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        out = model(data.x, data.edge_index)
+        loss = F.cross_entropy(out[data.train_mask], data.y[data.train_mask])
+        loss.backward()
+        optimizer.step()
+
+    return epoch
+
+
+def _status_bytes(field: str) -> int | None:
+    """A ``kB`` field of ``/proc/self/status`` (VmRSS, VmHWM) in bytes; None where there is no procfs."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def measure_config(impl: str, num_layers: int, epochs: int, quick: bool = False) -> dict:
+    """Worker body: load data, build the model, run ``epochs`` epochs; peak and pre-training resident memory.
+
+    Meaningful as a peak only in a fresh process (``--worker``); in-process it reports the caller's peak.
+    """
+    import time
+
+    data = load_data(quick)
+    model = build_model(data, impl, num_layers)
+    epoch = epoch_fn(model, data)
+    rss_before = _status_bytes("VmRSS")
+    times = []
+    for _ in range(epochs):
+        start = time.perf_counter()
+        epoch()
+        times.append(time.perf_counter() - start)
+    peak = _status_bytes("VmHWM")
+    if peak is None:  # no procfs: getrusage's maximum resident set (kB on Linux)
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return {
+        "impl": impl,
+        "layers": num_layers,
+        "epoch_s": times,
+        "peak_rss_bytes": peak,
+        "rss_before_bytes": rss_before,
+    }
+
+
+def measure_in_subprocess(impl: str, num_layers: int, epochs: int, quick: bool = False) -> dict:
+    """Run :func:`measure_config` in a fresh interpreter; its JSON result (the last stdout line)."""
+    command = [
+        sys.executable,
+        "-m",
+        "experiments.benchmarks.bench_contranorm_model",
+        "--worker",
+        "--impl",
+        impl,
+        "--layers",
+        str(num_layers),
+        "--epochs",
+        str(epochs),
+        "--threads",
+        str(torch.get_num_threads()),
+    ] + (["--quick"] if quick else [])
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise RuntimeError(f"worker {impl} {num_layers} layers failed:\n{result.stderr[-3000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def run(
+    quick: bool = False, out_dir: Path | None = None, repeats: int | None = None, subprocesses: bool | None = None
+) -> common.BenchReport:
+    """Epoch time (interleaved, in process) and peak RSS (fresh process per config unless ``subprocesses=False``).
+
+    Quick mode measures the RSS in this process by default (a fresh interpreter costs more than the whole smoke
+    test); those numbers are the test process's, not a model's.
+    """
+    depths = (2, 4) if quick else (8, 32)
+    repeats = repeats or (2 if quick else 5)
+    min_seconds = 0.002 if quick else 0.02  # a candidate faster than this is looped within a round
+    worker_epochs = 2 if quick else 3
+    subprocesses = (not quick) if subprocesses is None else subprocesses
+    data = load_data(quick)
+
+    rows: list[dict] = []
+    targets: list[common.Target] = []
+    for depth in depths:
+        fns = {impl: epoch_fn(build_model(data, impl, depth), data) for impl in IMPLEMENTATIONS}
+        times = common.time_interleaved(fns, repeats=repeats, min_seconds=min_seconds)
+        del fns
+        memory = {}
+        for impl in IMPLEMENTATIONS:
+            if subprocesses:
+                memory[impl] = measure_in_subprocess(impl, depth, worker_epochs, quick)
+            else:
+                memory[impl] = measure_config(impl, depth, worker_epochs, quick)
+        ratio = times["ours"] / times["dense"]
+        row = {
+            "layers": depth,
+            "ours epoch (ms)": times["ours"] * 1e3,
+            "dense epoch (ms)": times["dense"] * 1e3,
+            "ours / dense": ratio,
+            "ours peak RSS (MB)": memory["ours"]["peak_rss_bytes"] / 2**20,
+            "dense peak RSS (MB)": memory["dense"]["peak_rss_bytes"] / 2**20,
+            "RSS before training (MB)": (memory["ours"]["rss_before_bytes"] or 0) / 2**20,
+        }
+        rows.append(row)
+        print(common.format_row(row), flush=True)
+        if depth == depths[0]:
+            targets.append(
+                common.Target(
+                    f"epoch time, {depth} layers: ours / dense", f"<= {TIME_TARGET}", ratio, ratio <= TIME_TARGET
+                )
+            )
+        if depth == depths[-1]:
+            peak = memory["ours"]["peak_rss_bytes"]
+            targets.append(
+                common.Target(
+                    f"peak RSS, {depth} layers (ours)",
+                    "< 1.5 GB",
+                    peak / 1e9,
+                    peak < RSS_TARGET_BYTES if subprocesses else None,
+                )
+            )
+    plots = []
+    if out_dir is not None:
+        plots.append(_plot(rows, Path(out_dir)))
+    graph = "random graph (300 nodes)" if quick else "Cora"
+    rss_how = "fresh process per config, VmHWM" if subprocesses else "IN-PROCESS (quick mode: not a model's peak)"
+    setup = (
+        f"{graph}, DeepGCN hidden {HIDDEN}, ContraNorm protocol (row adjacency, row-L1 features, dropout 0.6 before "
+        f"conv, ContraNorm scale 1 + shared LayerNorm). Epoch: {repeats} interleaved rounds, median. Peak RSS: "
+        f"{rss_how}, {worker_epochs} epochs; GB = 1e9 bytes in the target, MB = 2^20 bytes in the table."
+    )
+    return common.BenchReport(
+        name="contranorm_model",
+        title="6. Whole-model cost of ContraNorm (DeepGCN on Cora)",
+        setup=setup,
+        tables=[common.markdown_table(rows)],
+        targets=targets,
+        plots=plots,
+    )
+
+
+def _plot(rows: list[dict], out_dir: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    layers = [row["layers"] for row in rows]
+    fig, (ax_time, ax_mem) = plt.subplots(1, 2, figsize=(9, 3.5))
+    for key, label in (("ours epoch (ms)", "ContraNorm (ours)"), ("dense epoch (ms)", "dense reference")):
+        ax_time.plot(layers, [row[key] for row in rows], marker="o", label=label)
+    for key, label in (("ours peak RSS (MB)", "ContraNorm (ours)"), ("dense peak RSS (MB)", "dense reference")):
+        ax_mem.plot(layers, [row[key] for row in rows], marker="o", label=label)
+    ax_time.set(xlabel="layers", ylabel="epoch time (ms)", title="epoch time")
+    ax_mem.set(xlabel="layers", ylabel="peak RSS (MB)", title="peak RSS")
+    ax_time.legend()
+    fig.tight_layout()
+    path = out_dir / "contranorm_model_scaling.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--worker", action="store_true", help="measure one config and print JSON (internal)")
+    parser.add_argument("--impl", choices=IMPLEMENTATIONS, default="ours")
+    parser.add_argument("--layers", type=int, default=8)
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=None)
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.worker:
+        print(json.dumps(measure_config(args.impl, args.layers, args.epochs, args.quick)))
+        return
+    print(run(quick=args.quick, out_dir=args.out).to_markdown())
+
+
+if __name__ == "__main__":
+    main()

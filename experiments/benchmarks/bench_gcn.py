@@ -1,0 +1,155 @@
+"""Benchmark 4: training epoch time of ``DeepGCN`` against PyG's ``torch_geometric.nn.models.GCN`` on Cora.
+
+Config (both models): ``num_layers`` GCN convolutions (2, 16, 64), hidden 64, dropout 0.5, ReLU, norm ``none`` or
+``batchnorm``, layer structure conv -> norm -> ReLU -> dropout for every hidden layer and a bare conv as the
+classifier (PyG ``BasicGNN`` with ``act_first=False``; ``DeepGCN`` with ``layer_order="conv-norm-act-dropout"``),
+symmetric ``D^-1/2 (A+I) D^-1/2`` adjacency, no residuals. One epoch = full batch: zero_grad, forward,
+cross-entropy on the training nodes, backward, one Adam step (lr 0.01, weight decay 5e-4).
+
+Baselines, timed in the same process, interleaved with ``DeepGCN`` (one epoch of each per round, median):
+
+* ``PyG GCN``: the default model, whose ``GCNConv`` recomputes the normalized adjacency in every layer (target:
+  ``DeepGCN / PyG GCN <= 1.1``);
+* ``PyG GCN cached``: the same with ``cached=True`` (adjacency normalized once, as ``DeepGCN`` does); reported.
+
+    python -m experiments.benchmarks.bench_gcn [--quick] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch_geometric.data import Data
+from torch_geometric.nn.models import GCN
+
+from experiments.benchmarks import run_all as common
+from graphnorm.models.gcn import DeepGCN
+
+TARGET = 1.1
+HIDDEN = 64
+DROPOUT = 0.5
+
+
+def load_cora() -> Data:
+    from graphnorm.data import load_dataset
+
+    return load_dataset("cora").data
+
+
+def synthetic_graph(num_nodes: int = 300, num_features: int = 32, num_classes: int = 4, seed: int = 0) -> Data:
+    """A small random graph with Cora's fields (quick mode)."""
+    generator = torch.Generator().manual_seed(seed)
+    edges = torch.randint(0, num_nodes, (2, 4 * num_nodes), generator=generator)
+    edge_index = torch.cat([edges, edges.flip(0)], dim=1)
+    train_mask = torch.zeros(num_nodes, dtype=torch.bool)
+    train_mask[: num_nodes // 5] = True
+    return Data(
+        x=torch.randn(num_nodes, num_features, generator=generator),
+        edge_index=edge_index,
+        y=torch.randint(0, num_classes, (num_nodes,), generator=generator),
+        train_mask=train_mask,
+    )
+
+
+def build_models(data: Data, num_layers: int, norm: str) -> dict[str, nn.Module]:
+    """DeepGCN and the two PyG GCN baselines with the same depth, width, dropout and norm."""
+    in_channels, out_channels = data.num_features, int(data.y.max()) + 1
+    pyg_norm = None if norm == "none" else norm
+    models: dict[str, nn.Module] = {}
+    torch.manual_seed(0)
+    models["DeepGCN"] = DeepGCN(
+        in_channels,
+        HIDDEN,
+        out_channels,
+        num_layers,
+        norm=norm,
+        dropout=DROPOUT,
+        adjacency="sym",
+        layer_order="conv-norm-act-dropout",
+    )
+    torch.manual_seed(0)
+    models["PyG GCN"] = GCN(in_channels, HIDDEN, num_layers, out_channels, dropout=DROPOUT, norm=pyg_norm)
+    torch.manual_seed(0)
+    models["PyG GCN cached"] = GCN(
+        in_channels, HIDDEN, num_layers, out_channels, dropout=DROPOUT, norm=pyg_norm, cached=True
+    )
+    return models
+
+
+def epoch_fn(model: nn.Module, data: Data) -> Callable[[], None]:
+    """One full-batch training epoch (forward, loss on the training nodes, backward, one Adam step)."""
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=5e-4)
+    model.train()
+
+    def epoch() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        out = model(data.x, data.edge_index)
+        loss = F.cross_entropy(out[data.train_mask], data.y[data.train_mask])
+        loss.backward()
+        optimizer.step()
+
+    return epoch
+
+
+def run(quick: bool = False, out_dir: Path | None = None, repeats: int | None = None) -> common.BenchReport:
+    data = synthetic_graph() if quick else load_cora()
+    depths = (2, 4) if quick else (2, 16, 64)
+    repeats = repeats or (3 if quick else 7)
+    min_seconds = 0.002 if quick else 0.02  # a candidate faster than this is looped within a round
+    rows: list[dict] = []
+    targets: list[common.Target] = []
+    for norm in ("none", "batchnorm"):
+        for depth in depths:
+            models = build_models(data, depth, norm)
+            fns = {name: epoch_fn(model, data) for name, model in models.items()}
+            times = common.time_interleaved(fns, repeats=repeats, min_seconds=min_seconds)
+            peak = {name: common.peak_memory(fn) for name, fn in fns.items()}
+            ratio = times["DeepGCN"] / times["PyG GCN"]
+            ratio_cached = times["DeepGCN"] / times["PyG GCN cached"]
+            row = {
+                "norm": norm,
+                "layers": depth,
+                "DeepGCN (ms)": times["DeepGCN"] * 1e3,
+                "PyG GCN (ms)": times["PyG GCN"] * 1e3,
+                "PyG GCN cached (ms)": times["PyG GCN cached"] * 1e3,
+                "DeepGCN / PyG GCN": ratio,
+                "DeepGCN / PyG cached": ratio_cached,
+                "peak MB DeepGCN": common.megabytes(peak["DeepGCN"]),
+                "peak MB PyG GCN": common.megabytes(peak["PyG GCN"]),
+            }
+            rows.append(row)
+            print(common.format_row(row), flush=True)
+            targets.append(
+                common.Target(f"{norm}, {depth} layers: DeepGCN / PyG GCN", f"<= {TARGET}", ratio, ratio <= TARGET)
+            )
+    graph = "random graph" if quick else "Cora"
+    setup = (
+        f"{graph} ({data.num_nodes} nodes, {data.edge_index.size(1)} directed edges, {data.num_features} features), "
+        f"hidden {HIDDEN}, dropout {DROPOUT}, conv -> norm -> ReLU -> dropout, bare conv classifier, sym adjacency, "
+        f"Adam; one full-batch epoch incl. backward and step; {repeats} interleaved rounds, median. "
+        "Peak MB: extra resident memory during one epoch."
+    )
+    return common.BenchReport(
+        name="gcn",
+        title="4. DeepGCN training epoch vs PyG GCN",
+        setup=setup,
+        tables=[common.markdown_table(rows)],
+        targets=targets,
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    print(run(quick=args.quick, out_dir=args.out).to_markdown())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,347 @@
+"""Run every benchmark and write ONE markdown report (tables, targets met or not, plots) to ``--out``.
+
+    python -m experiments.benchmarks.run_all [--quick] [--out DIR] [--only NAME ...]
+
+Benchmarks (see each module's docstring for its setup and target):
+
+* ``contranorm``: ContraNorm kernel vs its dense reference and its scaling (``bench_contranorm``, helper module);
+* ``norms``: per-graph element-wise norms vs PyG/torch and the ``x.clone()`` floor (``bench_norms``);
+* ``gcn``: DeepGCN training epoch vs PyG GCN on Cora (``bench_gcn``);
+* ``probe``: CollapseProbe on a 64-layer GCN vs one forward pass (``bench_probe``);
+* ``contranorm_model``: DeepGCN + ContraNorm on Cora vs a dense-reference ContraNorm, epoch time and peak RSS
+  (``bench_contranorm_model``).
+
+Every benchmark compares against a baseline run in the same process (interleaved rounds, median) and notes the
+machine load (``os.getloadavg()``) before and after it: on a shared machine the ratios are what carries over,
+absolute times do not. ``--quick`` runs tiny sizes (the smoke test in ``tests/test_benchmarks_suite.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import importlib
+import os
+import platform
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_OUT = REPO / "runs" / "benchmarks"
+REPORT_NAME = "report.md"
+
+# name -> module under experiments.benchmarks, in run order
+BENCHMARKS: dict[str, str] = {
+    "contranorm": "bench_contranorm",
+    "norms": "bench_norms",
+    "gcn": "bench_gcn",
+    "probe": "bench_probe",
+    "contranorm_model": "bench_contranorm_model",
+}
+
+
+@dataclass
+class Target:
+    """One performance target: what is required, the measured value, and whether it was met (None: no target)."""
+
+    what: str
+    required: str
+    measured: float | None
+    met: bool | None
+
+
+@dataclass
+class BenchReport:
+    """One benchmark's section of the report."""
+
+    name: str
+    title: str
+    setup: str
+    tables: list[str] = field(default_factory=list)  # markdown tables
+    targets: list[Target] = field(default_factory=list)
+    plots: list[Path] = field(default_factory=list)
+    load_before: tuple[float, float, float] | None = None
+    load_after: tuple[float, float, float] | None = None
+    seconds: float | None = None
+    error: str | None = None
+
+    def to_markdown(self, relative_to: Path | None = None) -> str:
+        lines = [f"## {self.title}", "", self.setup, ""]
+        if self.load_before is not None and self.load_after is not None:
+            lines += [
+                f"Load average (1/5/15 min): before {_fmt_load(self.load_before)}, after {_fmt_load(self.load_after)}."
+            ]
+        if self.seconds is not None:
+            lines += [f"Wall time of this benchmark: {self.seconds:.1f} s.", ""]
+        if self.error:
+            lines += ["**Failed:**", "", "```", self.error.rstrip(), "```", ""]
+        for table in self.tables:
+            lines += [table, ""]
+        if self.targets:
+            lines += ["| target | required | measured | met |", "|---|---|---|---|"]
+            for target in self.targets:
+                lines.append(
+                    f"| {target.what} | {target.required} | {format_value(target.measured)} | {_fmt_met(target.met)} |"
+                )
+            lines.append("")
+        for plot in self.plots:
+            shown = Path(plot)
+            if relative_to is not None:
+                with contextlib.suppress(ValueError):  # plots outside the report folder keep their full path
+                    shown = shown.relative_to(relative_to)
+            lines += [f"![{shown.stem}]({shown.as_posix()})", ""]
+        return "\n".join(lines)
+
+
+def _fmt_load(load: tuple[float, float, float]) -> str:
+    return "/".join(f"{value:.2f}" for value in load)
+
+
+def _fmt_met(met: bool | None) -> str:
+    return "n/a" if met is None else ("yes" if met else "**NO**")
+
+
+def format_value(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if value != value:  # NaN
+            return "nan"
+        if abs(value) >= 100:
+            return f"{value:.0f}"
+        if abs(value) >= 10:
+            return f"{value:.1f}"
+        return f"{value:.3g}" if abs(value) < 0.01 else f"{value:.2f}"
+    return str(value)
+
+
+def markdown_table(rows: list[dict]) -> str:
+    """Rows (dicts with the same keys) as a markdown table; numbers rounded for reading."""
+    if not rows:
+        return ""
+    columns = list(rows[0])
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for row in rows:
+        lines.append("| " + " | ".join(format_value(row.get(column)) for column in columns) + " |")
+    return "\n".join(lines)
+
+
+def format_row(row: dict) -> str:
+    """One result row as ``key=value`` pairs for the console."""
+    return "  ".join(f"{key}={format_value(value)}" for key, value in row.items())
+
+
+# --- timing and memory (fallbacks: helper B's _common.py did not exist when this suite was written) -------------
+def median(values: list[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else 0.5 * (ordered[middle - 1] + ordered[middle])
+
+
+def time_interleaved(
+    fns: dict[str, Callable[[], object]], repeats: int = 5, warmup: int = 1, min_seconds: float = 0.02
+) -> dict[str, float]:
+    """Median seconds per call of every candidate, timed in interleaved rounds.
+
+    Each round calls every candidate once (the order rotates between rounds, so none always runs first after
+    the same neighbour); a candidate faster than ``min_seconds`` is called ``number`` times in a row per round
+    (calibrated once) and its time divided by ``number``. ``warmup`` untimed rounds first.
+    """
+    names = list(fns)
+    for _ in range(warmup):
+        for name in names:
+            fns[name]()
+    number = {}
+    for name in names:
+        start = time.perf_counter()
+        fns[name]()
+        elapsed = time.perf_counter() - start
+        number[name] = max(1, min(1000, int(min_seconds / max(elapsed, 1e-9)) + 1)) if elapsed < min_seconds else 1
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for round_index in range(repeats):
+        shift = round_index % len(names)
+        for name in names[shift:] + names[:shift]:
+            fn, count = fns[name], number[name]
+            start = time.perf_counter()
+            for _ in range(count):
+                fn()
+            samples[name].append((time.perf_counter() - start) / count)
+    return {name: median(values) for name, values in samples.items()}
+
+
+def _status_kib(field_name: str) -> int | None:
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith(field_name + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def peak_memory(fn: Callable[[], object]) -> float | None:
+    """Extra resident memory (bytes) at the peak of one ``fn()`` call over the resident memory before it.
+
+    Linux: resets the process's peak (``/proc/self/clear_refs`` = 5), runs ``fn`` and reads ``VmHWM - VmRSS``.
+    Memory the allocator reuses from earlier frees does not show, so this is a lower bound. None without procfs.
+    """
+    import gc
+
+    gc.collect()
+    try:
+        with open("/proc/self/clear_refs", "w") as clear:
+            clear.write("5")
+    except OSError:
+        return None
+    before = _status_kib("VmRSS")
+    fn()
+    peak = _status_kib("VmHWM")
+    if before is None or peak is None:
+        return None
+    return max(0, peak - before) * 1024.0
+
+
+def megabytes(value: float | None) -> float | None:
+    """Bytes as MB (2^20 bytes); None stays None."""
+    return None if value is None else value / 2**20
+
+
+def machine_summary() -> str:
+    load = os.getloadavg()
+    return (
+        f"{platform.platform()}, Python {platform.python_version()}, torch {torch.__version__}, "
+        f"{os.cpu_count()} CPUs, torch threads {torch.get_num_threads()}, load average {_fmt_load(load)} at start"
+    )
+
+
+def run_benchmark(name: str, quick: bool, out_dir: Path) -> BenchReport:
+    """Run one benchmark, never raising: a failure becomes the section's error text."""
+    module_name = f"experiments.benchmarks.{BENCHMARKS[name]}"
+    load_before = os.getloadavg()
+    start = time.perf_counter()
+    try:
+        module = importlib.import_module(module_name)
+        if name == "contranorm":
+            report = _run_helper_contranorm(module, quick, out_dir)
+        else:
+            report = module.run(quick=quick, out_dir=out_dir)
+    except Exception:  # the report says what failed; the other benchmarks still run
+        report = BenchReport(name=name, title=name, setup=f"`{module_name}`", error=traceback.format_exc())
+    report.seconds = time.perf_counter() - start
+    report.load_before, report.load_after = load_before, os.getloadavg()
+    return report
+
+
+def _run_helper_contranorm(module: object, quick: bool, out_dir: Path) -> BenchReport:
+    """``bench_contranorm`` (another helper's): its markdown output, captured from a subprocess."""
+    command = [sys.executable, "-m", "experiments.benchmarks.bench_contranorm"] + (["--quick"] if quick else [])
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=False)
+    report = BenchReport(
+        name="contranorm",
+        title="ContraNorm kernel vs dense reference, and scaling (bench_contranorm)",
+        setup=f"`{' '.join(command[1:])}` in a subprocess; its output:",
+        tables=[result.stdout.strip()],
+    )
+    if result.returncode != 0:
+        report.error = result.stderr[-4000:]
+    return report
+
+
+def write_report(reports: list[BenchReport], out_dir: Path, quick: bool, header: str) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    now = dt.datetime.now().isoformat(timespec="seconds")
+    lines = [
+        "# graphnorm benchmark report" + (" (--quick: tiny sizes, smoke test only)" if quick else ""),
+        "",
+        f"Generated {now} by `python -m experiments.benchmarks.run_all{' --quick' if quick else ''}`.",
+        "",
+        f"Machine: {header}.",
+        "",
+        "Ratios compare against a baseline timed in the same process (interleaved rounds, median). The machine may "
+        "be shared: read the load average of each section; absolute times are not comparable across runs.",
+        "",
+        "## Summary",
+        "",
+        "| benchmark | target | required | measured | met |",
+        "|---|---|---|---|---|",
+    ]
+    for report in reports:
+        if report.error:
+            lines.append(f"| {report.name} | (failed, see below) | - | - | **NO** |")
+        for target in report.targets:
+            lines.append(
+                f"| {report.name} | {target.what} | {target.required} | {format_value(target.measured)} | "
+                f"{_fmt_met(target.met)} |"
+            )
+    lines.append("")
+    for report in reports:
+        lines += [report.to_markdown(relative_to=out_dir), ""]
+    path = out_dir / REPORT_NAME
+    path.write_text("\n".join(lines))
+    return path
+
+
+def run_all(
+    quick: bool = False, out_dir: Path = DEFAULT_OUT, only: list[str] | None = None, threads: int | None = None
+) -> Path:
+    """Run the benchmarks ``only`` (default all) and write the report; returns its path.
+
+    ``threads``: torch intra-op threads for every benchmark (default: 1 with ``quick``, where tensors are tiny and
+    threads only add start-up and spinning, else torch's default, i.e. all cores). Restored afterwards.
+    """
+    names = only or list(BENCHMARKS)
+    unknown = sorted(set(names) - set(BENCHMARKS))
+    if unknown:
+        raise ValueError(f"unknown benchmark(s) {unknown}; valid: {', '.join(BENCHMARKS)}")
+    previous_threads = torch.get_num_threads()
+    if threads is None and quick:
+        threads = 1
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        header = machine_summary()
+        print(f"# {header}", flush=True)
+        reports = []
+        for name in names:
+            print(f"## {name}", flush=True)
+            report = run_benchmark(name, quick, out_dir)
+            if report.error:
+                print(report.error, file=sys.stderr, flush=True)
+            reports.append(report)
+    finally:
+        torch.set_num_threads(previous_threads)
+    path = write_report(reports, out_dir, quick, header)
+    print(f"report: {path}", flush=True)
+    return path
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke test, seconds)")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"report folder (default {DEFAULT_OUT})")
+    parser.add_argument("--only", nargs="+", choices=list(BENCHMARKS), default=None, help="run only these")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch threads (default: 1 with --quick, else torch's default)"
+    )
+    args = parser.parse_args(argv)
+    run_all(quick=args.quick, out_dir=args.out, only=args.only, threads=args.threads)
+
+
+if __name__ == "__main__":
+    # Run through the importable module so the report types are the ones the benchmarks import.
+    from experiments.benchmarks.run_all import main as _main
+
+    _main()
