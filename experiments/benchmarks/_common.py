@@ -1,0 +1,170 @@
+"""Small shared helpers for the benchmarks: interleaved median timing, peak memory, FLOP rates, markdown tables.
+
+On a shared machine absolute times drift with the load; ratios between candidates timed in the same process, in
+interleaved rounds, are what carries over. Every helper here is deterministic given the measurements.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import os
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+
+
+def median(values: Sequence[float]) -> float:
+    """Median of a non-empty sequence."""
+    if not values:
+        raise ValueError("median of an empty sequence")
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else 0.5 * (ordered[middle - 1] + ordered[middle])
+
+
+def time_interleaved_samples(
+    fns: dict[str, Callable[[], object]], repeats: int = 5, warmup: int = 1, min_seconds: float = 0.02
+) -> dict[str, list[float]]:
+    """Seconds per call of every candidate, one sample per round, in interleaved rounds.
+
+    Each round calls every candidate once; the order rotates between rounds so no candidate always follows the same
+    neighbour. A candidate faster than ``min_seconds`` is called ``number`` times per round (calibrated once) and its
+    time divided by ``number``. ``warmup`` untimed rounds come first.
+    """
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    names = list(fns)
+    for _ in range(warmup):
+        for name in names:
+            fns[name]()
+    number: dict[str, int] = {}
+    for name in names:
+        start = time.perf_counter()
+        fns[name]()
+        elapsed = time.perf_counter() - start
+        number[name] = 1 if elapsed >= min_seconds else min(1000, int(min_seconds / max(elapsed, 1e-9)) + 1)
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for round_index in range(repeats):
+        shift = round_index % len(names)
+        for name in names[shift:] + names[:shift]:
+            fn, count = fns[name], number[name]
+            start = time.perf_counter()
+            for _ in range(count):
+                fn()
+            samples[name].append((time.perf_counter() - start) / count)
+    return samples
+
+
+def time_interleaved(
+    fns: dict[str, Callable[[], object]], repeats: int = 5, warmup: int = 1, min_seconds: float = 0.02
+) -> dict[str, float]:
+    """Median seconds per call of every candidate (see :func:`time_interleaved_samples`)."""
+    samples = time_interleaved_samples(fns, repeats=repeats, warmup=warmup, min_seconds=min_seconds)
+    return {name: median(values) for name, values in samples.items()}
+
+
+def _status_kib(field_name: str) -> int | None:
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith(field_name + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def peak_memory(fn: Callable[[], object]) -> float | None:
+    """Extra resident memory (bytes) at the peak of one ``fn()`` call over the resident memory just before it.
+
+    Linux only: resets the process's peak RSS (``/proc/self/clear_refs`` = 5), runs ``fn`` and reads
+    ``VmHWM - VmRSS``. Memory the allocator reuses from earlier frees does not show, so this is a lower bound;
+    allocations of more than a few hundred KB are fresh ``mmap`` s and do show. ``None`` without procfs.
+    """
+    gc.collect()
+    try:
+        with open("/proc/self/clear_refs", "w") as clear:
+            clear.write("5")
+    except OSError:
+        return None
+    before = _status_kib("VmRSS")
+    fn()
+    peak = _status_kib("VmHWM")
+    if before is None or peak is None:
+        return None
+    return max(0, peak - before) * 1024.0
+
+
+def megabytes(value: float | None) -> float | None:
+    """Bytes as MB (2^20 bytes); ``None`` stays ``None``."""
+    return None if value is None else value / 2**20
+
+
+def matmul_flop_rate(size: int = 2048, repeats: int = 3) -> float:
+    """This machine's float32 FLOP/s for one large square ``torch.mm`` (median of ``repeats``), the reference rate."""
+    a = torch.randn(size, size)
+    b = torch.randn(size, size)
+    seconds = time_interleaved({"mm": lambda: torch.mm(a, b)}, repeats=repeats, warmup=1)["mm"]
+    return 2.0 * size**3 / seconds
+
+
+def loglog_slope(xs: Sequence[float], ys: Sequence[float]) -> float:
+    """Least-squares slope of ``log y`` against ``log x`` (the exponent ``k`` of ``y ~ x^k``)."""
+    pairs = [(math.log(x), math.log(y)) for x, y in zip(xs, ys) if x > 0 and y is not None and y > 0]
+    if len(pairs) < 2:
+        return float("nan")
+    mean_x = sum(p[0] for p in pairs) / len(pairs)
+    mean_y = sum(p[1] for p in pairs) / len(pairs)
+    var_x = sum((p[0] - mean_x) ** 2 for p in pairs)
+    cov = sum((p[0] - mean_x) * (p[1] - mean_y) for p in pairs)
+    return cov / var_x if var_x > 0 else float("nan")
+
+
+def format_ratio(baseline_seconds: float, candidate_seconds: float) -> str:
+    """``"2.31x faster"`` / ``"1.20x slower"``: how the candidate compares with the baseline."""
+    if candidate_seconds <= 0 or baseline_seconds <= 0:
+        return "n/a"
+    ratio = baseline_seconds / candidate_seconds
+    return f"{ratio:.2f}x faster" if ratio >= 1 else f"{1 / ratio:.2f}x slower"
+
+
+def format_value(value: object) -> str:
+    """Table cell text: floats with 3 significant digits, ``None`` as a dash."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        return f"{value:.3g}" if abs(value) < 1e5 else f"{value:.3e}"
+    return str(value)
+
+
+def markdown_table(rows: Sequence[dict]) -> str:
+    """A markdown table from dict rows (columns: the keys of the first row, in order)."""
+    if not rows:
+        return "(no rows)"
+    headers = list(rows[0])
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(format_value(row.get(h)) for h in headers) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def load_summary() -> str:
+    """The 1/5/15-minute load averages and CPU count, to state under which load numbers were taken."""
+    one, five, fifteen = os.getloadavg()
+    return (
+        f"load average {one:.2f} / {five:.2f} / {fifteen:.2f} on {os.cpu_count()} CPUs, "
+        f"torch threads {torch.get_num_threads()}"
+    )
+
+
+def write_markdown(path: Path, text: str) -> Path:
+    """Write ``text`` to ``path`` (parents created) and return the path."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text if text.endswith("\n") else text + "\n")
+    return path
