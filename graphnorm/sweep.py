@@ -20,6 +20,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import copy
+import dataclasses
 import fcntl
 import hashlib
 import importlib
@@ -183,7 +184,11 @@ def expand_grid(sweep: dict[str, Any]) -> list[RunConfig]:
             config = RunConfig.from_dict(merged)
         except (ValueError, TypeError) as e:
             where = ", ".join(f"{k}={v!r}" for k, v in point.items()) or "base"
-            raise ValueError(f"invalid run ({where}): {e}") from None
+            # A TypeError here is a value of the wrong type; PyYAML's classic trap is 5e-4, read as a string.
+            hint = " (a value has the wrong type; note YAML reads 5e-4 as a string: write 5.0e-4)" * isinstance(
+                e, TypeError
+            )
+            raise ValueError(f"invalid run ({where}): {e}{hint}") from None
         run_id = config_run_id(config)
         if run_id in seen:
             raise ValueError(f"grid point {point} duplicates {seen[run_id]}: the grid lists a value twice")
@@ -194,7 +199,10 @@ def expand_grid(sweep: dict[str, Any]) -> list[RunConfig]:
 
 def config_run_id(config: RunConfig) -> str:
     """Stable, readable id: ``<norm>-L<layers>-s<seed>-<hash of the full config>``."""
+    float_fields = {f.name for f in dataclasses.fields(RunConfig) if f.type in ("float", float)}
     values = {k: v for k, v in config.to_dict().items() if k not in NOT_HASHED}
+    # lr: 1 and lr: 1.0 are the same run.
+    values.update({k: float(v) for k, v in values.items() if k in float_fields and isinstance(v, int)})
     digest = hashlib.sha1(json.dumps(values, sort_keys=True, default=str).encode()).hexdigest()[:10]
     return f"{config.norm}-L{config.num_layers}-s{config.seed}-{digest}"
 
@@ -291,8 +299,8 @@ def failed_result(config: RunConfig, error: str) -> dict[str, Any]:
         "status": "failed",
         "record": {},
         "layers": [],
-        "error": error,
-        "traceback": None,
+        "error": error.strip().splitlines()[0],  # one line for runs.csv; the whole message stays in the json
+        "traceback": error,
         "elapsed_s": None,
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
@@ -625,21 +633,12 @@ def _run_process_pool(
             raise
 
 
-def _run_submitit(
-    run_fn: RunFn,
-    todo: list[RunConfig],
-    out: Path,
-    executor_name: str,
-    workers: int | None,
-    threads: int | None,
-    slurm: SlurmOptions,
-    finished: Callable[[str], None],
-) -> None:
-    """One code path for SLURM and submitit's LocalExecutor (which runs every submitted job at once, hence the cap)."""
+def make_submitit_executor(
+    out: Path, executor_name: str, num_runs: int, workers: int | None, threads: int | None, slurm: SlurmOptions
+) -> tuple[Any, int, int]:
+    """The submitit executor, how many jobs may be in flight at once, and torch threads per run."""
     import submitit
 
-    if not todo:
-        return
     cluster = "slurm" if executor_name == "slurm" else "local"
     ex = submitit.AutoExecutor(folder=out / "submitit" / "%j", cluster=cluster)
     params: dict[str, Any] = {"name": f"graphnorm-{out.name}", "timeout_min": slurm.time_min}
@@ -652,13 +651,30 @@ def _run_submitit(
             slurm_array_parallelism=slurm.array_parallelism,
             slurm_account=slurm.account,
         )
-        max_in_flight = len(todo)  # one job array; SLURM schedules it
+        max_in_flight = num_runs  # one job array; SLURM schedules it
         threads = threads or slurm.cpus_per_task
     else:
         cores = available_cores()
-        max_in_flight = min(workers or cores, len(todo))
+        max_in_flight = min(workers or cores, num_runs)
         threads = threads or max(1, cores // max_in_flight)
     ex.update_parameters(**{k: v for k, v in params.items() if v is not None})
+    return ex, max_in_flight, threads
+
+
+def _run_submitit(
+    run_fn: RunFn,
+    todo: list[RunConfig],
+    out: Path,
+    executor_name: str,
+    workers: int | None,
+    threads: int | None,
+    slurm: SlurmOptions,
+    finished: Callable[[str], None],
+) -> None:
+    """One code path for SLURM and submitit's LocalExecutor (which runs every submitted job at once, hence the cap)."""
+    if not todo:
+        return
+    ex, max_in_flight, threads = make_submitit_executor(out, executor_name, len(todo), workers, threads, slurm)
     pending = list(todo)
     running: dict[Any, RunConfig] = {}
     try:
@@ -677,7 +693,7 @@ def _run_submitit(
                     write_result(out, failed_result(config, f"job {job.job_id} died: {type(e).__name__}: {e}"))
                     finished(config_run_id(config))
             if not done:
-                time.sleep(0.2 if cluster == "local" else 10.0)
+                time.sleep(10.0 if executor_name == "slurm" else 0.2)
     except BaseException:
         for job in running:
             with contextlib.suppress(Exception):

@@ -115,3 +115,12 @@ def test_train_command_prints_the_record(tmp_path: Path, data_root: Path, capsys
     assert json.loads(record_file.read_text())["test_acc"] == printed["test_acc"]
     assert main(["train", str(config), "num_layers=0"]) == 2
     assert "num_layers must be >= 1" in capsys.readouterr().err
+
+
+def test_slurm_executor_without_slurm_is_a_clear_error(sweep_file, tmp_path, capsys):
+    # This machine has no SLURM: submitit refuses, the sweep says so in one line, and nothing runs.
+    out = tmp_path / "out"
+    args = ["sweep", str(sweep_file), "--out", str(out), "--executor", "slurm", "--slurm-partition", "cpu"]
+    assert main([*args, "--run-fn", "test_sweep:fake_run", "--no-plots"]) == 2
+    assert "srun" in capsys.readouterr().err
+    assert not list((out / "results").glob("*.json"))

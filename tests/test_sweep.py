@@ -33,6 +33,7 @@ TESTS = Path(__file__).resolve().parent
 LOG_ENV = "GRAPHNORM_TEST_RUN_LOG"  # each execution appends a line here
 SLEEP_ENV = "GRAPHNORM_TEST_RUN_SLEEP"
 FAIL_ENV = "GRAPHNORM_TEST_FAIL_NORM"  # runs of this norm raise
+EXIT_ENV = "GRAPHNORM_TEST_EXIT_NORM"  # runs of this norm kill their process (as an out-of-memory kill would)
 
 
 def fake_run(config: RunConfig) -> dict:
@@ -44,6 +45,8 @@ def fake_run(config: RunConfig) -> dict:
     print("training output that belongs in the run's log")
     if config.norm == os.environ.get(FAIL_ENV):
         raise RuntimeError(f"deliberate failure of {config.norm}")
+    if config.norm == os.environ.get(EXIT_ENV):
+        os._exit(3)
     acc = 0.8 - 0.01 * config.num_layers + 0.01 * config.seed
     layers = [
         {"layer": i, "layer_name": f"conv{i}", "rows": "node", "metric": "effective_rank", "value": 10.0 - i}
@@ -205,12 +208,13 @@ def test_local_process_pool_runs_in_parallel_workers(tmp_path: Path, run_log: Pa
 def test_submitit_local_executor(tmp_path: Path, run_log: Path, monkeypatch: pytest.MonkeyPatch):
     # submitit jobs are fresh interpreters: they unpickle fake_run by importing this module from tests/.
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
-    monkeypatch.setenv(FAIL_ENV, "pairnorm")
+    monkeypatch.setenv(EXIT_ENV, "pairnorm")
     sweep = {**SWEEP, "grid": {"norm": ["none", "pairnorm"], "num_layers": [2], "seed": [0]}}
     out = tmp_path / "out"
     runs = run_sweep(sweep, out, run_fn=fake_run, executor="submitit-local", workers=2, make_plots=False)
     assert runs.status.tolist() == ["ok", "failed"]
-    assert runs.error.iloc[1] == "RuntimeError: deliberate failure of pairnorm"
+    # The pairnorm job died before it could write its result: the sweep records it for the job.
+    assert runs.error.iloc[1].startswith("job ") and " died: " in runs.error.iloc[1]
     assert os.getpid() not in set(runs.worker_pid.dropna())
     assert len(executions(run_log)) == 2
     assert list((out / "submitit").iterdir())  # the jobs' submitit folders
