@@ -37,6 +37,7 @@ import torch_geometric.transforms as T
 from torch import Tensor, nn
 from torch_geometric.data import Data
 
+from experiments.benchmarks import _common
 from experiments.benchmarks import run_all as common
 from experiments.benchmarks.bench_gcn import synthetic_graph
 from graphnorm.models.gcn import DeepGCN
@@ -210,7 +211,7 @@ def run(
     targets: list[common.Target] = []
     for depth in depths:
         fns = {impl: epoch_fn(build_model(data, impl, depth), data) for impl in IMPLEMENTATIONS}
-        times = common.time_interleaved(fns, repeats=repeats, min_seconds=min_seconds)
+        times = _common.time_interleaved(fns, repeats=repeats, min_seconds=min_seconds)
         del fns
         memory = {}
         for impl in IMPLEMENTATIONS:

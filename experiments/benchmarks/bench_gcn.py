@@ -27,6 +27,7 @@ from torch import nn
 from torch_geometric.data import Data
 from torch_geometric.nn.models import GCN
 
+from experiments.benchmarks import _common
 from experiments.benchmarks import run_all as common
 from graphnorm.models.gcn import DeepGCN
 
@@ -107,8 +108,8 @@ def run(quick: bool = False, out_dir: Path | None = None, repeats: int | None = 
         for depth in depths:
             models = build_models(data, depth, norm)
             fns = {name: epoch_fn(model, data) for name, model in models.items()}
-            times = common.time_interleaved(fns, repeats=repeats, min_seconds=min_seconds)
-            peak = {name: common.peak_memory(fn) for name, fn in fns.items()}
+            times = _common.time_interleaved(fns, repeats=repeats, min_seconds=min_seconds)
+            peak = {name: _common.peak_memory(fn) for name, fn in fns.items()}
             ratio = times["DeepGCN"] / times["PyG GCN"]
             ratio_cached = times["DeepGCN"] / times["PyG GCN cached"]
             row = {
@@ -119,14 +120,15 @@ def run(quick: bool = False, out_dir: Path | None = None, repeats: int | None = 
                 "PyG GCN cached (ms)": times["PyG GCN cached"] * 1e3,
                 "DeepGCN / PyG GCN": ratio,
                 "DeepGCN / PyG cached": ratio_cached,
-                "peak MB DeepGCN": common.megabytes(peak["DeepGCN"]),
-                "peak MB PyG GCN": common.megabytes(peak["PyG GCN"]),
+                "peak MB DeepGCN": _common.megabytes(peak["DeepGCN"]),
+                "peak MB PyG GCN": _common.megabytes(peak["PyG GCN"]),
             }
             rows.append(row)
             print(common.format_row(row), flush=True)
             targets.append(
                 common.Target(f"{norm}, {depth} layers: DeepGCN / PyG GCN", f"<= {TARGET}", ratio, ratio <= TARGET)
             )
+    plots = [_plot(rows, Path(out_dir))] if out_dir is not None else []
     graph = "random graph" if quick else "Cora"
     setup = (
         f"{graph} ({data.num_nodes} nodes, {data.edge_index.size(1)} directed edges, {data.num_features} features), "
@@ -140,7 +142,31 @@ def run(quick: bool = False, out_dir: Path | None = None, repeats: int | None = 
         setup=setup,
         tables=[common.markdown_table(rows)],
         targets=targets,
+        plots=plots,
     )
+
+
+def _plot(rows: list[dict], out_dir: Path) -> Path:
+    """Epoch time against depth, one line per model and norm."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    for norm in dict.fromkeys(row["norm"] for row in rows):
+        subset = [row for row in rows if row["norm"] == norm]
+        for column, style in (("DeepGCN (ms)", "-o"), ("PyG GCN (ms)", "--s"), ("PyG GCN cached (ms)", ":^")):
+            label = f"{column.removesuffix(' (ms)')}, {norm}"
+            ax.plot([row["layers"] for row in subset], [row[column] for row in subset], style, label=label)
+    ax.set(xlabel="layers", ylabel="epoch time (ms)", xscale="log", yscale="log", title="training epoch")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    path = out_dir / "gcn_epoch_scaling.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
 
 
 def main(argv: list[str] | None = None) -> None:

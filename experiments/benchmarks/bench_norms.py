@@ -25,6 +25,7 @@ import torch
 import torch_geometric.nn.norm as pyg_norm
 from torch import Tensor, nn
 
+from experiments.benchmarks import _common
 from experiments.benchmarks import run_all as common
 from graphnorm.norms import build_norm
 
@@ -114,7 +115,7 @@ CASES: list[NormCase] = [
         lambda d: pyg_norm.InstanceNorm(d),
     ),
     NormCase(
-        "sepnorm (batchnorm | layernorm)",
+        "sepnorm (batchnorm / layernorm)",
         lambda d: build_norm("sepnorm", d),
         "hand-written masked BatchNorm1d + LayerNorm",
         SepNormReference,
@@ -219,10 +220,10 @@ def run(quick: bool = False, out_dir: Path | None = None, repeats: int | None = 
         if reference is not None:
             candidates_fwd["reference"] = forward_fn(reference, case, False, tensors)
             candidates_fb["reference"] = forward_backward_fn(reference, case, False, tensors)
-        fwd = common.time_interleaved(candidates_fwd, repeats=repeats, min_seconds=min_seconds)
-        fb = common.time_interleaved(candidates_fb, repeats=repeats, min_seconds=min_seconds)
-        mem_ours = common.peak_memory(candidates_fb["ours"])
-        mem_ref = common.peak_memory(candidates_fb["reference"]) if reference is not None else None
+        fwd = _common.time_interleaved(candidates_fwd, repeats=repeats, min_seconds=min_seconds)
+        fb = _common.time_interleaved(candidates_fb, repeats=repeats, min_seconds=min_seconds)
+        mem_ours = _common.peak_memory(candidates_fb["ours"])
+        mem_ref = _common.peak_memory(candidates_fb["reference"]) if reference is not None else None
         row = {
             "norm": case.label,
             "reference": case.reference_label or "-",
@@ -233,18 +234,20 @@ def run(quick: bool = False, out_dir: Path | None = None, repeats: int | None = 
             "fwd+bwd ours (ms)": fb["ours"] * 1e3,
             "fwd+bwd / ref": fb["ours"] / fb["reference"] if reference is not None else None,
             "fwd+bwd / clone": fb["ours"] / fb["clone"],
-            "peak MB ours": common.megabytes(mem_ours),
-            "peak MB ref": common.megabytes(mem_ref),
+            "peak MB ours": _common.megabytes(mem_ours),
+            "peak MB ref": _common.megabytes(mem_ref),
         }
         rows.append(row)
         print(common.format_row(row), flush=True)
         if reference is not None:
+            # the <= 1.0 target is against PyG/torch; a hand-written reference (SepNorm) is only reported
+            has_target = not case.needs_token_mask
             targets.append(
                 common.Target(
                     f"{case.label} fwd vs {case.reference_label}",
-                    f"<= {FWD_TARGET}",
+                    f"<= {FWD_TARGET}" if has_target else "reported (no PyG counterpart)",
                     row["fwd / ref"],
-                    row["fwd / ref"] <= FWD_TARGET,
+                    row["fwd / ref"] <= FWD_TARGET if has_target else None,
                 )
             )
         targets.append(
@@ -255,7 +258,7 @@ def run(quick: bool = False, out_dir: Path | None = None, repeats: int | None = 
                 row["fwd / clone"] <= CLONE_TARGET,
             )
         )
-    clone_ms = common.time_interleaved({"clone": clone_fwd}, repeats=repeats, min_seconds=min_seconds)["clone"] * 1e3
+    clone_ms = _common.time_interleaved({"clone": clone_fwd}, repeats=repeats, min_seconds=min_seconds)["clone"] * 1e3
     setup = (
         f"{num_nodes} nodes in {num_graphs} graphs (sizes {min_nodes}..{max_nodes}), d = {channels}, float32, "
         f"train mode, {repeats} interleaved rounds, median; x.clone() forward takes {clone_ms:.2f} ms."

@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 from torch_geometric.data import Data
 
+from experiments.benchmarks import _common
 from experiments.benchmarks import run_all as common
 from experiments.benchmarks.bench_gcn import load_cora, synthetic_graph
 from graphnorm.models.gcn import DeepGCN
@@ -56,7 +57,7 @@ def run(quick: bool = False, out_dir: Path | None = None, repeats: int | None = 
             split[key].append(probe.last_timing[key])
 
     fns: dict[str, Callable[[], None]] = {"forward": forward, "probe": probe_call}
-    times = common.time_interleaved(fns, repeats=repeats, min_seconds=min_seconds)
+    times = _common.time_interleaved(fns, repeats=repeats, min_seconds=min_seconds)
     ratio = times["probe"] / times["forward"]
     records = probe.probe(data)
     row = {
@@ -64,9 +65,9 @@ def run(quick: bool = False, out_dir: Path | None = None, repeats: int | None = 
         "forward (ms)": times["forward"] * 1e3,
         "probe (ms)": times["probe"] * 1e3,
         "probe / forward": ratio,
-        "probe: its forward (ms)": common.median(split["forward_s"]) * 1e3,
-        "probe: metrics (ms)": common.median(split["metrics_s"]) * 1e3,
-        "metrics per layer (ms)": common.median(split["metrics_s"]) * 1e3 / len(probe.layers),
+        "probe: its forward (ms)": _common.median(split["forward_s"]) * 1e3,
+        "probe: metrics (ms)": _common.median(split["metrics_s"]) * 1e3,
+        "metrics per layer (ms)": _common.median(split["metrics_s"]) * 1e3 / len(probe.layers),
         "records": len(records),
     }
     print(common.format_row(row), flush=True)
@@ -81,7 +82,7 @@ def run(quick: bool = False, out_dir: Path | None = None, repeats: int | None = 
         title="5. Collapse probe vs one forward pass",
         setup=setup,
         tables=[common.markdown_table([row])],
-        targets=[common.Target("probe / forward (64 layers)", "reported (no target)", ratio, None)],
+        targets=[common.Target(f"probe / forward ({num_layers} layers)", "reported (no target)", ratio, None)],
     )
 
 

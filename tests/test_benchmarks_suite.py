@@ -1,0 +1,101 @@
+"""Smoke tests of the benchmark suite (experiments/benchmarks): every benchmark runs at tiny sizes and the one
+report is written. No timing is asserted (the machine is shared); only that the numbers exist and are sane."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # experiments/ is not an installed package
+    sys.path.insert(0, str(REPO))
+
+from experiments.benchmarks import _common, bench_contranorm_model, bench_norms, run_all  # noqa: E402
+
+
+def test_run_all_quick_writes_one_report(tmp_path, data_root):
+    path = run_all.run_all(quick=True, out_dir=tmp_path)
+    assert path == tmp_path / run_all.REPORT_NAME
+    text = path.read_text()
+    assert "## Summary" in text
+    for title in ("3. Per-graph", "4. DeepGCN", "5. Collapse probe", "6. Whole-model cost"):
+        assert title in text
+    assert "Load average" in text
+    assert text.count("![") >= 2  # the GCN and ContraNorm-model scaling plots
+    for png in ("gcn_epoch_scaling.png", "contranorm_model_scaling.png"):
+        assert (tmp_path / png).stat().st_size > 0
+    sections = {section.split("\n", 1)[0]: section for section in text.split("\n## ")[1:]}
+    for title, section in sections.items():
+        if title[:2] in ("3.", "4.", "5.", "6."):  # this suite's benchmarks (bench_contranorm is another module's)
+            assert "**Failed:**" not in section, section
+    assert torch.get_num_threads() >= 1  # thread setting restored
+
+
+def test_time_interleaved_medians_and_calls():
+    calls = {"a": 0, "b": 0}
+
+    def make(name):
+        def fn():
+            calls[name] += 1
+
+        return fn
+
+    times = _common.time_interleaved({"a": make("a"), "b": make("b")}, repeats=3, warmup=1, min_seconds=0.0)
+    assert set(times) == {"a", "b"}
+    assert all(value >= 0 and math.isfinite(value) for value in times.values())
+    assert calls == {"a": 5, "b": 5}  # warmup + calibration + 3 rounds
+
+
+def test_median():
+    assert _common.median([3.0, 1.0, 2.0]) == 2.0
+    assert _common.median([4.0, 1.0, 2.0, 3.0]) == 2.5
+
+
+def test_peak_memory_sees_a_large_allocation():
+    peak = _common.peak_memory(lambda: torch.ones(16 * 2**20 // 4).sum())  # 16 MB
+    if peak is None:
+        pytest.skip("no /proc/self/clear_refs on this platform")
+    assert peak >= 8 * 2**20
+
+
+def test_markdown_table_escapes_pipes_and_rounds():
+    table = run_all.markdown_table([{"name": "a | b", "value": 1.23456, "none": None}])
+    lines = table.splitlines()
+    assert lines[0] == "| name | value | none |"
+    assert "a \\| b" in lines[2] and "1.23" in lines[2] and "| - |" in lines[2]
+
+
+def test_norm_cases_agree_with_their_reference():
+    """Like with like: each norm and its reference give the same output (same formula), so the timings compare
+    equal work. RMSNorm (eps placement) and SepNorm (BatchNorm running stats) are checked loosely."""
+    tensors = bench_norms.make_batch(num_graphs=20, min_nodes=3, max_nodes=9, channels=8)
+    tensors["num_graphs"] = torch.tensor(20)
+    for case in bench_norms.CASES:
+        ours, reference = case.ours(8), case.reference(8)
+        with torch.no_grad():
+            a = bench_norms._call(ours, case, True, tensors, tensors["x"])
+            b = bench_norms._call(reference, case, False, tensors, tensors["x"])
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4, msg=lambda m, c=case: f"{c.label}: {m}")
+
+
+def test_dense_contranorm_matches_ours():
+    """The dense baseline computes the same ContraNorm as graphnorm's (without its LayerNorm)."""
+    from graphnorm.norms import build_norm
+
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(40, 6, generator=generator)
+    edge_index = torch.randint(0, 40, (2, 60), generator=generator)
+    edge_index = edge_index[:, edge_index[0] != edge_index[1]]
+    ours = build_norm("contranorm", 6, scale=1.0, layer_norm=False)
+    dense = bench_contranorm_model.DenseContraNorm(6, scale=1.0)
+    torch.testing.assert_close(ours(x, edge_index=edge_index), dense(x, edge_index=edge_index), atol=1e-5, rtol=1e-5)
+
+
+def test_contranorm_worker_reports_memory(data_root):
+    result = bench_contranorm_model.measure_config("ours", num_layers=2, epochs=1, quick=True)
+    assert result["impl"] == "ours" and result["layers"] == 2 and len(result["epoch_s"]) == 1
+    assert result["peak_rss_bytes"] > 0
