@@ -1,0 +1,389 @@
+"""Graphormer (Ying et al., 2021, "Do Transformers Really Perform Bad for Graph Representation?") with pluggable norms.
+
+Written after the paper and microsoft/Graphormer (``graphormer_layers.py``, ``graphormer_graph_encoder*.py``):
+
+* centrality encoding: learned in- and out-degree embeddings added to the atom embeddings (sum over feature columns);
+* spatial encoding: a learned per-head attention bias from the shortest-path distance of each node pair
+  (distances clipped to ``max_distance``, unreachable pairs their own index);
+* edge encoding ("multi_hop"): per-head bias = mean over the first ``multi_hop_max_dist`` hops of a shortest path of
+  (embedded edge features @ a learned ``[heads, heads]`` matrix per hop); edge features embedded per column to
+  ``heads`` values and averaged over columns, as the original;
+* a virtual graph token prepended to every graph, attending to and attended by all nodes through its own learned
+  per-head "virtual distance" bias; the prediction head reads it out;
+* pre-LN encoder layers (the paper's; post-LN optional) whose norms come from the registry.
+
+Rows: the residual stream is kept node-major, ``[R, hidden]`` with ``R`` = token + node rows of every graph (graph
+by graph, token first; see :class:`graphnorm.data.graphormer_preprocess.GraphormerBatch`). Every norm is called on
+these rows as ``norm(x, batch=row_batch, batch_size=num_graphs, edge_index=row_edge_index, token_mask=token_mask)``,
+so padding never enters a statistic and ``sepnorm`` can treat token rows apart. Only attention goes through the
+padded dense layout ``[B, T = 1 + max_nodes, ...]``, with padded keys masked out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from graphnorm.data.graphormer_preprocess import GraphormerBatch
+from graphnorm.norms import build_norm
+
+
+class RepresentationTap(nn.Identity):
+    """Identity placed on a layer's output rows ``[R, hidden]`` so that forward hooks (collapse probes) see them."""
+
+
+class FeatureEmbedding(nn.Module):
+    """Embed integer feature columns, one table per column (stored as one table with offsets), summed or averaged.
+
+    ``feature_dims[c]`` is the number of values of column ``c``; input ``[rows, len(feature_dims)]`` (or ``[rows]``
+    for one column), values in ``[0, feature_dims[c])``.
+    """
+
+    def __init__(self, feature_dims: Sequence[int], out_channels: int, reduce: str = "sum") -> None:
+        super().__init__()
+        if len(feature_dims) == 0 or any(int(d) < 1 for d in feature_dims):
+            raise ValueError(f"feature_dims must be a non-empty list of positive sizes, got {list(feature_dims)}")
+        if reduce not in ("sum", "mean"):
+            raise ValueError(f"reduce must be 'sum' or 'mean', got {reduce!r}")
+        self.feature_dims = [int(d) for d in feature_dims]
+        self.reduce = reduce
+        self.embedding = nn.Embedding(sum(self.feature_dims), out_channels)
+        offsets = torch.tensor([0, *self.feature_dims[:-1]], dtype=torch.long).cumsum(0)
+        self.register_buffer("offsets", offsets, persistent=False)
+        self.register_buffer("sizes", torch.tensor(self.feature_dims, dtype=torch.long), persistent=False)
+
+    def forward(self, features: Tensor) -> Tensor:
+        if features.dim() == 1:
+            features = features.unsqueeze(-1)
+        if features.dim() != 2 or features.size(1) != len(self.feature_dims):
+            raise ValueError(
+                f"expected integer features of shape [rows, {len(self.feature_dims)}] (feature_dims="
+                f"{self.feature_dims}), got shape {tuple(features.shape)}"
+            )
+        if features.is_floating_point():
+            raise TypeError(f"features must be integer category ids, got {features.dtype}")
+        if features.numel() > 0:
+            out_of_range = (features < 0) | (features >= self.sizes)
+            if bool(out_of_range.any()):
+                column = int(out_of_range.any(dim=0).nonzero()[0])
+                bad = features[:, column][out_of_range[:, column]][0]
+                raise ValueError(
+                    f"feature column {column} holds value {int(bad)}, outside [0, {self.feature_dims[column]})"
+                )
+        embedded = self.embedding(features + self.offsets)  # [rows, columns, out]
+        return embedded.sum(dim=1) if self.reduce == "sum" else embedded.mean(dim=1)
+
+
+class GraphAttentionBias(nn.Module):
+    """The per-head attention bias ``[B, heads, T, T]``: spatial + edge encodings, the token's virtual distance,
+    and ``-inf`` on padded keys."""
+
+    def __init__(
+        self, num_heads: int, max_distance: int, bond_feature_dims: Sequence[int] | None, multi_hop_max_dist: int
+    ) -> None:
+        super().__init__()
+        self.num_heads = num_heads
+        self.max_distance = max_distance
+        self.multi_hop_max_dist = multi_hop_max_dist
+        # indices 0..max_distance are distances (clipped), max_distance + 1 means "unreachable"
+        self.spatial_embedding = nn.Embedding(max_distance + 2, num_heads)
+        self.virtual_distance = nn.Parameter(torch.zeros(num_heads))
+        self.edge_embedding = FeatureEmbedding(bond_feature_dims, num_heads, "mean") if bond_feature_dims else None
+        self.hop_weight = (
+            nn.Parameter(torch.empty(multi_hop_max_dist, num_heads, num_heads)) if bond_feature_dims else None
+        )
+
+    def forward(self, batch: GraphormerBatch) -> Tensor:
+        num_graphs, max_nodes = batch.num_graphs, batch.max_nodes
+        spatial_pos = batch.spatial_pos  # [B, N, N], -1 unreachable
+        spatial_index = torch.where(spatial_pos < 0, self.max_distance + 1, spatial_pos.clamp(max=self.max_distance))
+        node_bias = self.spatial_embedding(spatial_index)  # [B, N, N, heads]
+
+        if self.edge_embedding is not None and batch.edge_attr is not None:
+            hops = min(self.multi_hop_max_dist, batch.edge_path.size(-1))
+            edge_path = batch.edge_path[..., :hops]  # [B, N, N, hops]
+            on_path = edge_path >= 0
+            edge_values = self.edge_embedding(batch.edge_attr)  # [E, heads]
+            path_values = edge_values[edge_path.clamp(min=0)] * on_path.unsqueeze(-1)  # [B, N, N, hops, heads]
+            path_bias = torch.einsum("bijkh,khg->bijg", path_values, self.hop_weight[:hops])  # [B, N, N, heads]
+            path_length = on_path.sum(dim=-1).clamp(min=1)  # [B, N, N]: min(distance, hops), 1 for empty paths
+            node_bias = node_bias + path_bias / path_length.unsqueeze(-1)
+        elif self.edge_embedding is not None and batch.edge_index.numel() > 0:
+            raise ValueError("Graphormer was built with bond_feature_dims but the batch has edges without edge_attr")
+
+        # The token row and column get the virtual distance (token-token once), as the original.
+        virtual = self.virtual_distance.view(1, 1, 1, -1)
+        node_rows = torch.cat([virtual.expand(num_graphs, max_nodes, 1, -1), node_bias], dim=2)  # [B, N, T, heads]
+        token_row = virtual.expand(num_graphs, 1, max_nodes + 1, -1)  # [B, 1, T, heads]
+        bias = torch.cat([token_row, node_rows], dim=1).permute(0, 3, 1, 2)  # [B, heads, T, T]
+        padded_key = ~batch.position_mask[:, None, None, :]  # [B, 1, 1, T]
+        return bias.masked_fill(padded_key, float("-inf"))
+
+
+class GraphormerLayer(nn.Module):
+    """One encoder layer on node-major rows: multi-head self-attention with the graph bias, then a GELU FFN.
+
+    Pre-LN: ``x + attn(norm1(x))``, then ``x + ffn(norm2(x))``. Post-LN: ``norm1(x + attn(x))``, ``norm2(x + ffn(x))``.
+    """
+
+    def __init__(
+        self,
+        hidden_channels: int,
+        num_heads: int,
+        ffn_channels: int,
+        norm: str | None,
+        norm_kwargs: dict[str, Any],
+        pre_ln: bool,
+        dropout: float,
+        attention_dropout: float,
+        activation_dropout: float,
+    ) -> None:
+        super().__init__()
+        self.num_heads = num_heads
+        self.head_channels = hidden_channels // num_heads
+        self.pre_ln = pre_ln
+        self.attention_dropout = attention_dropout
+        self.qkv = nn.Linear(hidden_channels, 3 * hidden_channels)
+        self.out_proj = nn.Linear(hidden_channels, hidden_channels)
+        self.fc1 = nn.Linear(hidden_channels, ffn_channels)
+        self.fc2 = nn.Linear(ffn_channels, hidden_channels)
+        self.attention_norm = build_norm(norm, hidden_channels, **norm_kwargs)
+        self.ffn_norm = build_norm(norm, hidden_channels, **norm_kwargs)
+        self.dropout = nn.Dropout(dropout)
+        self.activation_dropout = nn.Dropout(activation_dropout)
+        self.tap = RepresentationTap()
+
+    def attention(self, rows: Tensor, bias: Tensor, batch: GraphormerBatch) -> Tensor:
+        num_graphs, positions = bias.size(0), bias.size(-1)
+        qkv = self.qkv(rows)  # [R, 3 * hidden]
+        dense = qkv.new_zeros(num_graphs * positions, qkv.size(1)).index_copy(0, batch.dense_index, qkv)
+        dense = dense.view(num_graphs, positions, 3, self.num_heads, self.head_channels)
+        query, key, value = dense.permute(2, 0, 3, 1, 4).unbind(0)  # each [B, heads, T, head_channels]
+        attended = F.scaled_dot_product_attention(
+            query, key, value, attn_mask=bias, dropout_p=self.attention_dropout if self.training else 0.0
+        )  # [B, heads, T, head_channels]
+        attended = attended.transpose(1, 2).reshape(num_graphs * positions, -1)  # [B * T, hidden]
+        return self.out_proj(attended[batch.dense_index])  # [R, hidden]; padded positions dropped
+
+    def feed_forward(self, rows: Tensor) -> Tensor:
+        return self.fc2(self.activation_dropout(F.gelu(self.fc1(rows))))
+
+    def forward(self, rows: Tensor, bias: Tensor, batch: GraphormerBatch, norm_args: dict[str, Any]) -> Tensor:
+        if self.pre_ln:
+            rows = rows + self.dropout(self.attention(self.attention_norm(rows, **norm_args), bias, batch))
+            rows = rows + self.dropout(self.feed_forward(self.ffn_norm(rows, **norm_args)))
+        else:
+            rows = self.attention_norm(rows + self.dropout(self.attention(rows, bias, batch)), **norm_args)
+            rows = self.ffn_norm(rows + self.dropout(self.feed_forward(rows)), **norm_args)
+        return self.tap(rows)
+
+
+class Graphormer(nn.Module):
+    """Graphormer for graph-level prediction from the virtual graph token (see the module docs).
+
+    Args:
+        num_layers, hidden_channels, num_heads, ffn_channels: encoder size (``hidden_channels % num_heads == 0``).
+        out_channels: prediction size (1 for ZINC regression and MolHIV's logit).
+        atom_feature_dims: number of values per node feature column (ZINC ``[28]``; OGB ``get_atom_feature_dims()``).
+        bond_feature_dims: same for edge features (ZINC ``[4]``; OGB ``get_bond_feature_dims()``); ``None``: no
+            edge encoding.
+        max_degree: degrees above it share the last degree embedding.
+        max_distance: shortest-path distances above it share the last spatial embedding; unreachable pairs have one
+            of their own.
+        multi_hop_max_dist: hops of a path used by the edge encoding.
+        norm, norm_kwargs: any registered norm for every normalization position (before attention, before the FFN,
+            final); ``"layernorm"`` everywhere is the original Graphormer.
+        pre_ln: pre-LN layers (the paper's) with a final norm; ``False``: post-LN layers, no final norm.
+        dropout, attention_dropout, activation_dropout: as the original (embedding/residual, attention weights,
+            inside the FFN).
+    """
+
+    def __init__(
+        self,
+        num_layers: int,
+        hidden_channels: int,
+        num_heads: int,
+        ffn_channels: int,
+        out_channels: int,
+        atom_feature_dims: Sequence[int],
+        bond_feature_dims: Sequence[int] | None,
+        max_degree: int = 64,
+        max_distance: int = 20,
+        multi_hop_max_dist: int = 5,
+        norm: str | None = "layernorm",
+        norm_kwargs: dict[str, Any] | None = None,
+        pre_ln: bool = True,
+        dropout: float = 0.1,
+        attention_dropout: float = 0.1,
+        activation_dropout: float = 0.1,
+    ) -> None:
+        super().__init__()
+        for name, value in [
+            ("num_layers", num_layers),
+            ("hidden_channels", hidden_channels),
+            ("num_heads", num_heads),
+            ("ffn_channels", ffn_channels),
+            ("out_channels", out_channels),
+            ("max_degree", max_degree),
+            ("max_distance", max_distance),
+            ("multi_hop_max_dist", multi_hop_max_dist),
+        ]:
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if hidden_channels % num_heads != 0:
+            raise ValueError(f"hidden_channels ({hidden_channels}) must be divisible by num_heads ({num_heads})")
+        for name, value in [
+            ("dropout", dropout),
+            ("attention_dropout", attention_dropout),
+            ("activation_dropout", activation_dropout),
+        ]:
+            if not 0.0 <= value < 1.0:
+                raise ValueError(f"{name} must be in [0, 1), got {value}")
+        norm_kwargs = dict(norm_kwargs or {})
+        self.num_layers = num_layers
+        self.hidden_channels = hidden_channels
+        self.max_degree = max_degree
+        self.pre_ln = pre_ln
+
+        self.atom_embedding = FeatureEmbedding(atom_feature_dims, hidden_channels, "sum")
+        self.in_degree_embedding = nn.Embedding(max_degree + 1, hidden_channels)
+        self.out_degree_embedding = nn.Embedding(max_degree + 1, hidden_channels)
+        self.graph_token = nn.Parameter(torch.zeros(hidden_channels))
+        self.attention_bias = GraphAttentionBias(num_heads, max_distance, bond_feature_dims, multi_hop_max_dist)
+        self.embedding_dropout = nn.Dropout(dropout)
+        self.embedding_tap = RepresentationTap()
+        self.layers = nn.ModuleList(
+            GraphormerLayer(
+                hidden_channels,
+                num_heads,
+                ffn_channels,
+                norm,
+                norm_kwargs,
+                pre_ln,
+                dropout,
+                attention_dropout,
+                activation_dropout,
+            )
+            for _ in range(num_layers)
+        )
+        self.final_norm = build_norm(norm, hidden_channels, **norm_kwargs) if pre_ln else build_norm("none", hidden_channels)
+        # Readout of the graph token as the original: transform, GELU, LayerNorm, output projection.
+        self.head_transform = nn.Linear(hidden_channels, hidden_channels)
+        self.head_norm = nn.LayerNorm(hidden_channels)
+        self.head_out = nn.Linear(hidden_channels, out_channels)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """The Graphormer initialization: N(0, 0.02) for linear and embedding weights, zero biases; the norms keep
+        their own initialization."""
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.normal_(module.weight, std=0.02)
+                nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.Embedding):
+                nn.init.normal_(module.weight, std=0.02)
+        nn.init.normal_(self.graph_token, std=0.02)
+        nn.init.normal_(self.attention_bias.virtual_distance, std=0.02)
+        if self.attention_bias.hop_weight is not None:
+            nn.init.normal_(self.attention_bias.hop_weight, std=0.02)
+        self.head_norm.reset_parameters()
+
+    def probe_context(self, batch: GraphormerBatch) -> dict[str, Tensor]:
+        """What the rows seen by :meth:`collapse_layers` are: graph per row, token rows, edges between rows."""
+        return {"batch": batch.row_batch, "token_mask": batch.token_mask, "edge_index": batch.row_edge_index}
+
+    def collapse_layers(self) -> list[tuple[str, nn.Module]]:
+        """``(name, module)`` whose forward outputs are the representations ``[R, hidden]`` (token rows included):
+        the input embedding, then the output of every layer (before the final norm)."""
+        return [("embedding", self.embedding_tap)] + [
+            (f"layer_{index + 1}", layer.tap) for index, layer in enumerate(self.layers)
+        ]
+
+    def embed(self, batch: GraphormerBatch) -> Tensor:
+        """Input rows ``[R, hidden]``: the graph token, then atom + degree embeddings of each graph's nodes."""
+        in_degree = batch.in_degree.clamp(max=self.max_degree)
+        out_degree = batch.out_degree.clamp(max=self.max_degree)
+        nodes = (
+            self.atom_embedding(batch.x) + self.in_degree_embedding(in_degree) + self.out_degree_embedding(out_degree)
+        )
+        rows = self.graph_token.expand(batch.row_batch.numel(), -1)  # [R, hidden]
+        return rows.index_copy(0, batch.node_rows, nodes)
+
+    def encode(self, batch: GraphormerBatch) -> Tensor:
+        """All rows ``[R, hidden]`` after the encoder and its final norm."""
+        if not isinstance(batch, GraphormerBatch):
+            raise TypeError(f"Graphormer expects a GraphormerBatch (collate_graphormer), got {type(batch).__name__}")
+        norm_args = {
+            "batch": batch.row_batch,
+            "batch_size": batch.num_graphs,
+            "edge_index": batch.row_edge_index,
+            "token_mask": batch.token_mask,
+        }
+        bias = self.attention_bias(batch)  # [B, heads, T, T]
+        rows = self.embedding_tap(self.embedding_dropout(self.embed(batch)))
+        for layer in self.layers:
+            rows = layer(rows, bias, batch, norm_args)
+        return self.final_norm(rows, **norm_args)
+
+    def forward(self, batch: GraphormerBatch) -> Tensor:
+        """Predictions ``[num_graphs, out_channels]`` read out from the graph tokens."""
+        tokens = self.encode(batch)[batch.token_mask]  # [B, hidden], graph order
+        return self.head_out(self.head_norm(F.gelu(self.head_transform(tokens))))
+
+
+def graphormer_slim(out_channels: int = 1, **overrides: Any) -> Graphormer:
+    """Graphormer-slim as in the paper's ZINC experiments: 12 layers, hidden 80, FFN 80, 8 heads, dropout 0.1,
+    ZINC atom/bond vocabularies. Keywords override any argument."""
+    arguments: dict[str, Any] = dict(
+        num_layers=12,
+        hidden_channels=80,
+        num_heads=8,
+        ffn_channels=80,
+        out_channels=out_channels,
+        atom_feature_dims=[28],
+        bond_feature_dims=[4],
+        max_degree=64,
+        max_distance=40,
+        multi_hop_max_dist=5,
+    )
+    arguments.update(overrides)
+    return Graphormer(**arguments)
+
+
+def graphormer_optimizer(
+    model: nn.Module,
+    lr: float = 2e-4,
+    weight_decay: float = 0.01,
+    warmup_steps: int = 40_000,
+    total_steps: int = 400_000,
+    end_lr: float = 1e-9,
+    power: float = 1.0,
+) -> tuple[torch.optim.AdamW, torch.optim.lr_scheduler.LambdaLR]:
+    """The Graphormer recipe: AdamW (betas 0.9/0.999, eps 1e-8, decoupled weight decay on all parameters as fairseq
+    does) with linear warmup to ``lr`` over ``warmup_steps`` updates, then polynomial decay to ``end_lr`` at
+    ``total_steps`` (``power`` 1: linear). Defaults are the paper's ZINC settings. Call ``scheduler.step()`` after
+    every ``optimizer.step()``; clip gradients to norm 5.0 before it (``torch.nn.utils.clip_grad_norm_``)."""
+    if lr <= 0 or end_lr < 0 or end_lr > lr:
+        raise ValueError(f"need 0 <= end_lr <= lr and lr > 0, got lr={lr}, end_lr={end_lr}")
+    if warmup_steps < 0 or total_steps <= warmup_steps:
+        raise ValueError(f"need 0 <= warmup_steps < total_steps, got {warmup_steps} and {total_steps}")
+    if weight_decay < 0:
+        raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=weight_decay)
+
+    def lr_factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps  # the first update already moves
+        if step >= total_steps:
+            return end_lr / lr
+        remaining = 1.0 - (step - warmup_steps) / (total_steps - warmup_steps)
+        return (end_lr + (lr - end_lr) * remaining**power) / lr
+
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor)
+
+
+GRAPHORMER_CLIP_NORM = 5.0  # the paper's gradient clipping
