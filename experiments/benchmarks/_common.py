@@ -98,6 +98,23 @@ def peak_memory(fn: Callable[[], object]) -> float | None:
     return max(0, peak - before) * 1024.0
 
 
+def time_and_peak_memory(fn: Callable[[], object]) -> tuple[float, float | None]:
+    """Seconds and extra peak resident memory (see :func:`peak_memory`) of ONE ``fn()`` call.
+
+    For calls of seconds or more, where an extra untimed call just for memory would double the cost.
+    """
+    elapsed = 0.0
+
+    def timed() -> None:
+        nonlocal elapsed
+        start = time.perf_counter()
+        fn()
+        elapsed = time.perf_counter() - start
+
+    memory = peak_memory(timed)
+    return elapsed, memory
+
+
 def megabytes(value: float | None) -> float | None:
     """Bytes as MB (2^20 bytes); ``None`` stays ``None``."""
     return None if value is None else value / 2**20

@@ -72,14 +72,28 @@ def fwd_bwd(module: nn.Module, x: Tensor, edge_index: Tensor) -> Callable[[], No
     return step
 
 
+def measure(candidates: dict[str, Callable[[], None]], repeats: int) -> tuple[dict[str, float], dict[str, float]]:
+    """Median seconds and extra peak memory (bytes) per candidate.
+
+    The first round (one call per candidate, in order) measures memory and time together; ``repeats - 1`` further
+    interleaved rounds add time samples. No warm-up round: one-time costs are negligible at these sizes (>= 0.1 s).
+    """
+    first = {name: common.time_and_peak_memory(fn) for name, fn in candidates.items()}
+    samples = {name: [seconds] for name, (seconds, _) in first.items()}
+    if repeats > 1:
+        more = common.time_interleaved_samples(candidates, repeats=repeats - 1, warmup=0, min_seconds=0.0)
+        for name, values in more.items():
+            samples[name] += values
+    return {name: common.median(v) for name, v in samples.items()}, {name: m for name, (_, m) in first.items()}
+
+
 def compare_with_dense(sizes: list[int], channels: int, repeats: int) -> list[dict]:
     rows = []
     for n in sizes:
         x, edge_index = random_graph(n, channels)
         ours, dense = ContraNorm(channels), DenseContraNorm(channels)
         candidates = {"streaming": fwd_bwd(ours, x, edge_index), "dense": fwd_bwd(dense, x, edge_index)}
-        seconds = common.time_interleaved(candidates, repeats=repeats, warmup=1)
-        memory = {name: common.peak_memory(fn) for name, fn in candidates.items()}
+        seconds, memory = measure(candidates, repeats)
         rows.append(
             {
                 "n": n,
@@ -99,16 +113,15 @@ def scaling(sizes: list[int], channels: int, repeats: int, mm_rate: float) -> li
     module = ContraNorm(channels)
     for n in sizes:
         x, edge_index = random_graph(n, channels)
-        step = fwd_bwd(module, x, edge_index)
-        seconds = common.time_interleaved({"streaming": step}, repeats=repeats, warmup=1)["streaming"]
+        seconds, memory = measure({"streaming": fwd_bwd(module, x, edge_index)}, repeats)
         flops = 14.0 * n * n * channels
         rows.append(
             {
                 "n": n,
-                "seconds": seconds,
-                "extra MB": common.megabytes(common.peak_memory(step)),
-                "GFLOP/s": flops / seconds / 1e9,
-                "fraction of mm rate": flops / seconds / mm_rate,
+                "seconds": seconds["streaming"],
+                "extra MB": common.megabytes(memory["streaming"]),
+                "GFLOP/s": flops / seconds["streaming"] / 1e9,
+                "fraction of mm rate": flops / seconds["streaming"] / mm_rate,
             }
         )
     return rows
@@ -159,7 +172,7 @@ def run(quick: bool, out_dir: Path, repeats: int | None = None) -> str:
     load_start = common.load_summary()
     mm_rate = common.matmul_flop_rate(mm_size)
     comparison = compare_with_dense(compare_sizes, channels, repeats)
-    scaling_rows = scaling(scaling_sizes, channels, max(1, repeats - 1) if not quick else repeats, mm_rate)
+    scaling_rows = scaling(scaling_sizes, channels, repeats, mm_rate)
     mm_rate_end = common.matmul_flop_rate(mm_size)
     load_end = common.load_summary()
 

@@ -19,9 +19,10 @@ from graphnorm.norms.utils import check_batch, check_features
 DENSE_MAX_NODES = 256
 # Padded dense chunks hold at most this many similarity entries (graphs * max_nodes^2): ~16 MB per float32 tensor.
 DENSE_CHUNK_ELEMENTS = 1 << 22
-# The streaming kernel holds one row block [block_rows, n] at a time; block_rows = BLOCK_ELEMENTS // n.
-# 2^19 float32 entries = 2 MB, which stays in the L2/L3 caches and keeps the matmuls efficient.
-BLOCK_ELEMENTS = 1 << 19
+# The streaming kernel holds one row block [block_rows, n] at a time (two in backward); block_rows =
+# BLOCK_ELEMENTS // n. 2^23 entries = 32 MB in float32: few, large matmuls and elementwise passes per call, which is
+# what counts on a busy 2-core CPU (per-op thread synchronization), while extra memory stays ~100 MB at any n.
+BLOCK_ELEMENTS = 1 << 23
 MIN_BLOCK_ROWS = 32
 
 
