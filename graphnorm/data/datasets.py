@@ -198,12 +198,14 @@ def _check_finite(task: GraphTask) -> None:
     if task.level == "node":
         tensors = {"x": task.data.x, "y": task.data.y}
     else:
-        # the splits share one storage per dataset; checking each split's x/y covers every graph once per split
-        tensors = {}
+        # Check each underlying storage once: ``split.x`` on an index view would rebuild every graph (slow).
+        tensors, seen = {}, set()
         for split in ("train", "val", "test"):
-            dataset = getattr(task, split)
-            tensors[f"{split}.x"] = dataset.x
-            tensors[f"{split}.y"] = dataset.y
+            storage = getattr(task, split)._data  # the whole collated dataset behind this split
+            if id(storage) not in seen:
+                seen.add(id(storage))
+                tensors[f"{split}.x"] = storage.x
+                tensors[f"{split}.y"] = storage.y
     for key, tensor in tensors.items():
         _reject_non_finite(tensor, f"{task.name} {key}")
 
