@@ -158,22 +158,27 @@ def test_unsorted_batch_vector() -> None:
     torch.testing.assert_close(shuffled_out, sorted_out[perm], atol=1e-6, rtol=1e-6)
 
 
-@pytest.mark.parametrize("tau", [0.05, 0.005])
-def test_float32_when_neighbours_carry_the_mass(tau) -> None:
-    """Neighbours almost parallel to the node, negatives orthogonal: masking is exact, no cancellation; a tiny tau
-    also drives the fixed-shift sums below float32 range and exercises the exact row-max recomputation."""
+@pytest.mark.parametrize("tau,edge_probability", [(0.05, 0.9), (0.05, 1.0), (0.005, 1.0)])
+def test_float32_when_neighbours_carry_the_mass(tau, edge_probability) -> None:
+    """Neighbours almost parallel to the node, negatives (almost) orthogonal: in a subtract-the-neighbours scheme
+    nearly all of the all-pairs mass would cancel; here masking is exact. With every cluster mate a neighbour and
+    tau = 0.005, the fixed-shift sums (exp(-200)) underflow float32 and the exact row-max recomputation must kick in
+    (without it the output would be NaN)."""
     n, d = 400, 16
-    centers = torch.eye(d)[torch.arange(n) % 2]  # two clusters on orthogonal axes
-    x = centers + 1e-3 * torch.randn(n, d)
-    same = torch.arange(n) % 2
+    same = torch.arange(n) % 2  # two clusters on orthogonal axes
+    x = torch.eye(d)[same] + 1e-3 * torch.randn(n, d)
     rows, cols = torch.meshgrid(torch.arange(n), torch.arange(n), indexing="ij")
-    in_cluster = (same[rows] == same[cols]) & (rows != cols) & (torch.rand(n, n) < 0.9)
+    in_cluster = (same[rows] == same[cols]) & (rows != cols) & (torch.rand(n, n) < edge_probability)
     edge_index = torch.stack([rows[in_cluster], cols[in_cluster]])
-    norm = ContraNorm(d, tau=tau, layer_norm=False)
-    out = norm(x, edge_index=edge_index)
-    ref = dense_reference(x.double(), torch.zeros(n, dtype=torch.long), edge_index, 1.0, tau, True, True, None)
-    assert torch.isfinite(out).all()
+    x_leaf = x.clone().requires_grad_(True)
+    out = ContraNorm(d, tau=tau, layer_norm=False)(x_leaf, edge_index=edge_index)
+    x_ref = x.double().requires_grad_(True)
+    ref = dense_reference(x_ref, torch.zeros(n, dtype=torch.long), edge_index, 1.0, tau, True, True, None)
     torch.testing.assert_close(out.double(), ref, atol=2e-5, rtol=2e-5)
+    upstream = torch.randn(n, d, dtype=torch.float64)
+    (grad,) = torch.autograd.grad(out, x_leaf, upstream.float())
+    (grad_ref,) = torch.autograd.grad(ref, x_ref, upstream)
+    torch.testing.assert_close(grad.double(), grad_ref, atol=1e-3, rtol=1e-3)
 
 
 @pytest.mark.parametrize("n", [3, contranorm_module.DENSE_MAX_NODES + 20])
@@ -256,9 +261,13 @@ def _rss_bytes(key: str) -> int:
     raise RuntimeError(f"{key} not in /proc/self/status")
 
 
-def test_memory_is_linear_not_quadratic() -> None:
-    """Forward + backward at n = 10,000 must not allocate anything near n^2 floats (400 MB)."""
-    n, d = 10_000, 4
+def test_memory_is_linear_not_quadratic(monkeypatch) -> None:
+    """Forward + backward at n = 6,000 must not allocate anything near n^2 floats (144 MB).
+
+    Row blocks of 2^19 entries (2 MB) make the O(n * block) working set small against n^2 at this n; the default
+    32 MB blocks are measured at n = 20,000 in experiments/benchmarks/bench_contranorm.py."""
+    monkeypatch.setattr(contranorm_module, "BLOCK_ELEMENTS", 1 << 19)
+    n, d = 6_000, 4
     x = torch.randn(n, d, requires_grad=True)
     edge_index = torch.randint(0, n, (2, 5 * n))
     norm = ContraNorm(d)
@@ -268,6 +277,6 @@ def test_memory_is_linear_not_quadratic() -> None:
     started = time.perf_counter()
     norm(x, edge_index=edge_index).sum().backward()
     extra = _rss_bytes("VmHWM") - baseline
-    assert extra < 0.1 * n * n * 4, f"peak extra memory {extra / 1e6:.1f} MB; n x n would be {n * n * 4 / 1e6:.0f} MB"
+    assert extra < 0.25 * n * n * 4, f"peak extra memory {extra / 1e6:.1f} MB; n x n would be {n * n * 4 / 1e6:.0f} MB"
     assert torch.isfinite(x.grad).all()
     assert time.perf_counter() - started < 60  # generous: the machine is shared

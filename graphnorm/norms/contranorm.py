@@ -13,15 +13,16 @@ from torch_geometric.utils import to_dense_batch
 from graphnorm.norms.registry import register_norm
 from graphnorm.norms.utils import check_batch, check_features
 
-# Graphs with at most this many nodes go through padded dense blocks [graphs, max_nodes, max_nodes] (autograd);
-# larger ones through the streaming row-block kernel. Measured on a 2-core CPU (experiments/benchmarks/
-# bench_contranorm.py): the two paths are on par around a few hundred nodes.
+# Graphs with at most this many nodes go through padded dense blocks [graphs, max_nodes, max_nodes] (plain autograd,
+# a handful of batched ops for a whole mini-batch of molecules); larger ones through the streaming row-block kernel,
+# whose per-graph Python loop would dominate for many small graphs. Both are exact; the cut only moves time.
 DENSE_MAX_NODES = 256
 # Padded dense chunks hold at most this many similarity entries (graphs * max_nodes^2): ~16 MB per float32 tensor.
 DENSE_CHUNK_ELEMENTS = 1 << 22
 # The streaming kernel holds one row block [block_rows, n] at a time (two in backward); block_rows =
 # BLOCK_ELEMENTS // n. 2^23 entries = 32 MB in float32: few, large matmuls and elementwise passes per call, which is
-# what counts on a busy 2-core CPU (per-op thread synchronization), while extra memory stays ~100 MB at any n.
+# what counts on a busy 2-core CPU (per-op thread synchronization), while extra memory stays ~100 MB
+# (linear in n: past n = 2^23 / MIN_BLOCK_ROWS the blocks are MIN_BLOCK_ROWS rows).
 BLOCK_ELEMENTS = 1 << 23
 MIN_BLOCK_ROWS = 32
 
