@@ -17,6 +17,15 @@ from graphnorm.data.graphormer_preprocess import (
 )
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _single_thread():
+    # Many tiny tensor ops: on a shared 2-core machine intra-op threads make these tests ~10x slower, not faster.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def random_graph(num_nodes: int, edge_prob: float, directed: bool, seed: int) -> Data:
     torch.manual_seed(seed)
     edge_index = erdos_renyi_graph(num_nodes, edge_prob, directed=directed)

@@ -270,7 +270,9 @@ class Graphormer(nn.Module):
             )
             for _ in range(num_layers)
         )
-        self.final_norm = build_norm(norm, hidden_channels, **norm_kwargs) if pre_ln else build_norm("none", hidden_channels)
+        self.final_norm = (
+            build_norm(norm, hidden_channels, **norm_kwargs) if pre_ln else build_norm("none", hidden_channels)
+        )
         # Readout of the graph token as the original: transform, GELU, LayerNorm, output projection.
         self.head_transform = nn.Linear(hidden_channels, hidden_channels)
         self.head_norm = nn.LayerNorm(hidden_channels)
@@ -280,7 +282,11 @@ class Graphormer(nn.Module):
     def reset_parameters(self) -> None:
         """The Graphormer initialization: N(0, 0.02) for linear and embedding weights, zero biases; the norms keep
         their own initialization."""
+        norms = [self.final_norm] + [n for layer in self.layers for n in (layer.attention_norm, layer.ffn_norm)]
+        inside_norms = {id(m) for norm in norms for m in norm.modules()}  # e.g. DiffGroupNorm's own Linear
         for module in self.modules():
+            if id(module) in inside_norms:
+                continue
             if isinstance(module, nn.Linear):
                 nn.init.normal_(module.weight, std=0.02)
                 nn.init.zeros_(module.bias)

@@ -1,0 +1,262 @@
+"""Graphormer: shapes, padding and batch-composition invariance for every norm, the attention bias, probes, training."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch_geometric.data import Data
+from torch_geometric.utils import erdos_renyi_graph, to_undirected
+
+from graphnorm.data.graphormer_preprocess import GraphormerPreprocess, collate_graphormer, preprocess_dataset
+from graphnorm.models.graphormer import Graphormer, graphormer_optimizer, graphormer_slim
+from graphnorm.norms import available_norms
+
+HOPS = 3
+TRANSFORM = GraphormerPreprocess(multi_hop_max_dist=HOPS)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _single_thread():
+    # Many tiny tensor ops: on a shared 2-core machine intra-op threads make these tests ~10x slower, not faster.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def molecule_like(num_nodes: int, seed: int, edge_prob: float = 0.3) -> Data:
+    generator = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    edge_index = to_undirected(erdos_renyi_graph(num_nodes, edge_prob), num_nodes=num_nodes)
+    return TRANSFORM(
+        Data(
+            x=torch.randint(0, 6, (num_nodes, 2), generator=generator),
+            edge_index=edge_index,
+            edge_attr=torch.randint(0, 4, (edge_index.size(1), 1), generator=generator),
+            y=torch.randn(1, generator=generator),
+            num_nodes=num_nodes,
+        )
+    )
+
+
+def small_model(norm: str = "layernorm", norm_kwargs: dict | None = None, **overrides) -> Graphormer:
+    arguments = dict(
+        num_layers=2,
+        hidden_channels=16,
+        num_heads=4,
+        ffn_channels=24,
+        out_channels=3,
+        atom_feature_dims=[6, 6],
+        bond_feature_dims=[4],
+        max_degree=8,
+        max_distance=6,
+        multi_hop_max_dist=HOPS,
+        norm=norm,
+        norm_kwargs=norm_kwargs,
+    )
+    arguments.update(overrides)
+    return Graphormer(**arguments)
+
+
+def norm_kwargs_for(name: str) -> dict:
+    # ContraNorm in its transformer form: contrast against all rows of the graph, not only non-neighbours.
+    return {"exclude_neighbors": False} if name == "contranorm" else {}
+
+
+def test_shapes_and_probe_contract() -> None:
+    graphs = [molecule_like(n, seed) for seed, n in enumerate([4, 9, 1, 6])]
+    batch = collate_graphormer(graphs)
+    model = small_model()
+    seen: dict[str, torch.Tensor] = {}
+    layers = model.collapse_layers()
+    assert [name for name, _ in layers] == ["embedding", "layer_1", "layer_2"]
+    for name, module in layers:
+        module.register_forward_hook(lambda _m, _i, out, name=name: seen.__setitem__(name, out))
+    out = model(batch)
+    assert out.shape == (4, 3) and torch.isfinite(out).all()
+    rows = 4 + sum([4, 9, 1, 6])
+    assert all(value.shape == (rows, 16) for value in seen.values()) and len(seen) == 3
+    context = model.probe_context(batch)
+    assert set(context) == {"batch", "token_mask", "edge_index"}
+    assert context["batch"].shape == (rows,) and int(context["token_mask"].sum()) == 4
+    assert int(context["edge_index"].max()) < rows and not context["token_mask"][context["edge_index"]].any()
+    assert torch.equal(context["batch"][context["token_mask"]], torch.arange(4))  # one token per graph, in order
+
+
+@pytest.mark.parametrize("norm", available_norms())
+def test_padding_and_batch_composition_invariance(norm: str) -> None:
+    """Eval mode: a graph's output is the same alone, padded among bigger graphs, and in any batch order."""
+    small = molecule_like(3, 0)
+    others = [molecule_like(n, seed) for seed, n in enumerate([11, 7, 14], start=1)]
+    model = small_model(norm, norm_kwargs_for(norm)).eval()
+    with torch.no_grad():
+        alone = model(collate_graphormer([small]))
+        mixed = model(collate_graphormer([others[0], small, others[1], others[2]]))
+        reordered = model(collate_graphormer([others[2], others[1], small, others[0]]))
+        others_alone = model(collate_graphormer([others[1]]))
+    torch.testing.assert_close(mixed[1:2], alone, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(reordered[2:3], alone, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(reordered[[3, 1, 0]], mixed[[0, 2, 3]], atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(mixed[2:3], others_alone, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("norm", available_norms())
+def test_every_norm_trains_one_step_on_degenerate_graphs(norm: str) -> None:
+    """Single-atom and edgeless graphs (token + 1 node) go forward and backward in train mode with every norm."""
+    atom = TRANSFORM(Data(x=torch.tensor([[2, 3]]), edge_index=torch.empty(2, 0, dtype=torch.long), y=torch.randn(1)))
+    edgeless = TRANSFORM(Data(x=torch.zeros(3, 2, dtype=torch.long), edge_index=torch.empty(2, 0, dtype=torch.long)))
+    edgeless.y = torch.randn(1)
+    model = small_model(norm, norm_kwargs_for(norm)).train()
+    for graphs in ([atom], [atom, edgeless], [atom, edgeless, molecule_like(5, 3)]):
+        out = model(collate_graphormer(graphs))
+        assert out.shape == (len(graphs), 3) and torch.isfinite(out).all()
+        out.sum().backward()
+        assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+def test_attention_bias_matches_a_hand_computation() -> None:
+    # path graph 0 - 1 - 2 (edge ids: 0->1 is 0, 1->0 is 1, 1->2 is 2, 2->1 is 3), padded next to a 4-node graph
+    path = TRANSFORM(
+        Data(
+            x=torch.zeros(3, 2, dtype=torch.long),
+            edge_index=torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]]),
+            edge_attr=torch.tensor([[1], [1], [3], [3]]),
+            y=torch.zeros(1),
+        )
+    )
+    batch = collate_graphormer([path, molecule_like(4, 5)])
+    model = small_model()
+    bias_module = model.attention_bias
+    bias = bias_module(batch)  # [B, heads, T, T]
+    assert bias.shape == (2, 4, 5, 5)
+    virtual = bias_module.virtual_distance
+    torch.testing.assert_close(bias[0, :, 0, :4], virtual[:, None].expand(4, 4))  # token row, real keys
+    torch.testing.assert_close(bias[0, :, 1:4, 0], virtual[:, None].expand(4, 3))  # token column
+    assert torch.isinf(bias[0, :, :, 4]).all() and (bias[0, :, :, 4] < 0).all()  # padded key
+    assert torch.isfinite(bias[1]).all()
+    spatial = bias_module.spatial_embedding.weight  # [max_distance + 2, heads]
+    edge_table = bias_module.edge_embedding.embedding.weight  # [4, heads] (one bond column)
+    hop_weight = bias_module.hop_weight  # [hops, heads, heads]
+    # node 0 -> node 2: distance 2, edges (bond 1) then (bond 3); bias = spatial[2] + mean_k(edge_k @ W_k)
+    expected_02 = spatial[2] + (edge_table[1] @ hop_weight[0] + edge_table[3] @ hop_weight[1]) / 2
+    torch.testing.assert_close(bias[0, :, 1, 3], expected_02)
+    expected_21 = spatial[1] + edge_table[3] @ hop_weight[0]  # node 2 -> node 1: one edge
+    torch.testing.assert_close(bias[0, :, 3, 2], expected_21)
+    torch.testing.assert_close(bias[0, :, 2, 2], spatial[0])  # self: distance 0, no edges
+
+
+def test_virtual_distance_and_spatial_bias_change_the_output_and_get_gradients() -> None:
+    batch = collate_graphormer([molecule_like(n, seed) for seed, n in enumerate([5, 8])])
+    model = small_model(dropout=0.0, attention_dropout=0.0, activation_dropout=0.0).eval()
+    out = model(batch)
+    out.square().sum().backward()
+    attention_bias = model.attention_bias
+    for name, parameter in [
+        ("virtual_distance", attention_bias.virtual_distance),
+        ("spatial_embedding", attention_bias.spatial_embedding.weight),
+        ("hop_weight", attention_bias.hop_weight),
+        ("edge_embedding", attention_bias.edge_embedding.embedding.weight),
+        ("in_degree_embedding", model.in_degree_embedding.weight),
+    ]:
+        assert parameter.grad is not None and parameter.grad.abs().sum() > 0, name
+    with torch.no_grad():
+        attention_bias.virtual_distance.add_(torch.tensor([3.0, -3.0, 1.0, 0.5]))
+        after_virtual = model(batch)
+        attention_bias.spatial_embedding.weight[1].add_(2.0)  # distance-1 pairs
+        after_spatial = model(batch)
+    assert not torch.allclose(after_virtual, out, atol=1e-5)
+    assert not torch.allclose(after_spatial, after_virtual, atol=1e-5)
+
+
+def test_post_ln_and_sepnorm_with_a_batch_of_one_graph() -> None:
+    graph = molecule_like(6, 2)
+    post_ln = small_model(pre_ln=False)
+    assert torch.isfinite(post_ln(collate_graphormer([graph]))).all()
+    model = small_model("sepnorm")
+    for mode in (True, False):
+        model.train(mode)
+        out = model(collate_graphormer([graph]))
+        assert out.shape == (1, 3) and torch.isfinite(out).all()
+    out.sum().backward()
+
+
+def test_bad_arguments_and_inputs_raise_clear_errors() -> None:
+    with pytest.raises(ValueError, match="divisible"):
+        small_model(hidden_channels=18)
+    with pytest.raises(ValueError, match="max_distance"):
+        small_model(max_distance=0)
+    with pytest.raises(ValueError, match="unknown norm"):
+        small_model("no_such_norm")
+    with pytest.raises(ValueError, match="dropout"):
+        small_model(dropout=1.0)
+    model = small_model()
+    bad_atom = molecule_like(4, 0)
+    bad_atom.x[1, 1] = 6  # column 1 has 6 values: 0..5
+    with pytest.raises(ValueError, match="column 1 holds value 6"):
+        model(collate_graphormer([bad_atom]))
+    one_column = molecule_like(4, 0)
+    one_column.x = one_column.x[:, :1]
+    with pytest.raises(ValueError, match=r"shape \[rows, 2\]"):
+        model(collate_graphormer([one_column]))
+    no_bonds = molecule_like(4, 0)
+    no_bonds.edge_attr = None
+    with pytest.raises(ValueError, match="without edge_attr"):
+        model(collate_graphormer([no_bonds]))
+    with pytest.raises(TypeError, match="GraphormerBatch"):
+        model(molecule_like(4, 0))
+
+
+def test_optimizer_recipe_warmup_and_polynomial_decay() -> None:
+    model = small_model()
+    optimizer, scheduler = graphormer_optimizer(
+        model, lr=1e-3, weight_decay=0.01, warmup_steps=4, total_steps=12, end_lr=1e-5
+    )
+    assert isinstance(optimizer, torch.optim.AdamW) and optimizer.param_groups[0]["weight_decay"] == 0.01
+    rates = []
+    for _ in range(14):
+        rates.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    assert rates[:4] == pytest.approx([2.5e-4, 5e-4, 7.5e-4, 1e-3])
+    assert rates[8] == pytest.approx(1e-5 + (1e-3 - 1e-5) * 0.5)  # halfway through the decay
+    assert rates[12] == pytest.approx(1e-5) and rates[13] == pytest.approx(1e-5)
+    with pytest.raises(ValueError, match="warmup_steps"):
+        graphormer_optimizer(model, warmup_steps=10, total_steps=10)
+
+
+def test_graphormer_slim_size() -> None:
+    model = graphormer_slim()
+    parameters = sum(p.numel() for p in model.parameters())
+    assert 450_000 < parameters < 520_000  # the paper's Graphormer-slim has ~489k
+
+
+def test_tiny_training_on_real_zinc_lowers_the_loss(data_root) -> None:
+    from torch_geometric.datasets import ZINC
+
+    from graphnorm.data.root import seed_from_mirror
+
+    seed_from_mirror(data_root, "ZINC", ["raw/val.pickle"])
+    graphs = preprocess_dataset(ZINC(str(data_root / "ZINC"), subset=True, split="val")[:200], multi_hop_max_dist=5)
+    batches = [collate_graphormer(graphs[i : i + 50]) for i in range(0, 200, 50)]
+    model = graphormer_slim(num_layers=2, hidden_channels=32, num_heads=4, ffn_channels=32, dropout=0.0)
+    optimizer, scheduler = graphormer_optimizer(model, lr=2e-3, weight_decay=0.0, warmup_steps=4, total_steps=32)
+
+    def mean_abs_error() -> float:
+        model.eval()
+        with torch.no_grad():
+            return float(torch.cat([(model(b).squeeze(-1) - b.y).abs() for b in batches]).mean())
+
+    targets = torch.cat([b.y for b in batches])
+    best_constant = float((targets - targets.median()).abs().mean())  # MAE of the best constant prediction
+    before = mean_abs_error()
+    model.train()
+    for _ in range(8):
+        for batch in batches:
+            loss = (model(batch).squeeze(-1) - batch.y).abs().mean()
+            optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
+            optimizer.step()
+            scheduler.step()
+    after = mean_abs_error()
+    assert after < 0.85 * before and after < 0.85 * best_constant, (before, after, best_constant)
