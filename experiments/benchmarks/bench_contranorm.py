@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -94,6 +95,7 @@ def compare_with_dense(sizes: list[int], channels: int, repeats: int) -> list[di
         ours, dense = ContraNorm(channels), DenseContraNorm(channels)
         candidates = {"streaming": fwd_bwd(ours, x, edge_index), "dense": fwd_bwd(dense, x, edge_index)}
         seconds, memory = measure(candidates, repeats)
+        print(f"[bench_contranorm] n={n}: {seconds}", file=sys.stderr, flush=True)
         rows.append(
             {
                 "n": n,
@@ -114,6 +116,7 @@ def scaling(sizes: list[int], channels: int, repeats: int, mm_rate: float) -> li
     for n in sizes:
         x, edge_index = random_graph(n, channels)
         seconds, memory = measure({"streaming": fwd_bwd(module, x, edge_index)}, repeats)
+        print(f"[bench_contranorm] scaling n={n}: {seconds}", file=sys.stderr, flush=True)
         flops = 14.0 * n * n * channels
         rows.append(
             {
