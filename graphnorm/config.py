@@ -67,6 +67,9 @@ class RunConfig:
     batch_size: int = 128  # graph-level mini-batch size (node-level training is full-batch)
     seed: int = 0
     device: str = "cpu"  # cpu | cuda | auto
+    # --- analysis ---
+    probe: bool = True  # collapse metrics at every layer of the final model, written to the sweep's layers.csv
+    probe_graphs: int = 64  # graph-level datasets: size of the fixed validation sample the probe measures
 
     @classmethod
     def field_names(cls) -> list[str]:
@@ -108,7 +111,7 @@ class RunConfig:
         choice("optimizer", OPTIMIZERS)
         choice("scheduler", SCHEDULERS)
         choice("device", DEVICES)
-        for key in ("residual", "shared_layernorm", "virtual_node"):
+        for key in ("residual", "shared_layernorm", "virtual_node", "probe"):
             if not isinstance(getattr(self, key), bool):
                 raise ValueError(f"{key} must be true or false, got {getattr(self, key)!r}")
         for key in ("norm_kwargs", "model_kwargs"):
@@ -136,6 +139,8 @@ class RunConfig:
             raise ValueError(f"grad_clip must be >= 0 (0 disables), got {self.grad_clip}")
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.probe_graphs < 1:
+            raise ValueError(f"probe_graphs must be >= 1, got {self.probe_graphs}")
         if self.limit_graphs is not None and self.limit_graphs < 1:
             raise ValueError(f"limit_graphs must be >= 1 or null, got {self.limit_graphs}")
         if self.is_node_level:

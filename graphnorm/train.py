@@ -309,6 +309,22 @@ def train(config: RunConfig) -> tuple[nn.Module, GraphTask, dict[str, Any]]:
 
 
 def run(config: RunConfig) -> dict[str, Any]:
-    """Train one run and return its JSON-serializable record (see the module docstring for the keys)."""
-    _, _, record = train(config)
+    """Train one run and return its JSON-serializable record (see the module docstring for the keys).
+
+    With ``config.probe`` the record also carries ``"layers"``: collapse metrics at every layer of the final
+    (best-validation) model, from :func:`graphnorm.analysis.probe_records` (node level: the whole graph; graph
+    level: a fixed sample of ``config.probe_graphs`` validation graphs). A sweep writes them to ``layers.csv``.
+    """
+    model, task, record = train(config)
+    if config.probe:
+        from graphnorm.analysis.probe import evaluation_sample, probe_records
+
+        start = time.perf_counter()
+        model = model.to("cpu")
+        if task.level == "node":
+            data, split = task.data, "all"
+        else:
+            data, split = evaluation_sample(task.val, num_graphs=config.probe_graphs, seed=0), "val_sample"
+        record["layers"] = probe_records(model, data, split=split)
+        record["probe_time_s"] = time.perf_counter() - start
     return record

@@ -13,8 +13,7 @@
 #
 # Loads a sweep's output directory (`runs.csv`, `layers.csv`, written by `graphnorm.sweep`) and reproduces the
 # report figures of `graphnorm.analysis.plots.make_report`. Set `GRAPHNORM_RUN_DIR` (or edit `RUN_DIR`) to your
-# sweep directory. For layer metrics the sweep must run the probe, e.g.
-# `run_fn="graphnorm.analysis.probe:run_with_probe"`.
+# sweep directory. Every run probes its final model by default (`probe: true`), which fills `layers.csv`.
 
 # %%
 import os

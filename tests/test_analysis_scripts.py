@@ -25,7 +25,6 @@ def build_tiny_sweep(base_dir: Path) -> Path:
     run_sweep(
         TINY_SWEEP,
         out_dir=out,
-        run_fn="graphnorm.analysis.probe:run_with_probe",
         executor="serial",
         make_plots=False,
         progress=False,

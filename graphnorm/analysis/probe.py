@@ -28,7 +28,7 @@ from torch import Tensor, nn
 
 from graphnorm.analysis.collapse import collapse_records, single_thread
 
-__all__ = ["CollapseProbe", "probe_records", "evaluation_sample", "run_with_probe", "TABLE_COLUMNS"]
+__all__ = ["CollapseProbe", "probe_records", "evaluation_sample", "TABLE_COLUMNS"]
 
 TABLE_COLUMNS = ["layer", "layer_name", "rows", "metric", "stat", "value"]
 
@@ -200,22 +200,3 @@ def evaluation_sample(dataset: Sequence[Any], num_graphs: int = 64, seed: int = 
     generator = torch.Generator().manual_seed(seed)
     chosen = torch.randperm(len(dataset), generator=generator)[: min(num_graphs, len(dataset))].sort().values
     return Batch.from_data_list([dataset[int(i)] for i in chosen])
-
-
-def run_with_probe(config: Any, num_singular_values: int = 16, num_graphs: int = 64) -> dict[str, Any]:
-    """``graphnorm.train.run`` plus the probe: trains, then fills ``record["layers"]`` with
-    :func:`probe_records` of the final (best-validation) model on the evaluation data (node level: the whole
-    graph; graph level: a fixed :func:`evaluation_sample` of the validation split). Usable as a sweep's run
-    function: ``run_fn="graphnorm.analysis.probe:run_with_probe"``."""
-    from graphnorm.train import train
-
-    model, task, record = train(config)
-    model = model.to("cpu")
-    if task.level == "node":
-        data, split = task.data, "all"
-    else:
-        data, split = evaluation_sample(task.val, num_graphs=num_graphs, seed=0), "val_sample"
-    start = time.perf_counter()
-    record["layers"] = probe_records(model, data, num_singular_values=num_singular_values, split=split)
-    record["probe_time_s"] = time.perf_counter() - start
-    return record
