@@ -260,3 +260,32 @@ def test_tiny_training_on_real_zinc_lowers_the_loss(data_root) -> None:
             scheduler.step()
     after = mean_abs_error()
     assert after < 0.85 * before and after < 0.85 * best_constant, (before, after, best_constant)
+
+
+def test_ogb_molecule_features_as_in_molhiv() -> None:
+    """OGB's 9 atom and 3 bond feature columns (ogbg-molhiv), from real molecules through ogb's smiles2graph."""
+    from ogb.utils import smiles2graph
+    from ogb.utils.features import get_atom_feature_dims, get_bond_feature_dims
+
+    graphs = []
+    for smiles in ["CC(=O)Oc1ccccc1C(=O)O", "[Na+].[Cl-]", "C", "c1ccc2ccccc2c1"]:
+        graph = smiles2graph(smiles)
+        graphs.append(
+            TRANSFORM(
+                Data(
+                    x=torch.from_numpy(graph["node_feat"]),
+                    edge_index=torch.from_numpy(graph["edge_index"]),
+                    edge_attr=torch.from_numpy(graph["edge_feat"]),
+                    y=torch.tensor([[1]]),
+                )
+            )
+        )
+    batch = collate_graphormer(graphs)
+    assert batch.x.shape[1] == 9 and batch.edge_attr.shape[1] == 3 and batch.y.shape == (4, 1)
+    model = small_model(
+        out_channels=1, atom_feature_dims=get_atom_feature_dims(), bond_feature_dims=get_bond_feature_dims()
+    )
+    out = model(batch)
+    assert out.shape == (4, 1) and torch.isfinite(out).all()
+    # the disconnected salt: Na+ and Cl- are unreachable from each other
+    assert int(batch.spatial_pos[1, 0, 1]) == -1
