@@ -289,3 +289,34 @@ def test_ogb_molecule_features_as_in_molhiv() -> None:
     assert out.shape == (4, 1) and torch.isfinite(out).all()
     # the disconnected salt: Na+ and Cl- are unreachable from each other
     assert int(batch.spatial_pos[1, 0, 1]) == -1
+
+
+def test_from_config_for_zinc_and_ogb_tasks() -> None:
+    from graphnorm.config import RunConfig
+    from graphnorm.data.datasets import GraphTask
+
+    config = RunConfig(
+        dataset="zinc",
+        model="graphormer",
+        num_layers=3,
+        hidden_channels=24,
+        num_heads=4,
+        norm="sepnorm",
+        dropout=0.1,
+        model_kwargs={"ffn_channels": 40, "multi_hop_max_dist": 2, "pre_ln": False},
+    )
+    zinc = GraphTask(
+        name="zinc", level="graph", task_type="regression", metric="mae", num_features=28, num_outputs=1,
+        atom_encoder="zinc",
+    )  # fmt: skip
+    model = Graphormer.from_config(config, zinc)
+    assert len(model.layers) == 3 and model.layers[0].fc1.out_features == 40 and not model.pre_ln
+    assert model.atom_embedding.feature_dims == [28] and model.attention_bias.hop_weight.shape == (2, 4, 4)
+    ogb = GraphTask(
+        name="molhiv", level="graph", task_type="binary", metric="rocauc", num_features=9, num_outputs=1,
+        atom_encoder="ogb",
+    )  # fmt: skip
+    assert len(Graphormer.from_config(config, ogb).atom_embedding.feature_dims) == 9
+    cora = GraphTask(name="cora", level="node", task_type="multiclass", metric="acc", num_features=5, num_outputs=7)
+    with pytest.raises(ValueError, match="node-level"):
+        Graphormer.from_config(config, cora)

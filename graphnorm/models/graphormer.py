@@ -279,6 +279,39 @@ class Graphormer(nn.Module):
         self.head_out = nn.Linear(hidden_channels, out_channels)
         self.reset_parameters()
 
+    @classmethod
+    def from_config(cls, config: Any, task: Any) -> Graphormer:
+        """Build from a ``RunConfig`` and a graph-level ``GraphTask`` (``atom_encoder`` ``"zinc"`` or ``"ogb"``).
+
+        ``config.model_kwargs`` may set ``ffn_channels`` (default: ``hidden_channels``), ``max_degree``,
+        ``max_distance``, ``multi_hop_max_dist``, ``pre_ln``, ``attention_dropout`` and ``activation_dropout``.
+        """
+        if task.level != "graph":
+            raise ValueError(f"Graphormer predicts per graph; dataset {task.name!r} is {task.level}-level")
+        if task.atom_encoder == "zinc":
+            atom_feature_dims, bond_feature_dims = [task.num_features], [4]  # 28 atom types; bond none/1/2/3
+        elif task.atom_encoder == "ogb":
+            from ogb.utils.features import get_atom_feature_dims, get_bond_feature_dims
+
+            atom_feature_dims, bond_feature_dims = get_atom_feature_dims(), get_bond_feature_dims()
+        else:
+            raise ValueError(f"Graphormer needs categorical atom features (zinc or ogb), got {task.atom_encoder!r}")
+        keywords = dict(config.model_kwargs)
+        ffn_channels = keywords.pop("ffn_channels", config.hidden_channels)
+        return cls(
+            num_layers=config.num_layers,
+            hidden_channels=config.hidden_channels,
+            num_heads=config.num_heads,
+            ffn_channels=ffn_channels,
+            out_channels=task.num_outputs,
+            atom_feature_dims=atom_feature_dims,
+            bond_feature_dims=bond_feature_dims,
+            norm=config.norm,
+            norm_kwargs=config.norm_kwargs,
+            dropout=config.dropout,
+            **keywords,
+        )
+
     def reset_parameters(self) -> None:
         """The Graphormer initialization: N(0, 0.02) for linear and embedding weights, zero biases; the norms keep
         their own initialization."""
