@@ -20,15 +20,20 @@ DENSE_MAX_NODES = 256
 # Padded dense chunks hold at most this many similarity entries (graphs * max_nodes^2): ~16 MB per float32 tensor.
 DENSE_CHUNK_ELEMENTS = 1 << 22
 # The streaming kernel holds one row block [block_rows, n] at a time (two in backward); block_rows =
-# BLOCK_ELEMENTS // n. 2^23 entries = 32 MB in float32: few, large matmuls and elementwise passes per call, which is
-# what counts on a busy 2-core CPU (per-op thread synchronization), while extra memory stays ~100 MB
-# (linear in n: past n = 2^23 / MIN_BLOCK_ROWS the blocks are MIN_BLOCK_ROWS rows).
-BLOCK_ELEMENTS = 1 << 23
+# BLOCK_ELEMENTS // n. 2^22 entries = 16 MB in float32: few, large ops per call (per-op thread synchronization
+# dominates on a busy 2-core CPU) while the extra memory stays well under 200 MB at n = 20,000 (linear in n: past
+# n = 2^22 / MIN_BLOCK_ROWS the blocks are MIN_BLOCK_ROWS rows).
+BLOCK_ELEMENTS = 1 << 22
+# A graph whose whole n x n fits in this many entries (n <= 2896: 32 MB) is one block, and its P is kept for backward
+# instead of recomputed (saves a matmul, the mask and an exponential; memory stays bounded by this constant).
+SINGLE_BLOCK_ELEMENTS = 1 << 23
 MIN_BLOCK_ROWS = 32
 
 
 def _block_bounds(num_rows: int, num_cols: int) -> list[int]:
     """Row-block boundaries ``[0, b, 2b, ..., num_rows]`` so that a block ``[b, num_cols]`` has ~BLOCK_ELEMENTS."""
+    if num_rows * num_cols <= SINGLE_BLOCK_ELEMENTS:
+        return [0, num_rows]
     rows = max(MIN_BLOCK_ROWS, BLOCK_ELEMENTS // max(num_cols, 1))
     return list(range(0, num_rows, rows)) + [num_rows]
 
@@ -80,6 +85,7 @@ class _StreamingNegativeMix(torch.autograd.Function):
         queries = torch.cat([x_hat * inv_tau, x_hat.new_full((n, 1), -inv_tau)], dim=1)  # [n, d_hat + 1]
         out = torch.empty_like(values)  # [n, d]
         lse = torch.empty(n, 1, dtype=x_hat.dtype, device=x_hat.device)  # row log-sum-exp over the negatives
+        kept_probs = None
         small = math.sqrt(torch.finfo(x_hat.dtype).tiny)
         for i, (r0, r1) in enumerate(zip(bounds[:-1], bounds[1:])):
             block_rows, block_cols = _block_edges(edge_rows, edge_cols, edge_ptr, i)
@@ -93,6 +99,9 @@ class _StreamingNegativeMix(torch.autograd.Function):
             underflow = (denom.squeeze(1) < small).nonzero().squeeze(1)
             if underflow.numel() > 0:
                 _recompute_rows(underflow, r0, x_hat, values, inv_tau, block_rows, block_cols, mask_self, out, lse)
+            elif len(bounds) == 2:
+                kept_probs = weights.div_(denom)  # the whole P [n, n], bounded by SINGLE_BLOCK_ELEMENTS
+        ctx.kept_probs = kept_probs
         ctx.save_for_backward(x_hat, values, out, lse, edge_rows, edge_cols)
         ctx.inv_tau = inv_tau
         ctx.mask_self = mask_self
@@ -115,10 +124,14 @@ class _StreamingNegativeMix(torch.autograd.Function):
         grads_minus_delta = torch.cat([grad_out, -delta], dim=1)  # [n, d + 1]: . [v, 1] = dP - delta
         grad_x_hat = torch.zeros_like(x_hat)
         grad_values = torch.zeros_like(values)
+        kept_probs, ctx.kept_probs = ctx.kept_probs, None
         for i, (r0, r1) in enumerate(zip(bounds[:-1], bounds[1:])):
-            probs = torch.mm(queries[r0:r1], keys.t())  # [b, n]: S - lse
-            _mask_block(probs, r0, *_block_edges(edge_rows, edge_cols, edge_ptr, i), mask_self)
-            probs.exp_()  # P block, masked entries 0
+            if kept_probs is not None:
+                probs = kept_probs
+            else:
+                probs = torch.mm(queries[r0:r1], keys.t())  # [b, n]: S - lse
+                _mask_block(probs, r0, *_block_edges(edge_rows, edge_cols, edge_ptr, i), mask_self)
+                probs.exp_()  # P block, masked entries 0
             grad_values.addmm_(probs.t(), grad_out[r0:r1])
             grad_logits = torch.mm(grads_minus_delta[r0:r1], values_ones.t())  # [b, n]: dP - delta
             grad_logits.mul_(probs)  # dS (w.r.t. the scaled logits)
