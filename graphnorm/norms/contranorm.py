@@ -179,6 +179,8 @@ def _edge_block_ptr(edge_rows: Tensor | None, bounds: list[int]) -> list[int] | 
     """Offsets into the row-sorted edge list where each row block starts."""
     if edge_rows is None:
         return None
+    if len(bounds) == 2:  # one block takes every edge; the edges need not be sorted then
+        return [0, edge_rows.numel()]
     return torch.searchsorted(edge_rows, torch.tensor(bounds, device=edge_rows.device)).tolist()
 
 
@@ -315,7 +317,7 @@ class ContraNorm(nn.Module):
         x_hat = F.normalize(x, dim=1)  # row L2, eps 1e-12 as in the reference
 
         if batch is None:
-            batch = torch.zeros(n, dtype=torch.long, device=x.device)
+            return self._single_graph_mix(x, x_hat, inv_tau, edge_index, mask_self)
         batch = batch.long()
         order = None
         if n > 1 and bool((batch[1:] < batch[:-1]).any()):
@@ -394,6 +396,22 @@ class ContraNorm(nn.Module):
         if order is not None:
             mixed = mixed[inverse]
         return mixed
+
+    def _single_graph_mix(
+        self, x: Tensor, x_hat: Tensor, inv_tau: float, edge_index: Tensor | None, mask_self: bool
+    ) -> Tensor:
+        """One graph (no ``batch``): as few small ops as possible, since each costs a thread sync on a busy CPU."""
+        n = x.size(0)
+        edge_rows = edge_cols = None
+        if edge_index is not None and edge_index.numel() > 0:
+            edge_rows, edge_cols = edge_index[0].long(), edge_index[1].long()
+            if n * n > SINGLE_BLOCK_ELEMENTS and n > DENSE_MAX_NODES:  # row blocks need the edges sorted by row
+                sort = torch.argsort(edge_rows * n + edge_cols)
+                edge_rows, edge_cols = edge_rows[sort], edge_cols[sort]
+        if n <= DENSE_MAX_NODES:
+            local_batch = torch.zeros(n, dtype=torch.long, device=x.device)
+            return _dense_negative_mix(x_hat, x, local_batch, 1, inv_tau, edge_rows, edge_cols, mask_self)
+        return _StreamingNegativeMix.apply(x_hat, x, inv_tau, edge_rows, edge_cols, mask_self)
 
     def extra_repr(self) -> str:
         return (
