@@ -12,6 +12,17 @@ Protocol presets in words (the YAML files set exactly these keys):
   adjacency="row", feature_norm="row_l1", layer_order="dropout-conv-norm-act", norm="contranorm",
   norm_kwargs={"scale": 1.0}, shared_layernorm=True, eval_nodes="rest"``; last-epoch accuracy on the 2068 Cora
   nodes outside train+val (``test_acc_last``).
+* Graphormer-slim on ZINC (Ying et al., 2021): ``model="graphormer", num_layers=12, hidden_channels=80,
+  num_heads=8, model_kwargs={"ffn_channels": 80, "max_distance": 40, "multi_hop_max_dist": 5}, dropout=0.1,
+  optimizer="adamw", scheduler="polynomial", lr=2e-4, weight_decay=0.01, warmup_steps=40000, total_steps=400000,
+  end_lr=1e-9, grad_clip=5.0, batch_size=256``. RunConfig's defaults (dropout 0.5, lr 0.01, Adam) are the GCN
+  protocol's, not Graphormer's: a Graphormer config sets these keys explicitly (``experiments/*_graphormer.yaml``).
+
+Graph-level runs may set ``checkpoint_dir``: the run then saves everything needed to continue (model, optimizer,
+scheduler, epoch, best-validation state, RNG states) after every epoch to ``<checkpoint_dir>/<run_id>.pt`` and, when
+that file exists, resumes from it, so a killed run continues where it stopped and ends with the same record.
+``max_train_minutes`` stops training cleanly once the training loop (steps and per-epoch evaluation) has used that
+budget; the record says so (``stopped_by_time``).
 """
 
 from __future__ import annotations
@@ -29,8 +40,18 @@ LAYER_ORDERS = ("conv-norm-act-dropout", "dropout-conv-norm-act")
 READOUTS = ("mean", "sum", "virtual")
 EVAL_NODES = ("test", "rest")
 OPTIMIZERS = ("adam", "adamw")
-SCHEDULERS = ("none", "cosine", "plateau")
+SCHEDULERS = ("none", "cosine", "plateau", "polynomial")
 DEVICES = ("cpu", "cuda", "auto")
+# Graphormer constructor keywords a config may pass through model_kwargs (see Graphormer.from_config).
+GRAPHORMER_KWARGS = (
+    "ffn_channels",
+    "max_degree",
+    "max_distance",
+    "multi_hop_max_dist",
+    "pre_ln",
+    "attention_dropout",
+    "activation_dropout",
+)
 
 
 @dataclass
@@ -41,6 +62,8 @@ class RunConfig:
     feature_norm: str = "none"  # none | row_l1 (row-L1-normalized node features, Kipf/PairNorm/ContraNorm protocol)
     eval_nodes: str = "test"  # node-level only: test (public test mask) | rest (all nodes outside train+val)
     limit_graphs: int | None = None  # graph-level smoke runs: a fixed random subset of at most this many graphs/split
+    max_nodes: int | None = None  # graphormer: largest graph allowed (dense [n, n] inputs); larger ones -> error
+    drop_large_graphs: bool = False  # graphormer: drop graphs above max_nodes instead (counted in the record)
     # --- model ---
     model: str = "gcn"  # gcn | graphormer
     num_layers: int = 2  # number of graph convolutions (or transformer layers)
@@ -61,12 +84,20 @@ class RunConfig:
     lr: float = 0.01
     weight_decay: float = 5e-4
     optimizer: str = "adam"  # adam | adamw
-    scheduler: str = "none"  # none | cosine (per epoch, after warmup) | plateau (on the validation metric)
+    # none | cosine (per epoch, after warmup) | plateau (on the validation metric) | polynomial (graph level, per
+    # optimizer step: linear warmup over warmup_steps, then linear decay to end_lr at total_steps; the Graphormer
+    # recipe, needs optimizer=adamw)
+    scheduler: str = "none"
     warmup_epochs: int = 0  # linear learning-rate warmup before the scheduler
+    warmup_steps: int = 0  # scheduler=polynomial: optimizer steps of linear warmup
+    total_steps: int | None = None  # scheduler=polynomial: step at which lr reaches end_lr; None: all steps of the run
+    end_lr: float = 1e-9  # scheduler=polynomial: final learning rate
     grad_clip: float = 0.0  # max gradient norm; 0 disables clipping
     batch_size: int = 128  # graph-level mini-batch size (node-level training is full-batch)
     seed: int = 0
     device: str = "cpu"  # cpu | cuda | auto
+    max_train_minutes: float | None = None  # graph level: stop training once the training loop used this much time
+    checkpoint_dir: str | None = None  # graph level: save every epoch to <dir>/<run_id>.pt and resume from it
     # --- analysis ---
     probe: bool = True  # collapse metrics at every layer of the final model, written to the sweep's layers.csv
     probe_graphs: int = 64  # graph-level datasets: size of the fixed validation sample the probe measures
@@ -111,7 +142,7 @@ class RunConfig:
         choice("optimizer", OPTIMIZERS)
         choice("scheduler", SCHEDULERS)
         choice("device", DEVICES)
-        for key in ("residual", "shared_layernorm", "virtual_node", "probe"):
+        for key in ("residual", "shared_layernorm", "virtual_node", "probe", "drop_large_graphs"):
             if not isinstance(getattr(self, key), bool):
                 raise ValueError(f"{key} must be true or false, got {getattr(self, key)!r}")
         for key in ("norm_kwargs", "model_kwargs"):
@@ -143,7 +174,43 @@ class RunConfig:
             raise ValueError(f"probe_graphs must be >= 1, got {self.probe_graphs}")
         if self.limit_graphs is not None and self.limit_graphs < 1:
             raise ValueError(f"limit_graphs must be >= 1 or null, got {self.limit_graphs}")
+        if self.warmup_steps < 0:
+            raise ValueError(f"warmup_steps must be >= 0, got {self.warmup_steps}")
+        if self.total_steps is not None and self.total_steps <= self.warmup_steps:
+            raise ValueError(f"total_steps must be > warmup_steps={self.warmup_steps}, got {self.total_steps}")
+        if not 0 <= self.end_lr <= self.lr:
+            raise ValueError(f"end_lr must be in [0, lr={self.lr}], got {self.end_lr}")
+        if self.scheduler == "polynomial":
+            if self.optimizer != "adamw":
+                raise ValueError("scheduler='polynomial' is the Graphormer recipe with AdamW: set optimizer=adamw")
+            if self.warmup_epochs:
+                raise ValueError("scheduler='polynomial' warms up per step: use warmup_steps, not warmup_epochs")
+        elif self.warmup_steps or self.total_steps is not None:
+            raise ValueError(f"warmup_steps and total_steps are for scheduler='polynomial', not {self.scheduler!r}")
+        if self.max_train_minutes is not None and not self.max_train_minutes > 0:
+            raise ValueError(f"max_train_minutes must be > 0 or null, got {self.max_train_minutes}")
+        if self.checkpoint_dir is not None and (not isinstance(self.checkpoint_dir, str) or not self.checkpoint_dir):
+            raise ValueError(f"checkpoint_dir must be a non-empty path or null, got {self.checkpoint_dir!r}")
+        if self.max_nodes is not None and self.max_nodes < 1:
+            raise ValueError(f"max_nodes must be >= 1 or null, got {self.max_nodes}")
+        if self.model == "graphormer":
+            unknown = sorted(set(self.model_kwargs) - set(GRAPHORMER_KWARGS))
+            if unknown:
+                raise ValueError(
+                    f"unknown model_kwargs {unknown} for graphormer; valid: {', '.join(GRAPHORMER_KWARGS)}"
+                )
+            if self.virtual_node or self.readout != "mean":
+                raise ValueError("graphormer reads out its own virtual graph token: leave virtual_node and readout")
+        elif self.max_nodes is not None or self.drop_large_graphs:
+            raise ValueError("max_nodes and drop_large_graphs are for model='graphormer'")
+        if self.drop_large_graphs and self.max_nodes is None:
+            raise ValueError("drop_large_graphs needs max_nodes")
         if self.is_node_level:
+            for key in ("max_train_minutes", "checkpoint_dir"):
+                if getattr(self, key) is not None:
+                    raise ValueError(f"{key} is for graph-level datasets, not {self.dataset!r}")
+            if self.scheduler == "polynomial":
+                raise ValueError(f"scheduler='polynomial' steps per mini-batch (graph level), not for {self.dataset!r}")
             if self.virtual_node:
                 raise ValueError(f"virtual_node is for graph-level datasets, not {self.dataset!r}")
             if self.limit_graphs is not None:

@@ -5,13 +5,19 @@
   ``eval_nodes="test"`` scores the public 1000 test nodes, ``"rest"`` every node outside train+val (2068 on Cora,
   the ContraNorm/PairNorm protocol, which reports the last epoch: ``test_acc_last``).
 * Graph level (ZINC, MolHIV): PyG ``DataLoader`` mini-batches; ZINC: L1 loss and MAE; MolHIV: BCE with logits and
-  ROC-AUC from OGB's ``Evaluator``.
+  ROC-AUC from OGB's ``Evaluator``. Graphormer runs on its own batches instead: every split is preprocessed once
+  (shortest paths, edge paths, degrees; cached next to the dataset's processed files) and collated by
+  ``collate_graphormer``. ``scheduler="polynomial"`` is the Graphormer optimizer (AdamW, linear warmup, polynomial
+  decay, stepped after every optimizer step). Graph-level runs can checkpoint every epoch and resume
+  (``checkpoint_dir``) and stop on a time budget (``max_train_minutes``); see :mod:`graphnorm.config`.
 
 ``train(config) -> (model, task, record)`` leaves the model at its best-validation weights (in eval mode) so the
 collapse probe can run on it; ``run(config)`` returns only the JSON-serializable record, with flat keys
 ``val_<metric>``, ``test_<metric>`` (at the best-validation epoch), ``val_<metric>_last``, ``test_<metric>_last``,
 ``best_epoch``, ``train_loss`` (last epoch; ``train_loss_first``: epoch 0), ``num_params``, ``epochs_run``,
-``wall_time_s``.
+``wall_time_s``. Graph-level records add ``steps`` (optimizer steps), ``train_time_s`` (training loop, summed over
+resumes), ``stopped_by_time`` and ``resumed_at_epoch`` (``None`` for a run that never resumed); Graphormer records add
+``dropped_graphs_<split>`` (graphs above ``max_nodes`` left out with ``drop_large_graphs``).
 
 Seams for other models: :func:`build_model` (``config.model``), :func:`model_outputs` (how a model is called on a
 PyG batch: DeepGCN takes ``(x, edge_index, batch, batch_size)``, any other model the whole ``Data``/``Batch``),
@@ -21,11 +27,16 @@ PyG batch: DeepGCN takes ``(x, edge_index, batch, batch_size)``, any other model
 from __future__ import annotations
 
 import copy
+import functools
 import math
+import os
+import random
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 import torch_geometric.transforms as T
@@ -36,7 +47,16 @@ from tqdm import tqdm
 
 from graphnorm.config import RunConfig
 from graphnorm.data import GraphTask, load_dataset
-from graphnorm.models import DeepGCN
+from graphnorm.data.graphormer_preprocess import (
+    GraphormerPreprocess,
+    collate_graphormer,
+    filter_max_nodes,
+    preprocess_dataset,
+)
+from graphnorm.models import DeepGCN, Graphormer, graphormer_optimizer
+
+SPLITS = ("train", "val", "test")
+GRAPHORMER_DEFAULT_HOPS = 5  # Graphormer's multi_hop_max_dist default
 
 
 # --- building blocks ------------------------------------------------------------------------------------------
@@ -62,8 +82,6 @@ def build_model(config: RunConfig, task: GraphTask) -> nn.Module:
             **config.model_kwargs,
         )
     if config.model == "graphormer":
-        from graphnorm.models import Graphormer  # added by the Graphormer work; imported lazily
-
         return Graphormer.from_config(config, task)
     raise ValueError(f"unknown model {config.model!r}")
 
@@ -112,6 +130,14 @@ class EpochSchedule:
     def end_epoch(self, epoch: int, val_metric: float) -> None:
         if self.plateau is not None and epoch >= self.warmup:
             self.plateau.step(val_metric)
+
+    def state_dict(self) -> dict[str, Any]:
+        # The learning rate itself lives in the optimizer's state; only the plateau counter is extra.
+        return {"plateau": self.plateau.state_dict() if self.plateau is not None else None}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self.plateau is not None:
+            self.plateau.load_state_dict(state["plateau"])
 
 
 def resolve_device(name: str) -> torch.device:
@@ -222,7 +248,8 @@ def graph_metric(task: GraphTask, outputs: Tensor, y: Tensor) -> float:
 
 
 @torch.no_grad()
-def evaluate_graphs(model: nn.Module, loader: DataLoader, task: GraphTask, device: torch.device) -> float:
+@torch.no_grad()
+def evaluate_graphs(model: nn.Module, loader, task: GraphTask, device: torch.device) -> float:
     model.eval()
     outputs, targets = [], []
     for batch in loader:
@@ -232,53 +259,292 @@ def evaluate_graphs(model: nn.Module, loader: DataLoader, task: GraphTask, devic
     return graph_metric(task, torch.cat(outputs), torch.cat(targets))
 
 
+def graphormer_hops(config: RunConfig) -> int:
+    """Hops of a path the Graphormer edge encoding uses (and that preprocessing stores)."""
+    return int(config.model_kwargs.get("multi_hop_max_dist", GRAPHORMER_DEFAULT_HOPS))
+
+
+def graphormer_splits(task: GraphTask, config: RunConfig) -> tuple[dict[str, list], dict[str, int]]:
+    """Every split preprocessed for Graphormer (list of ``Data`` with shortest paths, edge paths, degrees) and the
+    number of graphs dropped per split for having more than ``max_nodes`` nodes (only with ``drop_large_graphs``;
+    otherwise such a graph is an error, before any preprocessing).
+
+    The preprocessing is cached as ``graphormer_<split>_h<hops>[_limit<n>][_max<m>].pt`` in the dataset's processed
+    folder: a ``limit_graphs`` subset or a filtered split gets its own file, and the cache re-checks the hop count and
+    the graphs' node and edge counts before it is used.
+    """
+    hops = graphormer_hops(config)
+    splits, dropped = {}, {}
+    for split in SPLITS:
+        dataset = getattr(task, split)
+        graphs = [dataset[i] for i in range(len(dataset))]
+        name = f"graphormer_{split}_h{hops}"
+        if config.limit_graphs is not None:
+            name += f"_limit{config.limit_graphs}"
+        dropped[split] = 0
+        if config.max_nodes is not None:
+            sizes = [int(g.num_nodes) for g in graphs]
+            large = sum(n > config.max_nodes for n in sizes)
+            if large and not config.drop_large_graphs:
+                raise ValueError(
+                    f"{task.name} {split}: {large} graph(s) have more than max_nodes={config.max_nodes} nodes "
+                    f"(largest: {max(sizes)}); raise max_nodes, or set drop_large_graphs: true to leave them out "
+                    "(counted in the record)"
+                )
+            if large:
+                graphs, dropped[split] = filter_max_nodes(graphs, config.max_nodes)
+                name += f"_max{config.max_nodes}"
+                if not graphs:
+                    raise ValueError(f"{task.name} {split}: every graph has more than max_nodes={config.max_nodes}")
+        cache = Path(dataset.processed_dir) / f"{name}.pt"
+        splits[split] = preprocess_dataset(graphs, hops, config.max_nodes, cache_path=cache)
+    return splits, dropped
+
+
+def graph_loaders(
+    task: GraphTask, config: RunConfig, generator: torch.Generator
+) -> tuple[Any, Any, Any, dict[str, Any]]:
+    """Train (shuffled by ``generator``), val and test loaders, plus extra record entries (Graphormer: drop counts)."""
+    if config.model != "graphormer":
+        train_loader = DataLoader(task.train, batch_size=config.batch_size, shuffle=True, generator=generator)
+        val_loader = DataLoader(task.val, batch_size=config.batch_size)
+        test_loader = DataLoader(task.test, batch_size=config.batch_size)
+        return train_loader, val_loader, test_loader, {}
+    splits, dropped = graphormer_splits(task, config)
+    collate = functools.partial(collate_graphormer, multi_hop_max_dist=graphormer_hops(config))
+    loaders = [
+        torch.utils.data.DataLoader(
+            splits[split],
+            batch_size=config.batch_size,
+            shuffle=split == "train",
+            generator=generator if split == "train" else None,
+            collate_fn=collate,
+        )
+        for split in SPLITS
+    ]
+    return *loaders, {f"dropped_graphs_{split}": dropped[split] for split in SPLITS}
+
+
+# --- checkpoints ------------------------------------------------------------------------------------------------
+def checkpoint_path(config: RunConfig) -> Path | None:
+    """``<checkpoint_dir>/<run_id>.pt`` (the sweep's run id: a hash of the full config), or None."""
+    if config.checkpoint_dir is None:
+        return None
+    from graphnorm.sweep import config_run_id
+
+    return Path(config.checkpoint_dir).expanduser() / f"{config_run_id(config)}.pt"
+
+
+def rng_state(generator: torch.Generator) -> dict[str, Any]:
+    """Every random state a run draws from, as tensors and plain Python values (loadable with weights_only)."""
+    name, keys, position, has_gauss, cached_gaussian = np.random.get_state()
+    state = {
+        "torch": torch.get_rng_state(),
+        "python": random.getstate(),
+        "numpy": {
+            "name": str(name),
+            "keys": torch.from_numpy(keys.astype(np.int64)),
+            "pos": int(position),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(cached_gaussian),
+        },
+        "loader": generator.get_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any], generator: torch.Generator) -> None:
+    torch.set_rng_state(state["torch"])
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    numpy = state["numpy"]
+    keys = numpy["keys"].numpy().astype(np.uint32)
+    np.random.set_state((numpy["name"], keys, numpy["pos"], numpy["has_gauss"], numpy["cached_gaussian"]))
+    generator.set_state(state["loader"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
+    """``torch.save`` to a temporary file, then an atomic rename: a kill never leaves a partial checkpoint."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        torch.save(state, tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def load_checkpoint(path: Path) -> dict[str, Any]:
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:
+        raise RuntimeError(f"cannot load checkpoint {path} ({error}); delete it to start the run afresh") from error
+
+
+# --- graph level training -----------------------------------------------------------------------------------------
+class StepSchedule:
+    """``scheduler="polynomial"``: the Graphormer optimizer and its per-step learning rate; else the per-epoch
+    :class:`EpochSchedule`. One interface for the loop: ``start_epoch``, ``after_step``, ``end_epoch``."""
+
+    def __init__(self, config: RunConfig, model: nn.Module, steps_per_epoch: int, higher_is_better: bool) -> None:
+        self.per_step = config.scheduler == "polynomial"
+        if self.per_step:
+            total_steps = config.total_steps if config.total_steps is not None else config.epochs * steps_per_epoch
+            if total_steps <= config.warmup_steps:
+                raise ValueError(
+                    f"warmup_steps={config.warmup_steps} must be below the run's {total_steps} optimizer steps "
+                    f"({config.epochs} epochs x {steps_per_epoch} steps); lower it or set total_steps"
+                )
+            self.optimizer, self.scheduler = graphormer_optimizer(
+                model,
+                lr=config.lr,
+                weight_decay=config.weight_decay,
+                warmup_steps=config.warmup_steps,
+                total_steps=total_steps,
+                end_lr=config.end_lr,
+            )
+        else:
+            self.optimizer = build_optimizer(config, model)
+            self.scheduler = EpochSchedule(self.optimizer, config, higher_is_better)
+
+    def start_epoch(self, epoch: int) -> None:
+        if not self.per_step:
+            self.scheduler.start_epoch(epoch)
+
+    def after_step(self) -> None:
+        if self.per_step:
+            self.scheduler.step()
+
+    def end_epoch(self, epoch: int, val_metric: float) -> None:
+        if not self.per_step:
+            self.scheduler.end_epoch(epoch, val_metric)
+
+    @property
+    def lr(self) -> float:
+        return self.optimizer.param_groups[0]["lr"]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+
+
 def train_graph_level(
     model: nn.Module, task: GraphTask, config: RunConfig, device: torch.device
 ) -> tuple[dict[str, Any], dict[str, Tensor]]:
     generator = torch.Generator().manual_seed(config.seed)  # shuffling fixed by the seed
-    train_loader = DataLoader(task.train, batch_size=config.batch_size, shuffle=True, generator=generator)
-    val_loader = DataLoader(task.val, batch_size=config.batch_size)
-    test_loader = DataLoader(task.test, batch_size=config.batch_size)
-    optimizer = build_optimizer(config, model)
-    schedule = EpochSchedule(optimizer, config, task.higher_is_better)
+    train_loader, val_loader, test_loader, extra = graph_loaders(task, config, generator)
+    schedule = StepSchedule(config, model, len(train_loader), task.higher_is_better)
     sign = 1.0 if task.higher_is_better else -1.0
-    best: dict[str, Any] = {"score": -math.inf}
-    best_state: dict[str, Tensor] = {}
     metric = task.metric
-    bar = _progress(range(config.epochs), desc=f"{config.dataset} L={config.num_layers} {config.norm}")
+    budget_s = config.max_train_minutes * 60.0 if config.max_train_minutes is not None else math.inf
+    # Everything a resumed run needs to continue exactly as if it had never stopped.
+    state: dict[str, Any] = {
+        "epoch": 0,  # next epoch to run
+        "step": 0,
+        "best": {"score": -math.inf},
+        "best_state": {},
+        "last": {},  # train_loss / val / test of the last epoch run
+        "first_loss": None,
+        "train_time_s": 0.0,
+        "eval_time_s": 0.0,  # the last evaluation's duration, kept in reserve from the time budget
+        "stopped_by_time": False,
+        "done": False,
+    }
+    resumed_at = None
+    path = checkpoint_path(config)
+    if path is not None and path.exists():
+        saved = load_checkpoint(path)
+        model.load_state_dict(saved["model"])
+        schedule.load_state_dict(saved["schedule"])
+        set_rng_state(saved["rng"], generator)
+        state = saved["state"]
+        resumed_at = state["epoch"]
+        print(f"resuming from {path} at epoch {resumed_at} (step {state['step']})", flush=True)
+
+    bar = _progress(range(state["epoch"], config.epochs), desc=f"{config.dataset} L={config.num_layers} {config.norm}")
     for epoch in bar:
+        if state["done"]:
+            break
+        epoch_start = time.perf_counter()
         schedule.start_epoch(epoch)
         model.train()
         loss_sum, graphs = 0.0, 0
         for batch in train_loader:
+            # Stop before a step that would leave too little of the budget for this epoch's evaluation.
+            elapsed = state["train_time_s"] + time.perf_counter() - epoch_start
+            if state["step"] > 0 and elapsed + state["eval_time_s"] >= budget_s:
+                state["stopped_by_time"] = True
+                break
             batch = batch.to(device)
-            optimizer.zero_grad()
+            schedule.optimizer.zero_grad()
             loss = graph_loss(task, model_outputs(model, batch), batch.y)
             loss.backward()
             _clip(model, config)
-            optimizer.step()
+            schedule.optimizer.step()
+            schedule.after_step()
+            state["step"] += 1
             loss_sum += loss.item() * batch.num_graphs
             graphs += batch.num_graphs
-        train_loss = loss_sum / graphs
-        if epoch == 0:
-            first_loss = train_loss
-        val_value = evaluate_graphs(model, val_loader, task, device)
-        test_value = evaluate_graphs(model, test_loader, task, device)
-        if sign * val_value > best["score"]:
-            best = {"score": sign * val_value, "val": val_value, "test": test_value, "best_epoch": epoch}
-            best_state = copy.deepcopy(model.state_dict())
-        schedule.end_epoch(epoch, val_value)
-        bar.set_postfix(loss=f"{train_loss:.3f}", val=f"{val_value:.3f}")
+        if graphs == 0:  # the budget ran out exactly at an epoch boundary: nothing new to evaluate
+            state["train_time_s"] += time.perf_counter() - epoch_start
+            state["done"] = True
+        else:
+            train_loss = loss_sum / graphs
+            if state["first_loss"] is None:
+                state["first_loss"] = train_loss
+            eval_start = time.perf_counter()
+            val_value = evaluate_graphs(model, val_loader, task, device)
+            test_value = evaluate_graphs(model, test_loader, task, device)
+            state["eval_time_s"] = time.perf_counter() - eval_start
+            if sign * val_value > state["best"]["score"]:
+                state["best"] = {"score": sign * val_value, "val": val_value, "test": test_value, "best_epoch": epoch}
+                state["best_state"] = copy.deepcopy(model.state_dict())
+            schedule.end_epoch(epoch, val_value)
+            state["last"] = {"train_loss": train_loss, "val": val_value, "test": test_value}
+            state["epoch"] = epoch + 1
+            state["train_time_s"] += time.perf_counter() - epoch_start
+            state["done"] = state["stopped_by_time"] or epoch + 1 == config.epochs
+            print(
+                f"epoch {epoch:4d} step {state['step']:7d} loss {train_loss:.4f} val_{metric} {val_value:.4f} "
+                f"test_{metric} {test_value:.4f} lr {schedule.lr:.3e} train_time {state['train_time_s']:.0f}s",
+                flush=True,
+            )
+            bar.set_postfix(loss=f"{train_loss:.3f}", val=f"{val_value:.3f}")
+        if path is not None:
+            save_checkpoint(
+                path,
+                {
+                    "config": config.to_dict(),
+                    "model": model.state_dict(),
+                    "schedule": schedule.state_dict(),
+                    "rng": rng_state(generator),
+                    "state": state,
+                },
+            )
+    best, last = state["best"], state["last"]
     record = {
         f"val_{metric}": best["val"],
         f"test_{metric}": best["test"],
-        f"val_{metric}_last": val_value,
-        f"test_{metric}_last": test_value,
+        f"val_{metric}_last": last["val"],
+        f"test_{metric}_last": last["test"],
         "best_epoch": best["best_epoch"],
-        "train_loss": train_loss,
-        "train_loss_first": first_loss,
+        "train_loss": last["train_loss"],
+        "train_loss_first": state["first_loss"],
+        "epochs_run": state["epoch"],
+        "steps": state["step"],
+        "train_time_s": state["train_time_s"],
+        "stopped_by_time": state["stopped_by_time"],
+        "resumed_at_epoch": resumed_at,
+        **extra,
     }
-    return record, best_state
+    return record, state["best_state"]
 
 
 # --- entry points -----------------------------------------------------------------------------------------------
@@ -293,6 +559,7 @@ def train(config: RunConfig) -> tuple[nn.Module, GraphTask, dict[str, Any]]:
     model = build_model(config, task).to(device)
     if task.level == "node":
         record, best_state = train_node_level(model, task, config, device)
+        record["epochs_run"] = config.epochs
     else:
         record, best_state = train_graph_level(model, task, config, device)
     model.load_state_dict(best_state)
@@ -301,11 +568,29 @@ def train(config: RunConfig) -> tuple[nn.Module, GraphTask, dict[str, Any]]:
         {
             "metric": task.metric,
             "num_params": sum(p.numel() for p in model.parameters()),
-            "epochs_run": config.epochs,
             "wall_time_s": time.perf_counter() - start,
         }
     )
     return model, task, record
+
+
+def probe_sample(model: nn.Module, task: GraphTask, config: RunConfig) -> tuple[Any, str]:
+    """What the run's collapse probe measures: node level the whole graph; graph level the fixed validation sample
+    of :func:`graphnorm.analysis.probe.evaluation_sample` (for Graphormer preprocessed and collated by
+    ``collate_graphormer``; graphs above ``max_nodes`` left out when ``drop_large_graphs``)."""
+    from graphnorm.analysis.probe import evaluation_sample
+
+    if task.level == "node":
+        return task.data, "all"
+    sample = evaluation_sample(task.val, num_graphs=config.probe_graphs, seed=0)
+    if not isinstance(model, Graphormer):
+        return sample, "val_sample"
+    graphs = sample.to_data_list()
+    if config.max_nodes is not None and config.drop_large_graphs:
+        graphs, _ = filter_max_nodes(graphs, config.max_nodes)
+    hops = graphormer_hops(config)
+    graphs = GraphormerPreprocess(hops, config.max_nodes).process_many(graphs)
+    return collate_graphormer(graphs, multi_hop_max_dist=hops), "val_sample"
 
 
 def run(config: RunConfig) -> dict[str, Any]:
@@ -317,14 +602,12 @@ def run(config: RunConfig) -> dict[str, Any]:
     """
     model, task, record = train(config)
     if config.probe:
-        from graphnorm.analysis.probe import evaluation_sample, probe_records
+        from graphnorm.analysis.probe import probe_records
 
         start = time.perf_counter()
         model = model.to("cpu")
-        if task.level == "node":
-            data, split = task.data, "all"
-        else:
-            data, split = evaluation_sample(task.val, num_graphs=config.probe_graphs, seed=0), "val_sample"
-        record["layers"] = probe_records(model, data, split=split)
+        data, split = probe_sample(model, task, config)
+        forward = (lambda m, d: m(d)) if isinstance(model, Graphormer) else None
+        record["layers"] = probe_records(model, data, split=split, forward=forward)
         record["probe_time_s"] = time.perf_counter() - start
     return record

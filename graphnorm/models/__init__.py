@@ -1,5 +1,6 @@
 """Models: one import per model."""
 
 from graphnorm.models.gcn import DeepGCN, GCNBlock
+from graphnorm.models.graphormer import GRAPHORMER_CLIP_NORM, Graphormer, graphormer_optimizer, graphormer_slim
 
-__all__ = ["DeepGCN", "GCNBlock"]
+__all__ = ["DeepGCN", "GCNBlock", "Graphormer", "graphormer_optimizer", "graphormer_slim", "GRAPHORMER_CLIP_NORM"]
