@@ -1,0 +1,174 @@
+"""Graphormer through ``graphnorm.train.run`` on real ZINC and MolHIV graphs: learning, SepNorm, OGB ROC-AUC, the
+probe's node and token rows, checkpoint resume after a kill, max_nodes, and the time budget."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from sklearn.metrics import roc_auc_score
+
+from graphnorm.config import RunConfig
+from graphnorm.train import checkpoint_path, graphormer_splits, load_checkpoint, model_outputs, prepare_task, run, train
+
+# Keys that measure time or how the run was executed, not what it computed.
+TIMING_KEYS = ("wall_time_s", "probe_time_s", "train_time_s", "resumed_at_epoch")
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    # The test machine is shared; one intra-op thread avoids oversubscription stalls (and is faster here).
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def tiny_graphormer(data_root: Path, **overrides) -> RunConfig:
+    values = dict(
+        dataset="zinc",
+        data_root=str(data_root),
+        limit_graphs=200,
+        model="graphormer",
+        num_layers=2,
+        hidden_channels=32,
+        num_heads=4,
+        model_kwargs={"ffn_channels": 32, "multi_hop_max_dist": 3},
+        norm="layernorm",
+        dropout=0.1,
+        optimizer="adamw",
+        scheduler="polynomial",
+        lr=5e-3,
+        weight_decay=0.0,
+        warmup_steps=4,
+        grad_clip=5.0,
+        batch_size=20,
+        epochs=8,
+        probe_graphs=16,
+    )
+    values.update(overrides)
+    return RunConfig.from_dict(values)
+
+
+def without_timing(record: dict) -> dict:
+    return {key: value for key, value in record.items() if key not in TIMING_KEYS}
+
+
+def _run_in_child(config: RunConfig) -> None:
+    torch.set_num_threads(1)
+    run(config)
+
+
+def test_zinc_run_learns_probes_tokens_and_resumes_after_a_kill_to_the_same_record(data_root: Path, tmp_path) -> None:
+    """An uninterrupted run learns; a second run of the same config (same seed) is killed after a few epochs in
+    another process and resumed from its checkpoint here: it ends with exactly the first run's record."""
+    config = tiny_graphormer(data_root)
+    record = run(config)
+    assert record["train_loss"] < 0.95 * record["train_loss_first"], record
+    assert 0.0 < record["test_mae"] < 10.0 and 0.0 < record["val_mae"] < 10.0
+    assert record["epochs_run"] == 8 and record["steps"] == 8 * 10 and not record["stopped_by_time"]
+    assert record["resumed_at_epoch"] is None and record["dropped_graphs_train"] == 0
+    rows = {row["rows"] for row in record["layers"]}
+    assert rows == {"node", "token"}, "the probe reports Graphormer's node rows and graph-token rows"
+    assert {row["layer_name"] for row in record["layers"]} == {"embedding", "layer_1", "layer_2"}
+
+    resumable = tiny_graphormer(data_root, checkpoint_dir=str(tmp_path / "checkpoints"))
+    path = checkpoint_path(resumable)
+    child = multiprocessing.get_context("fork").Process(target=_run_in_child, args=(resumable,))
+    child.start()
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and child.is_alive():
+            if path.exists() and load_checkpoint(path)["state"]["epoch"] >= 2:
+                break
+            time.sleep(0.05)
+        assert child.is_alive(), "the run ended before it could be killed"
+        os.kill(child.pid, signal.SIGKILL)
+    finally:
+        child.join()
+    stopped = load_checkpoint(path)["state"]
+    assert 2 <= stopped["epoch"] < 8 and not stopped["done"]
+
+    resumed = run(resumable)
+    assert resumed["resumed_at_epoch"] == stopped["epoch"]
+    assert without_timing(resumed) == without_timing(record)
+    assert load_checkpoint(path)["state"]["done"]
+    assert without_timing(run(resumable)) == without_timing(record)  # a finished run only reports again
+
+
+def test_sepnorm_graphormer_run(data_root: Path) -> None:
+    config = tiny_graphormer(data_root, norm="sepnorm", epochs=2, limit_graphs=100)
+    record = run(config)
+    assert torch.isfinite(torch.tensor([record["val_mae"], record["test_mae"], record["train_loss"]])).all()
+    token_rows = [row for row in record["layers"] if row["rows"] == "token"]
+    assert token_rows and all(row["split"] == "val_sample" for row in token_rows)
+
+
+def test_molhiv_graphormer_run_scores_with_ogb_rocauc(data_root: Path) -> None:
+    config = tiny_graphormer(data_root, dataset="molhiv", limit_graphs=300, epochs=1, batch_size=50, probe=False)
+    model, task, record = train(config)
+    assert len(task.val) == 300 and record["num_params"] > 0
+    # One epoch: the best-validation weights are the final ones, so the validation ROC-AUC can be recomputed.
+    splits, _ = graphormer_splits(task, config)
+    loader = torch.utils.data.DataLoader(splits["val"], batch_size=64, collate_fn=_collate(config))
+    with torch.no_grad():
+        batches = list(loader)
+        scores = torch.cat([model_outputs(model, batch) for batch in batches]).view(-1)
+    labels = torch.cat([batch.y for batch in batches]).view(-1)
+    assert 0 < int(labels.sum()) < 300
+    assert record["val_rocauc"] == pytest.approx(roc_auc_score(labels.numpy(), scores.numpy()), abs=1e-6)
+    assert 0.0 <= record["test_rocauc"] <= 1.0
+
+
+def _collate(config: RunConfig):
+    import functools
+
+    from graphnorm.data.graphormer_preprocess import collate_graphormer
+
+    return functools.partial(collate_graphormer, multi_hop_max_dist=config.model_kwargs["multi_hop_max_dist"])
+
+
+def test_graphs_above_max_nodes_are_an_error_or_dropped_and_counted(data_root: Path) -> None:
+    with pytest.raises(ValueError, match="more than max_nodes=25"):
+        run(tiny_graphormer(data_root, max_nodes=25, limit_graphs=50, epochs=1))
+    config = tiny_graphormer(data_root, max_nodes=25, drop_large_graphs=True, limit_graphs=50, epochs=1, warmup_steps=1)
+    task = prepare_task(config)
+    large = {split: sum(int(g.num_nodes) > 25 for g in getattr(task, split)) for split in ("train", "val", "test")}
+    assert all(0 < count < 50 for count in large.values()), large
+    record = run(config)
+    assert {split: record[f"dropped_graphs_{split}"] for split in large} == large
+    assert record["steps"] == -(-(50 - large["train"]) // 20)  # ceil: the dropped graphs are not trained on
+
+
+def test_time_budget_stops_training_cleanly(data_root: Path) -> None:
+    config = tiny_graphormer(data_root, max_train_minutes=0.002, epochs=50, limit_graphs=100, probe=False)
+    record = run(config)
+    assert record["stopped_by_time"] and 1 <= record["epochs_run"] < 50 and record["steps"] >= 1
+    assert record["train_time_s"] < 0.002 * 60 + 5.0
+    assert torch.isfinite(torch.tensor(record["test_mae"]))
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"scheduler": "polynomial"}, "optimizer=adamw"),
+        ({"scheduler": "polynomial", "optimizer": "adamw", "warmup_steps": 10, "total_steps": 10}, "total_steps"),
+        ({"warmup_steps": 10}, "scheduler='polynomial'"),
+        ({"model_kwargs": {"ffn_dim": 8}}, "unknown model_kwargs"),
+        ({"max_nodes": 0}, "max_nodes"),
+        ({"drop_large_graphs": True}, "needs max_nodes"),
+        ({"max_train_minutes": 0}, "max_train_minutes"),
+        ({"virtual_node": True}, "graph token"),
+        ({"model": "gcn", "max_nodes": 30}, "model='graphormer'"),
+        ({"dataset": "cora", "model": "gcn", "checkpoint_dir": "x"}, "graph-level"),
+    ],
+)
+def test_impossible_graphormer_configs_fail_before_running(values: dict, message: str) -> None:
+    base = {"dataset": "zinc", "model": "graphormer", "hidden_channels": 32, "num_heads": 4}
+    with pytest.raises(ValueError, match=message):
+        RunConfig.from_dict({**base, **values})
