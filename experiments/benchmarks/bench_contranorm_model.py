@@ -282,6 +282,8 @@ def _plot(rows: list[dict], out_dir: Path) -> Path:
         ax_mem.plot(layers, [row[key] for row in rows], marker="o", label=label)
     ax_time.set(xlabel="layers", ylabel="epoch time (ms)", title="epoch time")
     ax_mem.set(xlabel="layers", ylabel="peak RSS (MB)", title="peak RSS")
+    for ax in (ax_time, ax_mem):
+        ax.set_xticks(layers, [str(depth) for depth in layers])
     ax_time.legend()
     fig.tight_layout()
     path = out_dir / "contranorm_model_scaling.png"

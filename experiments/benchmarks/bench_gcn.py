@@ -152,6 +152,7 @@ def _plot(rows: list[dict], out_dir: Path) -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullLocator
 
     out_dir.mkdir(parents=True, exist_ok=True)
     fig, ax = plt.subplots(figsize=(5, 3.5))
@@ -161,6 +162,9 @@ def _plot(rows: list[dict], out_dir: Path) -> Path:
             label = f"{column.removesuffix(' (ms)')}, {norm}"
             ax.plot([row["layers"] for row in subset], [row[column] for row in subset], style, label=label)
     ax.set(xlabel="layers", ylabel="epoch time (ms)", xscale="log", yscale="log", title="training epoch")
+    depths = sorted({row["layers"] for row in rows})
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xticks(depths, [str(depth) for depth in depths])
     ax.legend(fontsize=7)
     fig.tight_layout()
     path = out_dir / "gcn_epoch_scaling.png"
