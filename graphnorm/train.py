@@ -15,9 +15,11 @@
 collapse probe can run on it; ``run(config)`` returns only the JSON-serializable record, with flat keys
 ``val_<metric>``, ``test_<metric>`` (at the best-validation epoch), ``val_<metric>_last``, ``test_<metric>_last``,
 ``best_epoch``, ``train_loss`` (last epoch; ``train_loss_first``: epoch 0), ``num_params``, ``epochs_run``,
-``wall_time_s``. Graph-level records add ``steps`` (optimizer steps), ``train_time_s`` (training loop, summed over
-resumes), ``stopped_by_time`` and ``resumed_at_epoch`` (``None`` for a run that never resumed); Graphormer records add
-``dropped_graphs_<split>`` (graphs above ``max_nodes`` left out with ``drop_large_graphs``).
+``wall_time_s``. Graph-level records add ``steps`` (optimizer steps), ``stopped_by_time`` and ``resumed_at_epoch``
+(``None`` for a run that never resumed); Graphormer records add ``dropped_graphs_<split>`` (graphs above
+``max_nodes`` left out with ``drop_large_graphs``). The training-loop time (summed over resumes, what
+``max_train_minutes`` limits) is printed every epoch and kept in the checkpoint, not in the record, so that records
+of equal runs are equal apart from ``wall_time_s``.
 
 Seams for other models: :func:`build_model` (``config.model``), :func:`model_outputs` (how a model is called on a
 PyG batch: DeepGCN takes ``(x, edge_index, batch, batch_size)``, any other model the whole ``Data``/``Batch``),
@@ -539,7 +541,6 @@ def train_graph_level(
         "train_loss_first": state["first_loss"],
         "epochs_run": state["epoch"],
         "steps": state["step"],
-        "train_time_s": state["train_time_s"],
         "stopped_by_time": state["stopped_by_time"],
         "resumed_at_epoch": resumed_at,
         **extra,
