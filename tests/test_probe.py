@@ -5,13 +5,28 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
 from torch_geometric.data import Batch, Data
 from torch_geometric.nn.models import GCN
 
-from graphnorm.analysis import CollapseProbe, collapse_metrics, evaluation_sample, probe_records
+from graphnorm.analysis import (
+    CollapseProbe,
+    collapse_metrics,
+    collapse_records,
+    collapse_records_layers,
+    cone_angle,
+    dirichlet_energy,
+    effective_rank,
+    evaluation_sample,
+    mad,
+    mean_cosine_similarity,
+    numerical_rank,
+    probe_records,
+    singular_values,
+)
 from graphnorm.analysis.probe import TABLE_COLUMNS
 from graphnorm.models import DeepGCN
 
@@ -104,3 +119,89 @@ def test_probe_64_layer_gcn_on_cora_timing(data_root):
     assert table.layer.max() == 64
     # Report, do not assert, the time (shared CI machines vary too much).
     print(f"\nprobe of 64-layer GCN on Cora: {probe.last_timing}")
+
+
+def _reference_values(x: torch.Tensor, edge_index: torch.Tensor, cone_tol_deg: float) -> dict[str, float]:
+    """The per-layer reference functions of graphnorm.analysis.metrics / cone on one layer's output."""
+    return {
+        "effective_rank": effective_rank(x),
+        "stable_rank": numerical_rank(x),
+        "mean_cosine": mean_cosine_similarity(x),
+        "cone_angle": cone_angle(x, tol_deg=cone_tol_deg),
+        "mad": mad(x),
+        "mad_neighbors": mad(x, edge_index),
+        "dirichlet_energy": dirichlet_energy(x, edge_index),
+        "dirichlet_energy_normalized": dirichlet_energy(x, edge_index, normalized=True),
+    }
+
+
+@pytest.mark.parametrize("norm", ["none", "pairnorm"])
+def test_stacked_fast_path_equals_reference_functions_on_every_layer(norm):
+    """collapse_records_layers (the probe's stacked path) against the one-layer reference functions, float64.
+    Layers of a 24-layer GCN go from spread to collapsed; pairnorm centres rows (cone angle 90 by certificate);
+    one layer has zero rows; the output layer has another width (its own stack)."""
+    data = _random_graph(300, num_features=8, num_edges=900)
+    model = DeepGCN(8, 16, 3, num_layers=24, norm=norm).double()
+    outputs = CollapseProbe(model).capture(Data(x=data.x.double(), edge_index=data.edge_index, num_nodes=300))
+    outputs[5] = outputs[5].clone()
+    outputs[5][::7] = 0.0
+    context = model.probe_context(data)
+    tol = 1e-3
+    edge_index = context["edge_index"]
+    per_layer = collapse_records_layers(outputs, edge_index=edge_index, num_singular_values=4, cone_tol_deg=tol)
+    assert len(per_layer) == len(outputs)
+    for position, (x, records) in enumerate(zip(outputs, per_layer)):
+        values = {record["metric"]: record["value"] for record in records}
+        assert {record["stat"] for record in records} == {"value"}
+        for name, expected in _reference_values(x, context["edge_index"], tol).items():
+            if name == "cone_angle":
+                # Same algorithm on the same unit rows: equal up to round-off, and both certified within tol.
+                assert values[name] == pytest.approx(expected, abs=1e-8), (position, name)
+            else:
+                assert values[name] == pytest.approx(expected, rel=1e-8, abs=1e-12), (position, name)
+        sigma = singular_values(x, normalize="max")
+        for index in range(min(4, x.size(1))):
+            assert values[f"sv_{index:03d}"] == pytest.approx(float(sigma[index]), rel=1e-8, abs=1e-12)
+        zero_fraction = float((x.norm(dim=1) == 0).double().mean())
+        assert values["zero_row_fraction"] == pytest.approx(zero_fraction)
+        # And the single-layer entry point agrees with the stacked one.
+        single_records = collapse_records(x, edge_index, num_singular_values=4, cone_tol_deg=tol)
+        single = {(r["metric"], r["stat"]): r["value"] for r in single_records}
+        stacked = {(r["metric"], r["stat"]): r["value"] for r in records}
+        assert single.keys() == stacked.keys()
+        for key, value in single.items():
+            assert stacked[key] == pytest.approx(value, rel=1e-10, abs=1e-12, nan_ok=True), key
+
+
+def test_stacked_fast_path_graph_level_equals_per_graph_reference():
+    """Batched probe of a virtual-node DeepGCN: per-graph mean / std equal the reference functions run on each
+    graph's node rows alone; token rows equal the reference on the token set; directed edges handled too."""
+    graphs = [_random_graph(n, num_edges=2 * n) for n in (6, 9, 11, 7, 14)]
+    graphs[2].edge_index = graphs[2].edge_index[:, : graphs[2].edge_index.size(1) // 2]  # one directed graph
+    batch = Batch.from_data_list(graphs)
+    model = DeepGCN(8, 16, 1, num_layers=6, readout="mean", virtual_node=True, norm="layernorm").double()
+    model.eval()
+    data = Batch.from_data_list([Data(x=g.x.double(), edge_index=g.edge_index, num_nodes=g.num_nodes) for g in graphs])
+    outputs = CollapseProbe(model).capture(data)
+    context = model.probe_context(batch)
+    tol = 1e-3
+    per_layer = collapse_records_layers(outputs, cone_tol_deg=tol, num_singular_values=0, **context)
+    token_mask, row_batch, edge_index = context["token_mask"], context["batch"], context["edge_index"]
+    for x, records in zip(outputs, per_layer):
+        table = {(r["rows"], r["metric"], r["stat"]): r["value"] for r in records}
+        per_graph: dict[str, list[float]] = {}
+        for graph in range(len(graphs)):
+            keep = (row_batch == graph) & ~token_mask
+            index = torch.full((x.size(0),), -1, dtype=torch.long)
+            index[keep] = torch.arange(int(keep.sum()))
+            edges = index[edge_index[:, keep[edge_index[0]] & keep[edge_index[1]]]]
+            for name, value in _reference_values(x[keep], edges, tol).items():
+                per_graph.setdefault(name, []).append(value)
+        for name, values in per_graph.items():
+            array = np.array(values)
+            assert table["node", name, "mean"] == pytest.approx(array.mean(), rel=1e-8, abs=1e-10), name
+            assert table["node", name, "std"] == pytest.approx(array.std(), rel=1e-6, abs=1e-8), name
+        tokens = x[token_mask]
+        assert table["token", "effective_rank", "value"] == pytest.approx(effective_rank(tokens), rel=1e-8)
+        assert table["token", "cone_angle", "value"] == pytest.approx(cone_angle(tokens, tol_deg=tol), abs=1e-8)
+        assert table["node", "effective_rank", "pooled"] == pytest.approx(effective_rank(x[~token_mask]), rel=1e-8)

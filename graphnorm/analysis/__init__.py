@@ -5,7 +5,13 @@ per graph in a batch, with graph-token rows reported separately. :class:`Collaps
 output of a model and returns a tidy table; :func:`make_report` turns a sweep's output into figures.
 """
 
-from graphnorm.analysis.collapse import METRIC_NAMES, collapse_metrics, collapse_records, records_to_flat_dict
+from graphnorm.analysis.collapse import (
+    METRIC_NAMES,
+    collapse_metrics,
+    collapse_records,
+    collapse_records_layers,
+    records_to_flat_dict,
+)
 from graphnorm.analysis.cone import ConeAngle, cone_angle, cone_angle_info
 from graphnorm.analysis.metrics import (
     dirichlet_energy,
@@ -26,6 +32,7 @@ __all__ = [
     "ConeAngle",
     "collapse_metrics",
     "collapse_records",
+    "collapse_records_layers",
     "cone_angle",
     "cone_angle_info",
     "dirichlet_energy",

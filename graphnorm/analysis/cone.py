@@ -19,6 +19,11 @@ Stop criterion in degrees. At any iterate p in the hull, ||p|| >= ||p*|| gives a
 acos(||p||) <= theta*, and the axis p/||p|| is feasible, giving the upper bound acos(min_i <p, u_i>/||p||)
 >= theta*. We stop when (upper, clipped at 90) - lower <= tol_deg and return the upper bound: the half-angle
 of a cone that really contains every row, within tol_deg of the optimum.
+
+Early exit at 90 degrees. Before the first cycle two points of the hull are checked for free: the mean of the
+unit rows and sum_i x_i / sum_i ||x_i|| (the unit rows weighted by their norms; zero for column-centered rows,
+e.g. after BatchNorm or PairNorm). If either has norm <= sin(tol_deg), the lower bound acos(||p||) is within
+tol_deg of 90 and the answer is 90 ("at least 90") by the same stop criterion, without any Wolfe cycle.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from scipy.linalg import lapack
 from torch import Tensor
 
 __all__ = ["ConeAngle", "cone_angle", "cone_angle_info"]
@@ -78,6 +84,22 @@ def _bounds_deg(norm_p: float, min_inner: float) -> tuple[float, float]:
     return math.degrees(math.acos(max(-1.0, min(1.0, min_inner / norm_p)))), lower
 
 
+def _solve_affine(corral: np.ndarray) -> np.ndarray:
+    """Weights (summing to 1) of the min-norm point of the affine hull of the rows of ``corral``."""
+    k = corral.shape[0]
+    bordered = np.empty((k + 1, k + 1))
+    bordered[:k, :k] = corral @ corral.T
+    bordered[:k, k] = 1.0
+    bordered[k, :k] = 1.0
+    bordered[k, k] = 0.0
+    rhs = np.zeros(k + 1)
+    rhs[k] = 1.0
+    _, _, solution, info = lapack.dgesv(bordered, rhs)  # LAPACK gesv as np.linalg.solve, without its overhead
+    if info != 0:
+        return np.linalg.lstsq(bordered, rhs, rcond=None)[0][:k]
+    return solution[:k]
+
+
 def _wolfe_min_norm_point(
     points: np.ndarray, tol_deg: float, max_iter: int, working_size: int = 256
 ) -> tuple[np.ndarray, float, float, int, bool]:
@@ -94,25 +116,28 @@ def _wolfe_min_norm_point(
     start = int(np.argmax(alignment))
     if num_points <= 2 * working_size:
         working = np.arange(num_points)
+        working_points = points
     else:
-        working = np.argpartition(alignment, working_size)[:working_size]
-    working = np.union1d(working, [start])
-    working_points = points[working]
+        working = np.union1d(np.argpartition(alignment, working_size)[:working_size], [start])
+        working_points = points[working]
     active = [start]  # indices into points
     weights = np.array([1.0])
     p = points[start].copy()
     best_upper, lower = 180.0, 0.0
     weight_eps = 1e-12  # "zero weight" threshold; weights live on the simplex
     for iteration in range(1, max_iter + 1):
-        norm_p = float(np.linalg.norm(p))
+        norm_p = math.sqrt(float(p @ p))
         inner = working_points @ p
-        position = int(np.argmin(inner))
+        position = int(inner.argmin())
         upper, lower = _bounds_deg(norm_p, float(inner[position]))
         candidate = int(working[position])
         if min(upper, 90.0) - lower <= tol_deg or candidate in active:
             # Converged on the working set (a candidate already active means p is optimal there up to
             # round-off): check every row.
-            all_inner = points @ p
+            if working.size == num_points:
+                all_inner = inner if working_points is points else points @ p
+            else:
+                all_inner = points @ p
             upper, lower = _bounds_deg(norm_p, float(all_inner.min()))
             best_upper = min(best_upper, upper)
             if min(best_upper, 90.0) - lower <= tol_deg or working.size == num_points:
@@ -120,25 +145,13 @@ def _wolfe_min_norm_point(
             violators = np.argpartition(all_inner, working_size)[:working_size] if num_points > working_size else None
             working = np.union1d(working, violators if violators is not None else np.arange(num_points))
             working_points = points[working]
-            candidate = int(np.argmin(all_inner))
+            candidate = int(all_inner.argmin())
             if candidate in active:
                 return p, best_upper, lower, iteration, min(best_upper, 90.0) - lower <= tol_deg
         active.append(candidate)
-        weights = np.append(weights, 0.0)
+        weights = np.concatenate([weights, [0.0]])
         while True:  # minor cycles: project onto the affine hull, step back while it leaves the simplex
-            corral = points[active]
-            k = len(active)
-            bordered = np.empty((k + 1, k + 1))
-            bordered[:k, :k] = corral @ corral.T
-            bordered[:k, k] = 1.0
-            bordered[k, :k] = 1.0
-            bordered[k, k] = 0.0
-            rhs = np.zeros(k + 1)
-            rhs[k] = 1.0
-            try:
-                affine = np.linalg.solve(bordered, rhs)[:k]
-            except np.linalg.LinAlgError:
-                affine = np.linalg.lstsq(bordered, rhs, rcond=None)[0][:k]
+            affine = _solve_affine(points[active])
             if (affine > weight_eps).all():
                 weights = affine
                 break
@@ -157,15 +170,37 @@ def _wolfe_min_norm_point(
             if len(active) == 1:
                 break
         new_p = weights @ points[active]
-        if float(np.linalg.norm(new_p)) >= norm_p * (1.0 - 1e-14):
+        if math.sqrt(float(new_p @ new_p)) >= norm_p * (1.0 - 1e-14):
             # Wolfe decreases ||p|| strictly in exact arithmetic; no progress means round-off has taken over.
             upper, lower = _bounds_deg(norm_p, float((points @ p).min()))
             best_upper = min(best_upper, upper)
             return p, best_upper, lower, iteration, min(best_upper, 90.0) - lower <= tol_deg
         p = new_p
-    upper, lower = _bounds_deg(float(np.linalg.norm(p)), float((points @ p).min()))
+    upper, lower = _bounds_deg(math.sqrt(float(p @ p)), float((points @ p).min()))
     best_upper = min(best_upper, upper)
     return p, best_upper, lower, max_iter, min(best_upper, 90.0) - lower <= tol_deg
+
+
+def cone_from_unit_rows(
+    units: np.ndarray, norms: np.ndarray, tol_deg: float, max_iter: int = 10_000
+) -> tuple[float, np.ndarray | None, float, int, bool]:
+    """Cone of non-empty unit rows ``units`` [m, d] (float64, rows of norm 1) whose original rows had ``norms``.
+
+    Returns (angle_deg, axis or None, gap_deg, iterations, converged): the shared core of
+    :func:`cone_angle_info` and of the collapse probe, which passes unit rows it has already computed.
+    """
+    # Certificate for 90 degrees: two hull points that are (near) zero when the rows surround the origin.
+    threshold = math.sin(math.radians(tol_deg))
+    mean_unit = units.mean(axis=0)
+    weighted = (norms @ units) / norms.sum()
+    smallest = min(math.sqrt(float(mean_unit @ mean_unit)), math.sqrt(float(weighted @ weighted)))
+    if smallest <= threshold:
+        return 90.0, None, 90.0 - math.degrees(math.acos(min(smallest, 1.0))), 0, True
+    p, upper, lower, iterations, converged = _wolfe_min_norm_point(units, tol_deg, max_iter)
+    norm_p = math.sqrt(float(p @ p))
+    if upper >= 90.0 or norm_p == 0.0:
+        return 90.0, None, max(0.0, 90.0 - lower), iterations, converged
+    return upper, p / norm_p, upper - lower, iterations, converged
 
 
 def cone_angle_info(x: Tensor | np.ndarray, tol_deg: float = 1e-4, max_iter: int = 10_000) -> ConeAngle:
@@ -186,11 +221,8 @@ def cone_angle_info(x: Tensor | np.ndarray, tol_deg: float = 1e-4, max_iter: int
     if not nonzero.any():
         return ConeAngle(math.nan, None, 0.0, num_rows, num_zero, 0, True)
     units = rows[nonzero] / norms[nonzero, None]
-    p, upper, lower, iterations, converged = _wolfe_min_norm_point(units, tol_deg, max_iter)
-    norm_p = float(np.linalg.norm(p))
-    if upper >= 90.0 or norm_p == 0.0:
-        return ConeAngle(90.0, None, max(0.0, 90.0 - lower), num_rows, num_zero, iterations, converged)
-    return ConeAngle(upper, p / norm_p, upper - lower, num_rows, num_zero, iterations, converged)
+    angle, axis, gap, iterations, converged = cone_from_unit_rows(units, norms[nonzero], tol_deg, max_iter)
+    return ConeAngle(angle, axis, gap, num_rows, num_zero, iterations, converged)
 
 
 def cone_angle(x: Tensor | np.ndarray, tol_deg: float = 1e-4) -> float:
