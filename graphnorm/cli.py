@@ -40,7 +40,10 @@ def _sweep_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dry-run", action="store_true", help="print the runs and whether each is done; run nothing")
     p.add_argument("--no-plots", action="store_true", help="skip the report step (graphnorm.analysis.plots)")
     p.add_argument("--metric", help="metric of the summary table (default: the config's, else test_acc/rocauc/mae)")
-    p.add_argument("--run-fn", help="function run per grid point, 'module:function' (default: graphnorm.train:run)")
+    p.add_argument(
+        "--run-fn",
+        help="function run per grid point, 'module:function' (default: the config's run_fn, else graphnorm.train:run)",
+    )
     slurm = p.add_argument_group("SLURM (--executor slurm, through submitit)")
     slurm.add_argument("--slurm-partition", help="partition to submit to")
     slurm.add_argument(
@@ -83,6 +86,7 @@ def _sweep(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path("runs") / sweep["name"]
     if args.dry_run:
         configs = sweeps.expand_grid(sweep)  # validates every run, exactly as a real sweep would
+        sweeps.resolve_run_fn(args.run_fn or sweep.get("run_fn"))  # and that the run function exists
         table = sweeps.status_table(sweep, configs, out)
         counts = table["state"].value_counts()
         print(table.to_string(index=False))

@@ -4,6 +4,7 @@ A sweep config is YAML::
 
     name: cora_depth
     metric: test_acc               # optional: the summary's metric (default: first of test_acc/test_rocauc/test_mae)
+    run_fn: mypackage.mymodule:run  # optional (default graphnorm.train:run); --run-fn overrides
     base: {dataset: cora, epochs: 200}                       # RunConfig keys shared by every run
     grid: {norm: [none, pairnorm], num_layers: [2, 8, 32], seed: [0, 1, 2]}   # norm: all = every registered norm
     norm_settings:                                           # per-norm overrides of base keys
@@ -48,7 +49,7 @@ from graphnorm.config import RunConfig
 
 RunFn = Callable[[RunConfig], dict[str, Any]]
 
-SWEEP_KEYS = ("name", "description", "metric", "base", "grid", "norm_settings")
+SWEEP_KEYS = ("name", "description", "metric", "run_fn", "base", "grid", "norm_settings")
 EXECUTORS = ("local", "serial", "submitit-local", "slurm")
 DEFAULT_METRICS = ("test_acc", "test_rocauc", "test_mae")
 LAYER_COLUMNS = ("run_id", "layer", "layer_name", "rows", "metric", "value")
@@ -121,8 +122,9 @@ def check_sweep_config(sweep: dict[str, Any]) -> None:
     for key in ("base", "grid", "norm_settings"):
         if sweep.get(key) is not None and not isinstance(sweep[key], dict):
             raise ValueError(f"sweep '{key}' must be a mapping, got {type(sweep[key]).__name__}")
-    if sweep.get("metric") is not None and not isinstance(sweep["metric"], str):
-        raise ValueError(f"sweep 'metric' must be a string, got {sweep['metric']!r}")
+    for key in ("metric", "run_fn"):
+        if sweep.get(key) is not None and not isinstance(sweep[key], str):
+            raise ValueError(f"sweep '{key}' must be a string, got {sweep[key]!r}")
     fields = RunConfig.field_names()
     for section in ("base", "grid"):
         unknown = sorted(set(sweep.get(section) or {}) - set(fields))
@@ -452,7 +454,10 @@ def available_cores() -> int:
 
 
 def resolve_run_fn(spec: str | RunFn | None) -> RunFn:
-    """``None`` -> ``graphnorm.train.run``; ``"module:function"`` -> that function; a callable as is."""
+    """``None`` -> ``graphnorm.train.run``; ``"module:function"`` -> that function; a callable as is.
+
+    An unimportable module is a ``ValueError`` (bad input), so a typo fails before any run starts.
+    """
     if spec is None:
         spec = "graphnorm.train:run"
     if callable(spec):
@@ -460,7 +465,10 @@ def resolve_run_fn(spec: str | RunFn | None) -> RunFn:
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise ValueError(f"run function {spec!r} must look like 'package.module:function'")
-    module = importlib.import_module(module_name)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        raise ValueError(f"run function {spec!r}: {e}") from None
     fn = getattr(module, attr, None)
     if not callable(fn):
         raise ValueError(f"{module_name} has no function {attr!r}")
@@ -544,7 +552,7 @@ def run_sweep(
     if threads is not None and threads < 1:
         raise ValueError(f"threads must be >= 1, got {threads}")
     configs = expand_grid(sweep)  # every run is validated before anything starts
-    run_fn = resolve_run_fn(run_fn)
+    run_fn = resolve_run_fn(run_fn if run_fn is not None else sweep.get("run_fn"))
     if executor == "local":
         try:
             pickle.dumps(run_fn)
@@ -629,8 +637,18 @@ def _run_process_pool(
                     write_result(out, failed_result(config, f"{type(e).__name__}: {e}"))
                     finished(config_run_id(config))
         except BaseException:
+            # Interrupted: stop now rather than wait for the running runs (they leave no result and run on resume).
             pool.shutdown(wait=False, cancel_futures=True)
+            _terminate_workers(pool)
             raise
+
+
+def _terminate_workers(pool: concurrent.futures.ProcessPoolExecutor) -> None:
+    if hasattr(pool, "terminate_workers"):  # Python >= 3.14
+        pool.terminate_workers()
+        return
+    for process in list((getattr(pool, "_processes", None) or {}).values()):  # older Pythons: no public API
+        process.terminate()
 
 
 def make_submitit_executor(

@@ -124,3 +124,12 @@ def test_slurm_executor_without_slurm_is_a_clear_error(sweep_file, tmp_path, cap
     assert main([*args, "--run-fn", "test_sweep:fake_run", "--no-plots"]) == 2
     assert "srun" in capsys.readouterr().err
     assert not list((out / "results").glob("*.json"))
+
+
+def test_unknown_run_function_fails_before_any_run(sweep_file, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["sweep", str(sweep_file), "--out", str(out), "--run-fn", "graphnorm.nosuch:run", "--dry-run"]) == 2
+    assert "No module named 'graphnorm.nosuch'" in capsys.readouterr().err
+    assert main(["sweep", str(sweep_file), "--out", str(out), "--run-fn", "graphnorm.train:nosuch"]) == 2
+    assert "has no function 'nosuch'" in capsys.readouterr().err
+    assert not out.exists()
