@@ -2,7 +2,9 @@
 
 How it works. Forward hooks on the watched layers capture each layer's output during one forward pass in
 eval mode under ``torch.no_grad()`` (the model's train/eval mode is restored afterwards, also on error). Then
-:func:`graphnorm.analysis.collapse.collapse_records` runs on every captured output.
+:func:`graphnorm.analysis.collapse.collapse_records_layers` measures all captured outputs together (context
+built once, layers of equal width stacked into float64 [L, n, d] passes); its records equal
+:func:`~graphnorm.analysis.collapse.collapse_records` called per layer.
 
 Which layers. graphnorm models expose ``collapse_layers() -> [(name, module)]`` and ``probe_context(data) ->
 {batch, token_mask, edge_index}`` for the rows those layers output (e.g. DeepGCN's virtual-node rows as token
@@ -26,7 +28,7 @@ import pandas as pd
 import torch
 from torch import Tensor, nn
 
-from graphnorm.analysis.collapse import collapse_records, single_thread
+from graphnorm.analysis.collapse import collapse_records_layers, single_thread
 
 __all__ = ["CollapseProbe", "probe_records", "evaluation_sample", "TABLE_COLUMNS"]
 
@@ -142,8 +144,7 @@ class CollapseProbe:
         outputs = self.capture(data)
         captured = time.perf_counter()
         context = self._context(data)
-        records: list[dict] = []
-        for position, ((name, _), output) in enumerate(zip(self.layers, outputs), start=1):
+        for (name, _), output in zip(self.layers, outputs):
             if output.dim() != 2 or output.size(0) != (
                 context["batch"].numel() if context["batch"] is not None else output.size(0)
             ):
@@ -151,18 +152,24 @@ class CollapseProbe:
                     f"CollapseProbe: layer {name!r} output has shape {tuple(output.shape)}, expected [rows, d] "
                     "over the rows described by the probe context"
                 )
-            for record in collapse_records(
-                output,
-                edge_index=context["edge_index"],
-                batch=context["batch"],
-                token_mask=context["token_mask"],
-                num_singular_values=self.num_singular_values,
-                cone_tol_deg=self.cone_tol_deg,
-            ):
-                row = {"layer": position, "layer_name": name, **record}
-                if self.split is not None:
-                    row["split"] = self.split
-                records.append(row)
+        if len({output.size(0) for output in outputs}) > 1:
+            sizes = {name: output.size(0) for (name, _), output in zip(self.layers, outputs)}
+            raise ValueError(f"CollapseProbe: watched layers output different numbers of rows: {sizes}")
+        # Every layer at once: the context is built once and layers of equal width are measured in stacked passes.
+        per_layer = collapse_records_layers(
+            outputs,
+            edge_index=context["edge_index"],
+            batch=context["batch"],
+            token_mask=context["token_mask"],
+            num_singular_values=self.num_singular_values,
+            cone_tol_deg=self.cone_tol_deg,
+        )
+        extra = {} if self.split is None else {"split": self.split}
+        records = [
+            {"layer": position, "layer_name": name, **record, **extra}
+            for position, ((name, _), layer_records) in enumerate(zip(self.layers, per_layer), start=1)
+            for record in layer_records
+        ]
         self.last_timing = {"forward_s": captured - start, "metrics_s": time.perf_counter() - captured}
         return records
 
