@@ -54,7 +54,7 @@ EXECUTORS = ("local", "serial", "submitit-local", "slurm")
 DEFAULT_METRICS = ("test_acc", "test_rocauc", "test_mae")
 LAYER_COLUMNS = ("run_id", "layer", "layer_name", "rows", "metric", "value")
 # Config fields that do not change a run's result, left out of its run_id so a sweep resumes on another machine.
-NOT_HASHED = ("data_root",)
+NOT_HASHED = ("data_root", "checkpoint_dir")
 CSV_REFRESH_S = 2.0  # regenerate the CSVs at most this often while runs finish (always at the end)
 
 
@@ -200,11 +200,21 @@ def expand_grid(sweep: dict[str, Any]) -> list[RunConfig]:
 
 
 def config_run_id(config: RunConfig) -> str:
-    """Stable, readable id: ``<norm>-L<layers>-s<seed>-<hash of the full config>``."""
+    """Stable, readable id: ``<norm>-L<layers>-s<seed>-<hash of the config's non-default values>``.
+
+    Only values that differ from ``RunConfig``'s defaults are hashed, so a later graphnorm version that adds a
+    config key (with a default that keeps the old behaviour) still recognises the runs of an existing sweep.
+    """
     float_fields = {f.name for f in dataclasses.fields(RunConfig) if f.type in ("float", float)}
-    values = {k: v for k, v in config.to_dict().items() if k not in NOT_HASHED}
-    # lr: 1 and lr: 1.0 are the same run.
-    values.update({k: float(v) for k, v in values.items() if k in float_fields and isinstance(v, int)})
+
+    def normalized(values: dict[str, Any]) -> dict[str, Any]:
+        # lr: 1 and lr: 1.0 are the same run.
+        return {k: float(v) if k in float_fields and isinstance(v, int) else v for k, v in values.items()}
+
+    defaults = normalized(RunConfig().to_dict())
+    values = {
+        k: v for k, v in normalized(config.to_dict()).items() if k not in NOT_HASHED and v != defaults.get(k, object())
+    }
     digest = hashlib.sha1(json.dumps(values, sort_keys=True, default=str).encode()).hexdigest()[:10]
     return f"{config.norm}-L{config.num_layers}-s{config.seed}-{digest}"
 

@@ -269,3 +269,13 @@ def test_real_training_run_on_cora(tmp_path: Path, data_root: Path):
     assert (runs.status == "ok").all(), runs.error.tolist()
     assert runs.test_acc.between(0, 1).all() and runs.val_acc.between(0, 1).all()
     assert (tmp_path / "out" / "summary.md").read_text().count("|") > 4
+
+
+def test_run_id_hashes_only_non_default_values() -> None:
+    """Adding a config key with a default (a new graphnorm version) must not change the ids of existing runs."""
+    import hashlib
+
+    config = RunConfig(norm="pairnorm", num_layers=8, epochs=200, checkpoint_dir="/anywhere")
+    expected = hashlib.sha1(json.dumps({"norm": "pairnorm", "num_layers": 8}, sort_keys=True).encode()).hexdigest()
+    assert config_run_id(config) == f"pairnorm-L8-s0-{expected[:10]}"
+    assert config_run_id(RunConfig(lr=1)) == config_run_id(RunConfig(lr=1.0)) != config_run_id(RunConfig())
