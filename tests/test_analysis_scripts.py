@@ -75,3 +75,23 @@ def test_plot_sweep_script_clear_error_without_runs(tmp_path):
         check=False,
     )
     assert result.returncode == 2 and "runs.csv" in result.stderr
+
+
+def test_line_labels_name_only_keys_that_vary_within_a_norm() -> None:
+    from graphnorm.analysis.plots import _with_label
+
+    runs = pd.DataFrame(
+        {
+            "norm": ["pairnorm", "pairnorm", "none", "none"],
+            "norm_kwargs": ['{"scale": 1.0}', '{"scale": 1.0}', "{}", "{}"],  # per-norm setting: not in the label
+            "seed": [0, 1, 0, 1],
+            "num_layers": [2, 2, 2, 2],
+        }
+    )
+    assert sorted(set(_with_label(runs)["label"])) == ["none", "pairnorm"]
+    runs["hidden_channels"] = [32, 64, 32, 32]  # varies within pairnorm: the label must tell those lines apart
+    assert sorted(set(_with_label(runs)["label"])) == [
+        "none (hidden_channels=32)",
+        "pairnorm (hidden_channels=32)",
+        "pairnorm (hidden_channels=64)",
+    ]

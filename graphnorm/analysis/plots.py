@@ -79,7 +79,9 @@ def _variant_columns(runs: pd.DataFrame) -> list[str]:
     from graphnorm.config import RunConfig
 
     candidates = [c for c in RunConfig.field_names() if c in runs.columns and c not in _NON_VARIANT and c != "norm"]
-    varying = [c for c in candidates if runs[c].astype(str).nunique() > 1]
+    # Only keys that vary *within* a norm tell its lines apart; per-norm settings (norm_settings) follow the norm.
+    as_text = runs[candidates].astype(str).assign(norm=runs["norm"].astype(str))
+    varying = [c for c in candidates if (as_text.groupby("norm")[c].nunique() > 1).any()]
     return ["norm", *varying]
 
 
