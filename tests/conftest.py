@@ -22,6 +22,16 @@ def _deterministic():
     yield
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """One torch intra-op thread for a test module, restored after it: modules of many tiny tensor ops use it,
+    because on a shared 2-core machine a second intra-op thread makes them several times slower, not faster."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def data_root() -> Path:
     from graphnorm.data.root import ENV_MIRROR, resolve_root

@@ -11,14 +11,8 @@ from torch_geometric.utils import erdos_renyi_graph, to_undirected
 from graphnorm.models import DeepGCN, GCNBlock
 from graphnorm.norms import available_norms
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # The test machine is shared; one intra-op thread avoids oversubscription stalls.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# Many tiny tensor ops: on a shared 2-core machine one intra-op thread is faster (see conftest).
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def random_graph(num_nodes: int, channels: int = 5, p: float = 0.4, seed: int = 0) -> Data:

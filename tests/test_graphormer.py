@@ -15,13 +15,8 @@ HOPS = 3
 TRANSFORM = GraphormerPreprocess(multi_hop_max_dist=HOPS)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _single_thread():
-    # Many tiny tensor ops: on a shared 2-core machine intra-op threads make these tests ~10x slower, not faster.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# Many tiny tensor ops: on a shared 2-core machine one intra-op thread is faster (see conftest).
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def molecule_like(num_nodes: int, seed: int, edge_prob: float = 0.3) -> Data:

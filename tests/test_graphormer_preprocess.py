@@ -16,14 +16,8 @@ from graphnorm.data.graphormer_preprocess import (
     shortest_paths,
 )
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _single_thread():
-    # Many tiny tensor ops: on a shared 2-core machine intra-op threads make these tests ~10x slower, not faster.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# Many tiny tensor ops: on a shared 2-core machine one intra-op thread is faster (see conftest).
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def random_graph(num_nodes: int, edge_prob: float, directed: bool, seed: int) -> Data:

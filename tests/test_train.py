@@ -16,13 +16,8 @@ from graphnorm.train import EpochSchedule, model_outputs, run, train
 RECORD_KEYS = {"best_epoch", "train_loss", "num_params", "epochs_run", "wall_time_s"}
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # The test machine is shared; one intra-op thread avoids oversubscription stalls (and is faster here).
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# Many tiny tensor ops: on a shared 2-core machine one intra-op thread is faster (see conftest).
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def kipf_config(seed: int, data_root: Path, **overrides) -> RunConfig:

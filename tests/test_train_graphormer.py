@@ -20,13 +20,8 @@ from graphnorm.train import checkpoint_path, graphormer_splits, load_checkpoint,
 TIMING_KEYS = ("wall_time_s", "probe_time_s", "resumed_at_epoch")
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # The test machine is shared; one intra-op thread avoids oversubscription stalls (and is faster here).
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# Many tiny tensor ops: on a shared 2-core machine one intra-op thread is faster (see conftest).
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def tiny_graphormer(data_root: Path, **overrides) -> RunConfig:
