@@ -42,6 +42,8 @@ EVAL_NODES = ("test", "rest")
 OPTIMIZERS = ("adam", "adamw")
 SCHEDULERS = ("none", "cosine", "plateau", "polynomial")
 DEVICES = ("cpu", "cuda", "auto")
+# DeepGCN constructor keywords a config may pass through model_kwargs (the rest are config keys).
+GCN_KWARGS = ("init",)
 # Graphormer constructor keywords a config may pass through model_kwargs (see Graphormer.from_config).
 GRAPHORMER_KWARGS = (
     "ffn_channels",
@@ -201,7 +203,11 @@ class RunConfig:
                 )
             if self.virtual_node or self.readout != "mean":
                 raise ValueError("graphormer reads out its own virtual graph token: leave virtual_node and readout")
-        elif self.max_nodes is not None or self.drop_large_graphs:
+        else:
+            unknown = sorted(set(self.model_kwargs) - set(GCN_KWARGS))
+            if unknown:
+                raise ValueError(f"unknown model_kwargs {unknown} for gcn; valid: {', '.join(GCN_KWARGS)}")
+        if self.model != "graphormer" and (self.max_nodes is not None or self.drop_large_graphs):
             raise ValueError("max_nodes and drop_large_graphs are for model='graphormer'")
         if self.drop_large_graphs and self.max_nodes is None:
             raise ValueError("drop_large_graphs needs max_nodes")

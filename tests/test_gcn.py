@@ -9,6 +9,7 @@ from torch_geometric.data import Batch, Data
 from torch_geometric.utils import erdos_renyi_graph, to_undirected
 
 from graphnorm.models import DeepGCN, GCNBlock
+from graphnorm.models.gcn import dropout_nonzeros
 from graphnorm.norms import available_norms
 
 # Many tiny tensor ops: on a shared 2-core machine one intra-op thread is faster (see conftest).
@@ -224,5 +225,45 @@ def test_bad_inputs_raise_clear_errors() -> None:
         DeepGCN(5, 8, 3, 2)(graph.x[:, :4], graph.edge_index)
     with pytest.raises(ValueError, match="outside"):
         DeepGCN(5, 8, 3, 2)(graph.x, graph.edge_index + 10)
+    with pytest.raises(ValueError, match="init must be one of"):
+        DeepGCN(5, 8, 3, 2, init="xavier")
     with pytest.raises(ValueError, match="integer atom types"):
         DeepGCN(28, 8, 1, 2, readout="mean", atom_encoder="zinc")(graph.x, graph.edge_index)
+
+
+def test_kipf_init_bounds_and_glorot_default() -> None:
+    torch.manual_seed(0)
+    kipf = DeepGCN(300, 64, 7, 3, init="kipf")
+    for block in kipf.blocks:
+        bound = 1.0 / block.conv.out_channels**0.5
+        for tensor in (block.conv.lin.weight.detach(), block.conv.bias.detach()):
+            assert float(tensor.abs().max()) <= bound
+            assert float(tensor.abs().max()) > 0.5 * bound  # spans the interval (the bias too: not zero)
+    glorot = DeepGCN(300, 64, 7, 3)
+    first = glorot.blocks[0].conv.requires_grad_(False)
+    assert float(first.lin.weight.abs().max()) <= (6.0 / (300 + 64)) ** 0.5
+    assert float(first.bias.abs().max()) == 0.0
+
+
+def test_dropout_nonzeros_has_the_dropout_distribution() -> None:
+    generator = torch.Generator().manual_seed(0)
+    x = torch.rand(400, 300, generator=generator) * (torch.rand(400, 300, generator=generator) < 0.05)
+    x.requires_grad_(True)
+    torch.manual_seed(1)
+    out = dropout_nonzeros(x, 0.6, training=True)
+    nonzero = x != 0
+    assert bool((out[~nonzero] == 0).all())
+    kept = out[nonzero] != 0
+    assert abs(float(kept.float().mean()) - 0.4) < 0.02  # ~6000 draws: 4 standard deviations is 0.025
+    torch.testing.assert_close(out[nonzero][kept], x[nonzero][kept] / 0.4)
+    out.sum().backward()
+    torch.testing.assert_close(x.grad, (out != 0).float() / 0.4)
+    assert dropout_nonzeros(x, 0.6, training=False) is x
+    assert dropout_nonzeros(x, 0.0, training=True) is x
+
+
+def test_only_the_raw_feature_block_uses_sparse_dropout() -> None:
+    model = DeepGCN(5, 8, 3, 4, layer_order="dropout-conv-norm-act")
+    assert [block.input_dropout is dropout_nonzeros for block in model.blocks] == [True, False, False, False]
+    encoded = DeepGCN(28, 8, 1, 3, readout="mean", atom_encoder="zinc")
+    assert not any(block.input_dropout is dropout_nonzeros for block in encoded.blocks)

@@ -147,6 +147,7 @@ def test_molhiv_tiny_run_uses_ogb_rocauc(data_root: Path) -> None:
         ({"dataset": "zinc", "readout": "virtual"}, "virtual_node=true"),
         ({"warmup_epochs": 300}, "warmup_epochs"),
         ({"layers": 3}, "unknown config key"),
+        ({"model_kwargs": {"init": "kipf", "heads": 2}}, r"unknown model_kwargs \['heads'\] for gcn"),
     ],
 )
 def test_impossible_configs_fail_before_running(values: dict, message: str) -> None:

@@ -33,6 +33,7 @@ forward output is the representation after each layer, all over the same rows (n
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass
 
 import torch
@@ -48,6 +49,7 @@ ADJACENCIES = ("sym", "row")
 LAYER_ORDERS = ("conv-norm-act-dropout", "dropout-conv-norm-act")
 READOUTS = (None, "mean", "sum", "virtual")
 ATOM_ENCODERS = (None, "zinc", "ogb")
+INITS = ("glorot", "kipf")
 
 
 @dataclass
@@ -99,6 +101,20 @@ class InputLayer(nn.Module):
         return out
 
 
+def dropout_nonzeros(x: Tensor, p: float, training: bool) -> Tensor:
+    """``F.dropout`` that draws a Bernoulli only for the nonzero entries of ``x``.
+
+    Same distribution as ``F.dropout(x, p, training)`` (a zero entry stays zero whatever its draw), but on sparse
+    bag-of-words features (Cora: 1.3% nonzero) it draws ~75x fewer random numbers: the dense draw over the
+    2708 x 1433 input was over half of a deep Cora run's time. It consumes a different random stream.
+    """
+    if not training or p == 0.0:
+        return x
+    index = x.nonzero(as_tuple=True)
+    keep = torch.empty(index[0].numel(), dtype=x.dtype, device=x.device).bernoulli_(1.0 - p)
+    return torch.zeros_like(x).index_put(index, x[index] * keep / (1.0 - p))
+
+
 class GCNBlock(nn.Module):
     """One GCN layer. Its forward output is the representation after the layer (the probe hooks it).
 
@@ -117,6 +133,7 @@ class GCNBlock(nn.Module):
         order: str,
         residual: bool,
         is_output: bool = False,
+        input_features: bool = False,
     ) -> None:
         super().__init__()
         self.conv = GCNConv(in_channels, out_channels, normalize=False)  # weights precomputed in GraphRows
@@ -126,11 +143,13 @@ class GCNBlock(nn.Module):
         self.order = order
         self.residual = residual and in_channels == out_channels
         self.is_output = is_output
+        # The first block of a model without an atom encoder sees the raw (often sparse) input features.
+        self.input_dropout = dropout_nonzeros if input_features else F.dropout
 
     def forward(self, x: Tensor, rows: GraphRows) -> Tensor:
         skip = x
         if self.order == "dropout-conv-norm-act":
-            x = F.dropout(x, self.dropout, self.training)
+            x = self.input_dropout(x, self.dropout, self.training)
         x = self.conv(x, rows.propagation_index, rows.propagation_weight)
         if self.is_output:
             return x
@@ -164,6 +183,10 @@ class DeepGCN(nn.Module):
         virtual_node: add a virtual node per graph (graph level only).
         atom_encoder: ``None``, ``"zinc"`` (``nn.Embedding``) or ``"ogb"`` (OGB ``AtomEncoder``). GCNConv does not
             use bond features, so no bond encoder.
+        init: conv weights. ``"glorot"``: PyG's ``GCNConv`` default (Glorot-uniform weights, zero bias).
+            ``"kipf"``: weights and bias uniform in :math:`\\pm 1/\\sqrt{\\text{out}}`, the ``GraphConv`` of Kipf &
+            Welling's, PairNorm's and ContraNorm's code. The ContraNorm protocol needs it: with Glorot, PairNorm
+            at 2 layers lands 4-5 points lower (69.2 vs 73.9 over 5 seeds, official 73.2).
     """
 
     def __init__(
@@ -182,6 +205,7 @@ class DeepGCN(nn.Module):
         readout: str | None = None,
         virtual_node: bool = False,
         atom_encoder: str | None = None,
+        init: str = "glorot",
     ) -> None:
         super().__init__()
         for value, name in ((in_channels, "in_channels"), (hidden_channels, "hidden_channels")):
@@ -199,6 +223,8 @@ class DeepGCN(nn.Module):
             raise ValueError(f"layer_order must be one of {LAYER_ORDERS}, got {layer_order!r}")
         if readout not in READOUTS:
             raise ValueError(f"readout must be one of {READOUTS}, got {readout!r}")
+        if init not in INITS:
+            raise ValueError(f"init must be one of {INITS}, got {init!r}")
         if atom_encoder not in ATOM_ENCODERS:
             raise ValueError(f"atom_encoder must be one of {ATOM_ENCODERS}, got {atom_encoder!r}")
         if atom_encoder == "ogb" and in_channels != 9:
@@ -224,21 +250,49 @@ class DeepGCN(nn.Module):
         num_hidden = num_layers if readout is not None else num_layers - 1
         blocks = []
         width = self.input_layer.out_channels
+        raw_features = atom_encoder is None  # the first block then sees the raw input features
         for _ in range(num_hidden):
             if isinstance(norm, nn.Module):
                 layer_norm = copy.deepcopy(norm)  # one independent copy per layer
             else:
                 layer_norm = build_norm(norm, hidden_channels, **norm_kwargs)
             blocks.append(
-                GCNBlock(width, hidden_channels, layer_norm, self.shared_layernorm, dropout, layer_order, residual)
+                GCNBlock(
+                    width,
+                    hidden_channels,
+                    layer_norm,
+                    self.shared_layernorm,
+                    dropout,
+                    layer_order,
+                    residual,
+                    input_features=raw_features,
+                )
             )
             width = hidden_channels
+            raw_features = False
         if readout is None:
-            blocks.append(GCNBlock(width, out_channels, None, None, dropout, layer_order, False, is_output=True))
+            blocks.append(
+                GCNBlock(
+                    width,
+                    out_channels,
+                    None,
+                    None,
+                    dropout,
+                    layer_order,
+                    False,
+                    is_output=True,
+                    input_features=raw_features,
+                )
+            )
             self.head = None
         else:
             self.head = nn.Linear(hidden_channels, out_channels)
         self.blocks = nn.ModuleList(blocks)
+        if init == "kipf":
+            for block in self.blocks:
+                bound = 1.0 / math.sqrt(block.conv.out_channels)
+                nn.init.uniform_(block.conv.lin.weight, -bound, bound)
+                nn.init.uniform_(block.conv.bias, -bound, bound)
 
     # --- structure -------------------------------------------------------------------------------------------
     def graph_rows(self, edge_index: Tensor, num_nodes: int, batch: Tensor | None, batch_size: int | None) -> GraphRows:
