@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+import torch_geometric.nn.norm as pyg_norm
 
 from graphnorm.norms import (
     AdaNorm,
@@ -23,6 +24,7 @@ from graphnorm.norms import (
     SepNorm,
     build_norm,
 )
+from graphnorm.norms import utils as norm_utils
 
 C = 8
 SIZES = (4, 3, 5)  # three graphs of different sizes
@@ -270,8 +272,7 @@ def test_graphnorm_matches_formula(mode):
     x, batch = make_batch()
     norm = set_mode(GraphNorm(C).double(), mode)
     randomize_parameters(norm)
-    m = norm.module
-    expected = ref_graphnorm(np_(x), batch, np_(m.mean_scale), np_(m.weight), np_(m.bias))
+    expected = ref_graphnorm(np_(x), batch, np_(norm.mean_scale), np_(norm.weight), np_(norm.bias))
     np.testing.assert_allclose(np_(norm(x, batch)), expected, rtol=1e-10, atol=1e-10)
 
 
@@ -431,6 +432,73 @@ def test_gradients_match_finite_differences(name, kwargs):
     norm = build_norm(name, 4, **kwargs).double().train()
     x.requires_grad_(True)
     assert torch.autograd.gradcheck(lambda t: norm(t, batch), (x,), eps=1e-6, atol=1e-5)
+
+
+@pytest.fixture
+def small_chunks(monkeypatch):
+    """Row chunks of 2 rows (C = 8), so the chunked helpers cross chunk and graph boundaries in these tiny tests."""
+    monkeypatch.setattr(norm_utils, "CHUNK_ELEMENTS", 16)
+
+
+@pytest.mark.parametrize("batched", [True, False])
+@pytest.mark.parametrize(("center_cols", "scale_cols", "with_bias"), [(C, C, True), (1, 1, False), (C, 1, True)])
+def test_graph_center_scale_gradients_match_finite_differences(
+    small_chunks, batched, center_cols, scale_cols, with_bias
+):
+    # graph_center_scale is a custom autograd.Function with a hand-written backward.
+    x, batch = make_batch(sizes=(3, 4, 2, 1))
+    graphs = 4 if batched else 1
+    center = torch.randn(graphs, center_cols, dtype=x.dtype)
+    scale = torch.randn(graphs, scale_cols, dtype=x.dtype)
+    bias = torch.randn(C, dtype=x.dtype) if with_bias else None
+    inputs = tuple(t.requires_grad_(True) for t in (x, center, scale) + ((bias,) if with_bias else ()))
+    b = batch if batched else None
+    out = norm_utils.graph_center_scale(x, center, scale, b, bias)
+    gathered = (lambda t: t[batch]) if batched else (lambda t: t)
+    expected = (x - gathered(center)) * gathered(scale) + (bias if with_bias else 0)
+    torch.testing.assert_close(out, expected, rtol=1e-12, atol=1e-12)
+    assert torch.autograd.gradcheck(
+        lambda *t: norm_utils.graph_center_scale(t[0], t[1], t[2], b, t[3] if with_bias else None), inputs
+    )
+    sq_inputs = (x, center)
+    expected_sq = torch.zeros(graphs, C, dtype=x.dtype).index_add_(
+        0, batch if batched else torch.zeros_like(batch), (x - gathered(center)) ** 2
+    )
+    torch.testing.assert_close(norm_utils.graph_centered_sq_sum(x, center, b, graphs), expected_sq)
+    assert torch.autograd.gradcheck(lambda *t: norm_utils.graph_centered_sq_sum(t[0], t[1], b, graphs), sq_inputs)
+
+
+PYG_EQUIVALENTS = [
+    ("graphnorm", {}, lambda: pyg_norm.GraphNorm(C)),
+]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(("dtype", "tol"), [(torch.float32, 1e-5), (torch.float64, 1e-10)])
+@pytest.mark.parametrize(("name", "kwargs", "pyg"), PYG_EQUIVALENTS)
+def test_matches_pyg_module(small_chunks, name, kwargs, pyg, dtype, tol, mode):
+    # Our own implementations of PyG's norms: same parameters in, same outputs and gradients out.
+    x, batch = make_batch(sizes=(4, 1, 6, 3, 5), dtype=dtype, shift=3.0)
+    ours = set_mode(build_norm(name, C, **kwargs).to(dtype), mode)
+    reference = set_mode(pyg().to(dtype), mode)
+    randomize_parameters(ours)
+    reference.load_state_dict(ours.state_dict())
+    x.requires_grad_(True)
+    out, expected = ours(x, batch, 5), reference(x, batch, 5)
+    torch.testing.assert_close(out, expected, rtol=tol, atol=tol)
+    grad_out = torch.randn_like(out)
+    grads = torch.autograd.grad(out, [x, *ours.parameters()], grad_out)
+    expected_grads = torch.autograd.grad(expected, [x, *reference.parameters()], grad_out)
+    for got, want in zip(grads, expected_grads, strict=True):
+        torch.testing.assert_close(got, want, rtol=tol, atol=tol)
+
+
+def test_graphnorm_loads_checkpoints_of_the_pyg_wrapper():
+    # Until GraphNorm had its own implementation it held PyG's module as ``self.module``.
+    norm = GraphNorm(C)
+    legacy = {f"module.{k}": torch.full((C,), float(i)) for i, k in enumerate(["weight", "bias", "mean_scale"])}
+    norm.load_state_dict(legacy)
+    assert norm.bias.eq(1.0).all() and norm.mean_scale.eq(2.0).all()
 
 
 # ---------------------------------------------------------------- invariances

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
-from torch_geometric.nn.norm import GraphNorm as PyGGraphNorm
 
 from graphnorm.norms.registry import register_norm
-from graphnorm.norms.utils import check_batch, check_features, check_positive, num_graphs
+from graphnorm.norms.utils import (
+    check_batch,
+    check_features,
+    check_positive,
+    graph_center_scale,
+    graph_centered_sq_sum,
+    graph_reduce,
+    graph_sizes,
+    rename_legacy_keys,
+)
 
 
 @register_norm("graphnorm")
@@ -21,19 +30,31 @@ class GraphNorm(nn.Module):
         \mathbf{x}'_i = \boldsymbol\gamma \odot \frac{\mathbf{x}_i - \boldsymbol\alpha \odot \boldsymbol\mu_g}
         {\sqrt{\boldsymbol\sigma^2_g + \epsilon}} + \boldsymbol\beta
 
-    with learnable mean shift :math:`\boldsymbol\alpha` (init 1), gain :math:`\boldsymbol\gamma` (init 1) and bias
-    :math:`\boldsymbol\beta` (init 0). Same statistics in train and eval mode. Wraps
-    :class:`torch_geometric.nn.norm.GraphNorm`, which matches the paper (its variance is taken around the shifted
-    mean :math:`\boldsymbol\alpha\odot\boldsymbol\mu_g`, as in the paper's Eq. 8).
+    with learnable mean shift :math:`\boldsymbol\alpha` (``mean_scale``, init 1), gain :math:`\boldsymbol\gamma`
+    (``weight``, init 1) and bias :math:`\boldsymbol\beta` (``bias``, init 0). Same statistics in train and eval mode.
+    The variance is taken around the shifted mean :math:`\boldsymbol\alpha\odot\boldsymbol\mu_g`, as in the paper's
+    Eq. 8 and as :class:`torch_geometric.nn.norm.GraphNorm` (same parameters and outputs; tested against it). Our
+    own implementation: the per-graph statistics are accumulated over row chunks, so the forward allocates one
+    full-size tensor (the output) instead of PyG's five.
     """
 
     def __init__(self, channels: int, eps: float = 1e-5) -> None:
         super().__init__()
         self.channels = channels
-        self.module = PyGGraphNorm(channels, eps=check_positive(eps, "eps", "graphnorm"))
+        self.eps = check_positive(eps, "eps", "graphnorm")
+        self.weight = nn.Parameter(torch.empty(channels))
+        self.bias = nn.Parameter(torch.empty(channels))
+        self.mean_scale = nn.Parameter(torch.empty(channels))
+        self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        self.module.reset_parameters()
+        nn.init.ones_(self.weight)
+        nn.init.zeros_(self.bias)
+        nn.init.ones_(self.mean_scale)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
+        rename_legacy_keys(state_dict, prefix, "module.")  # checkpoints from when this wrapped PyG's GraphNorm
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def forward(
         self,
@@ -47,7 +68,10 @@ class GraphNorm(nn.Module):
         check_batch(x, batch, "graphnorm")
         if x.size(0) == 0:
             return x.clone()
-        return self.module(x, batch, num_graphs(batch, batch_size) if batch is not None else None)
+        center = graph_reduce(x, batch, batch_size, "mean") * self.mean_scale  # alpha * mu_g, [num_graphs, C]
+        var = graph_centered_sq_sum(x, center, batch, batch_size) / graph_sizes(x, batch, batch_size)
+        # gamma / sqrt(var + eps) folded per graph ([num_graphs, C]) before it meets the [N, C] rows
+        return graph_center_scale(x, center, self.weight * (var + self.eps).rsqrt(), batch, self.bias)
 
     def extra_repr(self) -> str:
-        return f"{self.channels}, eps={self.module.eps}"
+        return f"{self.channels}, eps={self.eps}"
