@@ -164,6 +164,16 @@ def prepare_task(config: RunConfig) -> GraphTask:
             if len(dataset) > config.limit_graphs:
                 keep = torch.randperm(len(dataset), generator=generator)[: config.limit_graphs].sort().values
                 setattr(task, split, dataset[keep])
+        if task.metric == "rocauc":
+            # ROC-AUC needs both classes in every split: fail now, not after the first epoch of training.
+            for split in ("train", "val", "test"):
+                labels = getattr(task, split).y.view(-1)
+                labels = labels[~torch.isnan(labels.float())]
+                if labels.numel() == 0 or bool((labels == labels[0]).all()):
+                    raise ValueError(
+                        f"limit_graphs={config.limit_graphs} leaves the {split} split of {config.dataset} with one "
+                        "class only, so ROC-AUC is undefined: raise limit_graphs (MolHIV has ~3% positives)"
+                    )
     return task
 
 

@@ -170,3 +170,9 @@ def test_epoch_schedule_warmup_then_cosine() -> None:
     assert rates[:4] == pytest.approx([0.025, 0.05, 0.075, 0.1])
     assert rates[4] == pytest.approx(0.1 * 0.5 * (1 + torch.cos(torch.tensor(torch.pi / 9)).item()))
     assert rates == sorted(rates[:4]) + sorted(rates[4:], reverse=True)
+
+
+def test_molhiv_subset_without_positives_fails_before_training(data_root: Path) -> None:
+    config = RunConfig(dataset="molhiv", data_root=str(data_root), limit_graphs=5, num_layers=2, epochs=1)
+    with pytest.raises(ValueError, match=r"limit_graphs=5 leaves the \w+ split of molhiv with one class only"):
+        run(config)
