@@ -282,8 +282,8 @@ def test_instancenorm_matches_formula(mode, affine):
     x, batch = make_batch(sizes=(4, 1, 5))  # includes a one-node graph
     norm = set_mode(InstanceNorm(C, affine=affine).double(), mode)
     randomize_parameters(norm)
-    gamma = np_(norm.module.weight) if affine else 1.0
-    beta = np_(norm.module.bias) if affine else 0.0
+    gamma = np_(norm.weight) if affine else 1.0
+    beta = np_(norm.bias) if affine else 0.0
     expected = ref_instancenorm(np_(x), batch, gamma, beta)
     np.testing.assert_allclose(np_(norm(x, batch)), expected, rtol=1e-10, atol=1e-10)
     # A lone one-node graph without a batch vector does not crash (PyG's F.instance_norm path would).
@@ -470,6 +470,8 @@ def test_graph_center_scale_gradients_match_finite_differences(
 
 PYG_EQUIVALENTS = [
     ("graphnorm", {}, lambda: pyg_norm.GraphNorm(C)),
+    ("instancenorm", {}, lambda: pyg_norm.InstanceNorm(C)),
+    ("instancenorm", {"affine": True}, lambda: pyg_norm.InstanceNorm(C, affine=True)),
 ]
 
 

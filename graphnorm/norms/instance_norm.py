@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
-from torch_geometric.nn.norm import InstanceNorm as PyGInstanceNorm
 
 from graphnorm.norms.registry import register_norm
-from graphnorm.norms.utils import check_batch, check_features, check_positive, num_graphs
+from graphnorm.norms.utils import (
+    check_batch,
+    check_features,
+    check_positive,
+    graph_center_scale,
+    graph_centered_sq_sum,
+    graph_reduce,
+    graph_sizes,
+    rename_legacy_keys,
+)
 
 
 @register_norm("instancenorm")
@@ -22,20 +30,33 @@ class InstanceNorm(nn.Module):
         \boldsymbol\sigma^2_g = \frac{1}{|\mathcal{V}_g|}\sum_{j \in \mathcal{V}_g}(\mathbf{x}_j - \boldsymbol\mu_g)^2
 
     :math:`\boldsymbol\gamma, \boldsymbol\beta` only with ``affine=True`` (default False, as PyG and torch). Always
-    the instance's own statistics (no running statistics), so train and eval mode agree. Wraps
-    :class:`torch_geometric.nn.norm.InstanceNorm`, always with a batch vector: PyG's ``batch=None`` path uses
-    ``F.instance_norm``, which raises on a one-node graph; here a one-node graph gives :math:`\boldsymbol\beta`.
+    the instance's own statistics (no running statistics), so train and eval mode agree. Same outputs and parameters
+    as :class:`torch_geometric.nn.norm.InstanceNorm` with a batch vector (tested against it), in our own
+    implementation that allocates one full-size tensor (the output). Without ``batch`` all rows are one graph,
+    through the same code: PyG's ``batch=None`` path uses ``F.instance_norm``, which raises on a one-node graph;
+    here a one-node graph gives :math:`\boldsymbol\beta`.
     """
 
     def __init__(self, channels: int, eps: float = 1e-5, affine: bool = False) -> None:
         super().__init__()
         self.channels = channels
-        self.module = PyGInstanceNorm(
-            channels, eps=check_positive(eps, "eps", "instancenorm"), affine=affine, track_running_stats=False
-        )
+        self.eps = check_positive(eps, "eps", "instancenorm")
+        self.affine = affine
+        if affine:
+            self.weight = nn.Parameter(torch.ones(channels))
+            self.bias = nn.Parameter(torch.zeros(channels))
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
 
     def reset_parameters(self) -> None:
-        self.module.reset_parameters()
+        if self.affine:
+            nn.init.ones_(self.weight)
+            nn.init.zeros_(self.bias)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
+        rename_legacy_keys(state_dict, prefix, "module.")  # checkpoints from when this wrapped PyG's InstanceNorm
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def forward(
         self,
@@ -49,10 +70,12 @@ class InstanceNorm(nn.Module):
         check_batch(x, batch, "instancenorm")
         if x.size(0) == 0:
             return x.clone()
-        if batch is None:
-            batch = torch.zeros(x.size(0), dtype=torch.long, device=x.device)
-            batch_size = 1
-        return self.module(x, batch, num_graphs(batch, batch_size))
+        mean = graph_reduce(x, batch, batch_size, "mean")  # [num_graphs, C]
+        var = graph_centered_sq_sum(x, mean, batch, batch_size) / graph_sizes(x, batch, batch_size)  # biased
+        scale = (var + self.eps).rsqrt()  # [num_graphs, C]; gamma folded in per graph, not per node
+        if self.affine:
+            scale = scale * self.weight
+        return graph_center_scale(x, mean, scale, batch, self.bias)
 
     def extra_repr(self) -> str:
-        return f"{self.channels}, eps={self.module.eps}, affine={self.module.affine}"
+        return f"{self.channels}, eps={self.eps}, affine={self.affine}"
