@@ -472,7 +472,9 @@ PYG_EQUIVALENTS = [
     ("graphnorm", {}, lambda: pyg_norm.GraphNorm(C)),
     ("instancenorm", {}, lambda: pyg_norm.InstanceNorm(C)),
     ("instancenorm", {"affine": True}, lambda: pyg_norm.InstanceNorm(C, affine=True)),
-]
+    ("layernorm", {"mode": "graph"}, lambda: pyg_norm.LayerNorm(C, mode="graph")),
+    ("pairnorm", {"mode": "PN", "eps": 1e-5}, lambda: pyg_norm.PairNorm(scale_individually=False)),
+]  # not PN-SI: PyG divides by eps + ||x||, we (as the official code) by sqrt(eps + ||x||^2)
 
 
 @pytest.mark.parametrize("mode", MODES)

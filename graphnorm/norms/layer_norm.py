@@ -8,12 +8,14 @@ from torch import Tensor, nn
 
 from graphnorm.norms.registry import register_norm
 from graphnorm.norms.utils import (
-    broadcast_to_nodes,
     check_batch,
     check_choice,
     check_features,
     check_positive,
+    graph_center_scale,
+    graph_centered_sq_sum,
     graph_reduce,
+    graph_sizes,
 )
 
 
@@ -75,12 +77,13 @@ class LayerNorm(nn.Module):
             return F.layer_norm(x, (self.channels,), self.weight, self.bias, self.eps)
         # Mean over a graph's nodes, then over channels, is the mean over all its entries (equal weights).
         mean = graph_reduce(x, batch, batch_size, "mean").mean(dim=1, keepdim=True)  # [num_graphs, 1]
-        centered = x - broadcast_to_nodes(mean, batch)
-        var = graph_reduce(centered * centered, batch, batch_size, "mean").mean(dim=1, keepdim=True)  # [num_graphs, 1]
-        out = centered * broadcast_to_nodes((var + self.eps).rsqrt(), batch)
+        # Two-pass variance around mu_g, accumulated over row chunks (no [N, C] temporary).
+        sq_sum = graph_centered_sq_sum(x, mean, batch, batch_size).sum(dim=1, keepdim=True)  # [num_graphs, 1]
+        scale = (sq_sum / (graph_sizes(x, batch, batch_size) * x.size(1)) + self.eps).rsqrt()  # [num_graphs, 1]
         if self.affine:
-            out = out * self.weight + self.bias
-        return out
+            scale = scale * self.weight  # gamma folded in per graph ([num_graphs, C]), not per node
+        # (x - mu_g) * scale + beta in one pass that allocates only the output
+        return graph_center_scale(x, mean, scale, batch, self.bias)
 
     def extra_repr(self) -> str:
         return f"{self.channels}, mode={self.mode!r}, eps={self.eps}, affine={self.affine}"

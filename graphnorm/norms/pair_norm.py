@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
 
 from graphnorm.norms.registry import register_norm
@@ -11,7 +12,10 @@ from graphnorm.norms.utils import (
     check_choice,
     check_features,
     check_positive,
+    graph_center_scale,
+    graph_centered_sq_sum,
     graph_reduce,
+    graph_sizes,
 )
 
 PAIRNORM_MODES = ("PN", "PN-SI", "PN-SCS")
@@ -63,16 +67,24 @@ class PairNorm(nn.Module):
         check_batch(x, batch, "pairnorm")
         if x.size(0) == 0:
             return x.clone()
-        mean = broadcast_to_nodes(graph_reduce(x, batch, batch_size, "mean"), batch)  # [num_nodes or 1, C]
+        mean = graph_reduce(x, batch, batch_size, "mean")  # [num_graphs, C]
         if self.mode == "PN-SCS":
-            row_norm = (self.eps + x.pow(2).sum(dim=1, keepdim=True)).sqrt()  # [num_nodes, 1]
-            return self.scale * x / row_norm - mean
-        centered = x - mean
-        squared_norm = centered.pow(2).sum(dim=1, keepdim=True)  # [num_nodes, 1]
+            # vector_norm only reads x (x.pow(2) would allocate a full-size square)
+            factor = self.scale * (self.eps + torch.linalg.vector_norm(x, dim=1, keepdim=True).square()).rsqrt()
+            neg_mean = broadcast_to_nodes(-mean, batch)  # [num_nodes, C] fresh from index_select, or [1, C]
+            if batch is None:
+                return torch.addcmul(neg_mean, x, factor)
+            return neg_mean.addcmul_(x, factor)  # in place into that fresh tensor: addcmul_ saves only x and factor
         if self.mode == "PN":
-            mean_squared_norm = broadcast_to_nodes(graph_reduce(squared_norm, batch, batch_size, "mean"), batch)
-            return self.scale * centered / (self.eps + mean_squared_norm).sqrt()
-        return self.scale * centered / (self.eps + squared_norm).sqrt()  # PN-SI
+            # mean over the graph's rows of ||x_i - mu_g||^2, two-pass over row chunks (no [N, C] temporary)
+            sq_sum = graph_centered_sq_sum(x, mean, batch, batch_size).sum(dim=1, keepdim=True)  # [num_graphs, 1]
+            factor = self.scale * (self.eps + sq_sum / graph_sizes(x, batch, batch_size)).rsqrt()
+            return graph_center_scale(x, mean, factor, batch)  # (x - mu_g) * factor_g, one allocation
+        # PN-SI: x - mu_g in one allocation (index_select's fresh output, negated and x added in place: neither
+        # in-place op needs saved values), row norms by vector_norm (reads only), then one product.
+        centered = -mean + x if batch is None else mean.index_select(0, batch).neg_().add_(x)
+        squared_norm = torch.linalg.vector_norm(centered, dim=1, keepdim=True).square()  # [num_nodes, 1]
+        return centered * (self.scale * (self.eps + squared_norm).rsqrt())
 
     def extra_repr(self) -> str:
         return f"{self.channels}, mode={self.mode!r}, scale={self.scale}"
