@@ -706,3 +706,33 @@ def test_sepnorm_restricts_edge_index_to_node_rows():
     norm(x, batch, edge_index=edge_index, token_mask=mask)
     torch.testing.assert_close(seen["edge_index"], torch.tensor([[0, 1, 2], [1, 0, 3]]))
     torch.testing.assert_close(seen["batch"], torch.tensor([0, 0, 1, 1]))
+
+
+class _Opaque(torch.nn.Module):
+    """Hides a norm's type, so SepNorm takes its general gather / scatter path."""
+
+    def __init__(self, inner: torch.nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x, batch=None, batch_size=None, edge_index=None, token_mask=None):
+        return self.inner(x, batch=batch, batch_size=batch_size, edge_index=edge_index)
+
+
+@pytest.mark.parametrize("token_pos", ["first", "last"])
+def test_sepnorm_row_wise_fast_path_matches_general_path(token_pos):
+    x, batch, mask = token_batch(token_pos=token_pos)
+    fast = SepNorm(C).double().train()
+    randomize_parameters(fast)
+    general = SepNorm(C, token_norm=fast.token_norm, node_norm=_Opaque(fast.node_norm))
+    x.requires_grad_(True)
+    out_fast, out_general = fast(x, batch, token_mask=mask), general(x, batch, token_mask=mask)
+    torch.testing.assert_close(out_fast, out_general, rtol=1e-12, atol=1e-12)
+    grad_out = torch.randn_like(out_fast)
+    params = list(fast.parameters())
+    for got, want in zip(
+        torch.autograd.grad(out_fast, [x, *params], grad_out),
+        torch.autograd.grad(out_general, [x, *params], grad_out),
+        strict=True,
+    ):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)

@@ -8,6 +8,7 @@ import torch
 from torch import Tensor, nn
 from torch_geometric.utils import subgraph
 
+from graphnorm.norms.layer_norm import LayerNorm
 from graphnorm.norms.registry import build_norm, register_norm
 from graphnorm.norms.utils import check_batch, check_features, check_token_mask, num_graphs
 
@@ -68,18 +69,30 @@ class SepNorm(nn.Module):
         graphs = num_graphs(batch, batch_size)
         if batch is None:
             batch = torch.zeros(x.size(0), dtype=torch.long, device=x.device)
-        node_mask = ~token_mask
+        # Row indices once; index_select / index_copy_ copy whole rows (boolean indexing redoes nonzero each time
+        # and index_put_ with a mask is several times slower than index_copy_ on wide rows).
+        token_rows = token_mask.nonzero().squeeze(1)
+        node_rows = (~token_mask).nonzero().squeeze(1)
         node_edge_index = None
         if edge_index is not None:
-            node_edge_index, _ = subgraph(node_mask, edge_index, relabel_nodes=True, num_nodes=x.size(0))
-        token_out = self.token_norm(x[token_mask], batch=batch[token_mask], batch_size=graphs)  # [num_graphs, C]
+            node_edge_index, _ = subgraph(~token_mask, edge_index, relabel_nodes=True, num_nodes=x.size(0))
+        token_out = self.token_norm(
+            x.index_select(0, token_rows), batch=batch.index_select(0, token_rows), batch_size=graphs
+        )  # [num_graphs, C]
+        if isinstance(self.node_norm, LayerNorm) and self.node_norm.mode == "node":
+            # Row-wise node norm (the default): normalizing all rows and overwriting the token rows gives the same
+            # result without gathering the node rows and scattering them back (two full-size copies fewer).
+            # F.layer_norm does not save its output, so writing the token rows into it in place is autograd-safe.
+            return self.node_norm(x).index_copy_(0, token_rows, token_out.to(x.dtype))
         node_out = self.node_norm(
-            x[node_mask], batch=batch[node_mask], batch_size=graphs, edge_index=node_edge_index
+            x.index_select(0, node_rows),
+            batch=batch.index_select(0, node_rows),
+            batch_size=graphs,
+            edge_index=node_edge_index,
         )  # [num_nodes - num_graphs, C]
+        # Every row is written exactly once; index_copy_'s backward only gathers the gradient rows.
         out = torch.empty_like(x)
-        out[token_mask] = token_out
-        out[node_mask] = node_out
-        return out
+        return out.index_copy_(0, node_rows, node_out.to(x.dtype)).index_copy_(0, token_rows, token_out.to(x.dtype))
 
     def extra_repr(self) -> str:
         return f"{self.channels}"
