@@ -135,22 +135,52 @@ def _graph_rows(per_graph: Tensor, batch: Tensor | None, rows: slice) -> Tensor:
     return per_graph if batch is None else per_graph.index_select(0, batch[rows])
 
 
+class _GraphCenteredSqSum(torch.autograd.Function):
+    """Per graph and channel ``sum_i (x_i - center[g])**2`` over row chunks, with a chunked backward.
+
+    A custom Function because autograd through row-slice views of ``x`` would build a zero-filled full-size
+    gradient per chunk in the backward (hundreds of ``[N, C]`` tensors).
+    """
+
+    @staticmethod
+    def forward(ctx, x, center, batch, graphs):  # noqa: ANN001, ANN205 (autograd.Function signature)
+        total = x.new_zeros(graphs, x.size(1))
+        for rows in row_chunks(x):
+            diff = x[rows] - _graph_rows(center, batch, rows)  # [chunk, C], in cache
+            if batch is None:
+                total.add_((diff * diff).sum(0, keepdim=True))
+            else:
+                total.index_add_(0, batch[rows], diff * diff)
+        ctx.save_for_backward(x, center, batch)
+        return total
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_total):  # noqa: ANN001, ANN205
+        x, center, batch = ctx.saved_tensors
+        need_x, need_center, _, _ = ctx.needs_input_grad
+        grad_x = torch.empty_like(x)  # d total / d x_i = 2 (x_i - center[g]) per channel
+        for rows in row_chunks(x):
+            chunk = grad_x[rows]  # a view: written in place
+            torch.sub(x[rows], _graph_rows(center, batch, rows), out=chunk)
+            chunk.mul_(_graph_rows(grad_total, batch, rows)).mul_(2.0)
+        grad_center = None
+        if need_center:  # d total / d center[g] = -sum over the graph's rows of the above
+            grad_center = graph_reduce(grad_x, batch, center.size(0), "sum").neg_()
+            grad_center = grad_center.sum(1, keepdim=True) if center.size(1) == 1 else grad_center
+        return grad_x if need_x else None, grad_center, None, None
+
+
 def graph_centered_sq_sum(x: Tensor, center: Tensor, batch: Tensor | None, batch_size: int | None = None) -> Tensor:
     """Per graph and channel, the sum over the graph's rows of ``(x - center[g])**2``: ``[num_graphs, C]``.
 
-    ``center`` is ``[num_graphs, C]`` or ``[num_graphs, 1]``. Two-pass around the given center (numerically sound,
-    unlike E[x^2] - E[x]^2), accumulated over row chunks so no ``[N, C]`` temporary is allocated; autograd flows
-    through the chunk views.
+    ``center`` is ``[num_graphs, C]`` or ``[num_graphs, 1]`` (``[1, *]`` without ``batch``). Two-pass around the
+    given center (numerically sound, unlike E[x^2] - E[x]^2), accumulated over row chunks in cache so no
+    ``[N, C]`` temporary is allocated; differentiable (hand-written chunked backward).
     """
-    total = x.new_zeros(num_graphs(batch, batch_size) if batch is not None else 1, x.size(1))
-    for rows in row_chunks(x):
-        diff = x[rows] - _graph_rows(center, batch, rows)  # [chunk, C], in cache
-        # in place into the fresh accumulator: index_add_'s backward needs neither its input nor its source
-        if batch is None:
-            total.add_((diff * diff).sum(0, keepdim=True))
-        else:
-            total.index_add_(0, batch[rows], diff * diff)
-    return total
+    graphs = num_graphs(batch, batch_size) if batch is not None else 1
+    dtype = torch.promote_types(x.dtype, center.dtype)
+    return _GraphCenteredSqSum.apply(x.to(dtype), center.to(dtype), batch, graphs)
 
 
 class _GraphCenterScale(torch.autograd.Function):
