@@ -267,3 +267,20 @@ def test_only_the_raw_feature_block_uses_sparse_dropout() -> None:
     assert [block.input_dropout is dropout_nonzeros for block in model.blocks] == [True, False, False, False]
     encoded = DeepGCN(28, 8, 1, 3, readout="mean", atom_encoder="zinc")
     assert not any(block.input_dropout is dropout_nonzeros for block in encoded.blocks)
+
+
+def test_sparse_features_give_the_dense_results_and_draws() -> None:
+    generator = torch.Generator().manual_seed(0)
+    x = torch.rand(60, 40, generator=generator) * (torch.rand(60, 40, generator=generator) < 0.1)
+    edge_index = to_undirected(erdos_renyi_graph(60, 0.1))
+    model = DeepGCN(40, 8, 3, 3, layer_order="dropout-conv-norm-act", norm="layernorm")
+    outputs, grads = [], []
+    for features in (x, x.to_sparse()):
+        torch.manual_seed(5)  # same dropout draws: the sparse values come in nonzero() order
+        out = model(features, edge_index)
+        grads.append(torch.autograd.grad(out.square().sum(), model.blocks[0].conv.lin.weight)[0])
+        outputs.append(out)
+    torch.testing.assert_close(outputs[1], outputs[0])
+    torch.testing.assert_close(grads[1], grads[0])
+    with pytest.raises(ValueError, match="sparse x is for raw float features"):
+        DeepGCN(40, 8, 1, 2, readout="mean", virtual_node=True)(x.to_sparse(), edge_index)
