@@ -267,7 +267,7 @@ def test_memory_is_linear_not_quadratic(monkeypatch) -> None:
     """Forward + backward at n = 6,000 must not allocate anything near n^2 floats (144 MB).
 
     Row blocks of 2^19 entries (2 MB) make the O(n * block) working set small against n^2 at this n; the default
-    2 MB blocks are measured at n = 20,000 in experiments/benchmarks/bench_contranorm.py."""
+    8 MB blocks are measured at n = 20,000 in experiments/benchmarks/bench_contranorm.py."""
     monkeypatch.setattr(contranorm_module, "BLOCK_ELEMENTS", 1 << 19)
     n, d = 6_000, 4
     x = torch.randn(n, d, requires_grad=True)

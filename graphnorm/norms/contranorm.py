@@ -20,11 +20,11 @@ DENSE_MAX_NODES = 256
 # Padded dense chunks hold at most this many similarity entries (graphs * max_nodes^2): ~16 MB per float32 tensor.
 DENSE_CHUNK_ELEMENTS = 1 << 22
 # The streaming kernel holds one row block [block_rows, n] at a time (two in backward); block_rows =
-# BLOCK_ELEMENTS // n. 2^19 entries = 2 MB in float32: the block's three passes (similarities, exponential, P @ v)
-# stay in a core's cache. Measured on Cora (n = 2708, d = 32, one thread, forward + backward): 245 ms with 2 MB
-# blocks, 294 ms with 8 MB, 302 ms with 0.5 MB. The extra memory is linear in n (past n = 2^19 / MIN_BLOCK_ROWS the
-# blocks are MIN_BLOCK_ROWS rows).
-BLOCK_ELEMENTS = 1 << 19
+# BLOCK_ELEMENTS // n. 2^21 entries = 8 MB in float32. Measured forward + backward, d = 64, 2 threads, quiet
+# machine: n = 20,000 takes 4.97 s with 8 MB blocks and 6.89 s with 2 MB (per-op thread synchronization); n = 2708
+# is the same with both. On one thread under load, 2 MB blocks were ~17% faster at Cora size (245 vs 294 ms).
+# The extra memory is linear in n (past n = 2^21 / MIN_BLOCK_ROWS the blocks are MIN_BLOCK_ROWS rows).
+BLOCK_ELEMENTS = 1 << 21
 # A graph whose whole n x n fits in this many entries (n <= 1024: 4 MB) is one block, and its P is kept for backward
 # instead of recomputed (saves a matmul, the mask and an exponential). Larger graphs (Cora's 2708 nodes included)
 # recompute, so a deep model's memory stays linear in n: keeping Cora's 29 MB P in each of 31 layers would add
