@@ -159,14 +159,14 @@ def prepare_task(config: RunConfig) -> GraphTask:
     if config.limit_graphs is not None:
         # Smoke runs: a fixed random subset (seed 0, independent of the run seed) so every seed sees the same graphs.
         generator = torch.Generator().manual_seed(0)
-        for split in ("train", "val", "test"):
+        for split in SPLITS:
             dataset = getattr(task, split)
             if len(dataset) > config.limit_graphs:
                 keep = torch.randperm(len(dataset), generator=generator)[: config.limit_graphs].sort().values
                 setattr(task, split, dataset[keep])
         if task.metric == "rocauc":
             # ROC-AUC needs both classes in every split: fail now, not after the first epoch of training.
-            for split in ("train", "val", "test"):
+            for split in SPLITS:
                 labels = getattr(task, split).y.view(-1)
                 labels = labels[~torch.isnan(labels.float())]
                 if labels.numel() == 0 or bool((labels == labels[0]).all()):

@@ -72,10 +72,6 @@ class SepNorm(nn.Module):
         # Row indices once; index_select / index_copy_ copy whole rows (boolean indexing redoes nonzero each time
         # and index_put_ with a mask is several times slower than index_copy_ on wide rows).
         token_rows = token_mask.nonzero().squeeze(1)
-        node_rows = (~token_mask).nonzero().squeeze(1)
-        node_edge_index = None
-        if edge_index is not None:
-            node_edge_index, _ = subgraph(~token_mask, edge_index, relabel_nodes=True, num_nodes=x.size(0))
         token_out = self.token_norm(
             x.index_select(0, token_rows), batch=batch.index_select(0, token_rows), batch_size=graphs
         )  # [num_graphs, C]
@@ -84,6 +80,10 @@ class SepNorm(nn.Module):
             # result without gathering the node rows and scattering them back (two full-size copies fewer).
             # F.layer_norm does not save its output, so writing the token rows into it in place is autograd-safe.
             return self.node_norm(x).index_copy_(0, token_rows, token_out.to(x.dtype))
+        node_rows = (~token_mask).nonzero().squeeze(1)
+        node_edge_index = None
+        if edge_index is not None:
+            node_edge_index, _ = subgraph(~token_mask, edge_index, relabel_nodes=True, num_nodes=x.size(0))
         node_out = self.node_norm(
             x.index_select(0, node_rows),
             batch=batch.index_select(0, node_rows),
