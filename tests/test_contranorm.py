@@ -136,6 +136,40 @@ def test_matches_dense_reference_single_large_graph(dtype, atol, exclude_neighbo
     compare(norm, x, None, edge_index, atol)
 
 
+@pytest.mark.parametrize("dense_max_nodes", [0, 100, 10**6])
+@pytest.mark.parametrize("single_graph", [True, False])
+def test_dense_max_nodes_moves_graphs_between_exact_paths(monkeypatch, dense_max_nodes, single_graph) -> None:
+    """0 streams every graph (even the 1- and 3-node ones), 10**6 computes all of them as dense n x n blocks (the
+    reference's way, for comparisons); both match the reference in float64."""
+    calls = {"dense": 0, "streaming": 0}
+    dense_fn, streaming_fn = contranorm_module._dense_negative_mix, contranorm_module._StreamingNegativeMix.apply
+
+    def count(name, fn):
+        def wrapped(*args):
+            calls[name] += 1
+            return fn(*args)
+
+        return wrapped
+
+    monkeypatch.setattr(contranorm_module, "_dense_negative_mix", count("dense", dense_fn))
+    monkeypatch.setattr(contranorm_module._StreamingNegativeMix, "apply", count("streaming", streaming_fn))
+    sizes = [300] if single_graph else [6, 1, 300, 3, 90]
+    batch, edge_index = random_graph_batch(sizes)
+    x = torch.randn(batch.numel(), 8, dtype=torch.float64)
+    norm = make_norm(8, torch.float64, scale=0.7, dense_max_nodes=dense_max_nodes)
+    compare(norm, x, None if single_graph else batch, edge_index, 1e-10)
+    expected_streaming = sum(size > dense_max_nodes for size in sizes)
+    assert calls["streaming"] == expected_streaming
+    assert (calls["dense"] > 0) == (expected_streaming < len(sizes))
+    assert f"dense_max_nodes={dense_max_nodes}" in repr(norm)
+
+
+@pytest.mark.parametrize("bad", [-1, 2.5, True, "256"])
+def test_dense_max_nodes_rejects_bad_values(bad) -> None:
+    with pytest.raises(ValueError, match="dense_max_nodes"):
+        ContraNorm(8, dense_max_nodes=bad)
+
+
 def test_graphs_in_a_batch_are_independent() -> None:
     batch, edge_index = random_graph_batch([20, 300, 9])
     x = torch.randn(batch.numel(), 8)

@@ -6,6 +6,7 @@ interleaved rounds, are what carries over. Every helper here is deterministic gi
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import math
 import os
@@ -77,12 +78,30 @@ def _status_kib(field_name: str) -> int | None:
     return None
 
 
+# glibc mallopt parameters (malloc.h)
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
+_EXACT_MMAP_THRESHOLD = 64 * 1024
+_GLIBC_MAX_MMAP_THRESHOLD = 32 * 1024 * 1024  # where glibc's dynamic threshold ends up after large frees
+
+
+def _mallopt(parameter: int, value: int) -> bool:
+    """``mallopt(parameter, value)`` through ctypes; False where there is no glibc."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        return bool(libc.mallopt(parameter, value))
+    except (OSError, AttributeError):
+        return False
+
+
 def peak_memory(fn: Callable[[], object]) -> float | None:
     """Extra resident memory (bytes) at the peak of one ``fn()`` call over the resident memory just before it.
 
     Linux only: resets the process's peak RSS (``/proc/self/clear_refs`` = 5), runs ``fn`` and reads
-    ``VmHWM - VmRSS``. Memory the allocator reuses from earlier frees does not show, so this is a lower bound;
-    allocations of more than a few hundred KB are fresh ``mmap`` s and do show. ``None`` without procfs.
+    ``VmHWM - VmRSS``. During the call glibc is told to serve every allocation of 64 KB or more by a fresh ``mmap``
+    returned to the system on free (``mallopt(M_MMAP_THRESHOLD)``), so memory freed by earlier calls (the heap
+    glibc otherwise keeps and reuses for blocks up to 32 MB) cannot hide the call's own allocations; smaller ones
+    can still reuse freed heap, a few MB at most. ``None`` without procfs.
     """
     gc.collect()
     try:
@@ -90,8 +109,19 @@ def peak_memory(fn: Callable[[], object]) -> float | None:
             clear.write("5")
     except OSError:
         return None
+    exact = _mallopt(_M_MMAP_THRESHOLD, _EXACT_MMAP_THRESHOLD)
+    if exact:
+        _mallopt(_M_TRIM_THRESHOLD, 0)  # hand freed heap back now, so the baseline below is the live memory
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+        with open("/proc/self/clear_refs", "w") as clear:
+            clear.write("5")
     before = _status_kib("VmRSS")
-    fn()
+    try:
+        fn()
+    finally:
+        if exact:  # back to the threshold glibc's dynamic rule reaches anyway, so timing runs are unaffected
+            _mallopt(_M_MMAP_THRESHOLD, _GLIBC_MAX_MMAP_THRESHOLD)
+            _mallopt(_M_TRIM_THRESHOLD, 2 * _GLIBC_MAX_MMAP_THRESHOLD)
     peak = _status_kib("VmHWM")
     if before is None or peak is None:
         return None

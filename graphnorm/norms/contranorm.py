@@ -20,11 +20,13 @@ DENSE_MAX_NODES = 256
 # Padded dense chunks hold at most this many similarity entries (graphs * max_nodes^2): ~16 MB per float32 tensor.
 DENSE_CHUNK_ELEMENTS = 1 << 22
 # The streaming kernel holds one row block [block_rows, n] at a time (two in backward); block_rows =
-# BLOCK_ELEMENTS // n. 2^21 entries = 8 MB in float32. Measured forward + backward, d = 64, 2 threads, quiet
-# machine: n = 20,000 takes 4.97 s with 8 MB blocks and 6.89 s with 2 MB (per-op thread synchronization); n = 2708
-# is the same with both. On one thread under load, 2 MB blocks were ~17% faster at Cora size (245 vs 294 ms).
-# The extra memory is linear in n (past n = 2^21 / MIN_BLOCK_ROWS the blocks are MIN_BLOCK_ROWS rows).
-BLOCK_ELEMENTS = 1 << 21
+# BLOCK_ELEMENTS // n. 2^23 entries = 32 MB in float32. Larger blocks mean fewer, larger matmuls, and the
+# [n, d]-accumulating products of backward (P^T g, dS^T q) read and write their [n, d] output once per block.
+# Measured forward + backward, d = 64, 2 threads: n = 20,000 takes 4.4 s with 32 MB blocks, 5.1 s with 16 MB,
+# 6.1 s with 8 MB and 6.9 s with 2 MB; n = 2708 69 / 74 / 86 ms (32 / 16 / 8 MB). Extra peak memory at n = 20,000:
+# ~150 MB (three blocks plus a dozen [n, d] tensors; 8 MB blocks: ~80 MB). It stays linear in n: past
+# n = 2^23 / MIN_BLOCK_ROWS the blocks are MIN_BLOCK_ROWS rows.
+BLOCK_ELEMENTS = 1 << 23
 # A graph whose whole n x n fits in this many entries (n <= 1024: 4 MB) is one block, and its P is kept for backward
 # instead of recomputed (saves a matmul, the mask and an exponential). Larger graphs (Cora's 2708 nodes included)
 # recompute, so a deep model's memory stays linear in n: keeping Cora's 29 MB P in each of 31 layers would add
@@ -257,7 +259,10 @@ class ContraNorm(nn.Module):
 
     Options: ``scale`` (:math:`s`), ``tau`` (:math:`\tau`); ``exclude_neighbors=False`` gives the transformer form,
     a softmax over all nodes of the graph with the node itself included; ``identity=False`` gives
-    :math:`\mathbf{x} - s P\mathbf{x}`; ``layer_norm=False`` drops the trailing ``LayerNorm(channels)``.
+    :math:`\mathbf{x} - s P\mathbf{x}`; ``layer_norm=False`` drops the trailing ``LayerNorm(channels)``;
+    ``dense_max_nodes`` (``None``: the module's ``DENSE_MAX_NODES`` = 256) is the largest graph computed through
+    padded dense ``n x n`` blocks; larger ones go through the streaming kernel. Both are exact: a huge value gives
+    the reference's dense computation (to compare time and memory), 0 streams every graph.
 
     Differences from the reference, on purpose: (1) a node with no negatives (adjacent to every other node, or alone
     in its graph) gets no repulsive term (:math:`P_{i\cdot} = 0`) where the reference returns NaN; (2) the softmax is
@@ -275,13 +280,19 @@ class ContraNorm(nn.Module):
         exclude_neighbors: bool = True,
         identity: bool = True,
         layer_norm: bool = True,
+        dense_max_nodes: int | None = None,
     ) -> None:
         super().__init__()
         if not (isinstance(tau, (int, float)) and math.isfinite(tau) and tau > 0):
             raise ValueError(f"contranorm: tau must be a positive finite number, got {tau!r}")
         if not (isinstance(scale, (int, float)) and math.isfinite(scale)):
             raise ValueError(f"contranorm: scale must be a finite number, got {scale!r}")
+        if dense_max_nodes is not None and (
+            isinstance(dense_max_nodes, bool) or not isinstance(dense_max_nodes, int) or dense_max_nodes < 0
+        ):
+            raise ValueError(f"contranorm: dense_max_nodes must be a non-negative int, got {dense_max_nodes!r}")
         self.channels = channels
+        self.dense_max_nodes = dense_max_nodes
         self.scale = float(scale)
         self.tau = float(tau)
         self.exclude_neighbors = bool(exclude_neighbors)
@@ -318,9 +329,10 @@ class ContraNorm(nn.Module):
         mask_self = edge_index is not None  # the transformer form keeps the node itself
         inv_tau = 1.0 / self.tau
         x_hat = F.normalize(x, dim=1)  # row L2, eps 1e-12 as in the reference
+        dense_limit = DENSE_MAX_NODES if self.dense_max_nodes is None else self.dense_max_nodes
 
         if batch is None:
-            return self._single_graph_mix(x, x_hat, inv_tau, edge_index, mask_self)
+            return self._single_graph_mix(x, x_hat, inv_tau, edge_index, mask_self, dense_limit)
         batch = batch.long()
         order = None
         if n > 1 and bool((batch[1:] < batch[:-1]).any()):
@@ -370,7 +382,7 @@ class ContraNorm(nn.Module):
 
         for size in graph_sizes:
             end = start + size
-            if size <= DENSE_MAX_NODES:
+            if size <= dense_limit:
                 new_max = max(run_max, size)
                 if run_graphs > 0 and (run_graphs + 1) * new_max * new_max > DENSE_CHUNK_ELEMENTS:
                     flush_small_run(start)
@@ -401,17 +413,17 @@ class ContraNorm(nn.Module):
         return mixed
 
     def _single_graph_mix(
-        self, x: Tensor, x_hat: Tensor, inv_tau: float, edge_index: Tensor | None, mask_self: bool
+        self, x: Tensor, x_hat: Tensor, inv_tau: float, edge_index: Tensor | None, mask_self: bool, dense_limit: int
     ) -> Tensor:
         """One graph (no ``batch``): as few small ops as possible, since each costs a thread sync on a busy CPU."""
         n = x.size(0)
         edge_rows = edge_cols = None
         if edge_index is not None and edge_index.numel() > 0:
             edge_rows, edge_cols = edge_index[0].long(), edge_index[1].long()
-            if n * n > SINGLE_BLOCK_ELEMENTS and n > DENSE_MAX_NODES:  # row blocks need the edges sorted by row
+            if n * n > SINGLE_BLOCK_ELEMENTS and n > dense_limit:  # row blocks need the edges sorted by row
                 sort = torch.argsort(edge_rows * n + edge_cols)
                 edge_rows, edge_cols = edge_rows[sort], edge_cols[sort]
-        if n <= DENSE_MAX_NODES:
+        if n <= dense_limit:
             local_batch = torch.zeros(n, dtype=torch.long, device=x.device)
             return _dense_negative_mix(x_hat, x, local_batch, 1, inv_tau, edge_rows, edge_cols, mask_self)
         return _StreamingNegativeMix.apply(x_hat, x, inv_tau, edge_rows, edge_cols, mask_self)
@@ -419,7 +431,8 @@ class ContraNorm(nn.Module):
     def extra_repr(self) -> str:
         return (
             f"{self.channels}, scale={self.scale}, tau={self.tau}, exclude_neighbors={self.exclude_neighbors}, "
-            f"identity={self.identity}, layer_norm={self.layer_norm is not None}"
+            f"identity={self.identity}, layer_norm={self.layer_norm is not None}, "
+            f"dense_max_nodes={self.dense_max_nodes}"
         )
 
 
