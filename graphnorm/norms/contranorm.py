@@ -22,9 +22,10 @@ DENSE_CHUNK_ELEMENTS = 1 << 22
 # The streaming kernel holds one row block [block_rows, n] at a time (two in backward); block_rows =
 # BLOCK_ELEMENTS // n. 2^23 entries = 32 MB in float32. Larger blocks mean fewer, larger matmuls, and the
 # [n, d]-accumulating products of backward (P^T g, dS^T q) read and write their [n, d] output once per block.
-# Measured forward + backward, d = 64, 2 threads: n = 20,000 takes 4.4 s with 32 MB blocks, 5.1 s with 16 MB,
-# 6.1 s with 8 MB and 6.9 s with 2 MB; n = 2708 69 / 74 / 86 ms (32 / 16 / 8 MB). Extra peak memory at n = 20,000:
-# ~150 MB (three blocks plus a dozen [n, d] tensors; 8 MB blocks: ~80 MB). It stays linear in n: past
+# Measured forward + backward on a quiet machine, 2 threads, 32 / 16 / 8 / 2 MB blocks: n = 20,000, d = 64:
+# 4.9 / 5.1 / 6.2 / 8.6 s; n = 2708 (Cora), d = 64: 84 / 103 / 103 / 125 ms. One thread at Cora size: within
+# noise of each other (d = 32: 94 / 115 / 95 / 98 ms; d = 64: 154 / 172 / 171 / 151 ms). Extra peak memory at
+# n = 20,000: ~150 MB (three blocks plus a dozen [n, d] tensors; 8 MB blocks: ~80 MB). It stays linear in n: past
 # n = 2^23 / MIN_BLOCK_ROWS the blocks are MIN_BLOCK_ROWS rows.
 BLOCK_ELEMENTS = 1 << 23
 # A graph whose whole n x n fits in this many entries (n <= 1024: 4 MB) is one block, and its P is kept for backward
