@@ -164,6 +164,29 @@ def test_dense_max_nodes_moves_graphs_between_exact_paths(monkeypatch, dense_max
     assert f"dense_max_nodes={dense_max_nodes}" in repr(norm)
 
 
+@pytest.mark.parametrize("single_block_elements,kept", [(100, False), (10_000, True)])
+def test_probabilities_are_kept_for_backward_only_for_small_graphs(monkeypatch, single_block_elements, kept) -> None:
+    """A 50-node graph is one row block either way (BLOCK_ELEMENTS is large); P [n, n] stays alive until backward
+    only when n^2 <= SINGLE_BLOCK_ELEMENTS, so a deep model's memory stays linear in n (Cora-sized graphs used to
+    keep it whenever they fit in one block: +29 MB per layer)."""
+    monkeypatch.setattr(contranorm_module, "BLOCK_ELEMENTS", 1 << 20)
+    monkeypatch.setattr(contranorm_module, "SINGLE_BLOCK_ELEMENTS", single_block_elements)
+    _, edge_index = random_graph_batch([50])
+    x = torch.randn(50, 8, dtype=torch.float64, requires_grad=True)
+    x_hat = F.normalize(x, dim=1)
+    rows, cols = edge_index[0], edge_index[1]
+    order = torch.argsort(rows * 50 + cols)
+    out = contranorm_module._StreamingNegativeMix.apply(x_hat, x, 1.0, rows[order], cols[order], True)
+    assert (out.grad_fn.kept_probs is not None) == kept
+    grad = torch.autograd.grad(out.sum(), x)[0]  # both backward paths give the reference gradient
+    x_ref = x.detach().clone().requires_grad_(True)
+    ref = dense_reference(x_ref, torch.zeros(50, dtype=torch.long), edge_index, 1.0, 1.0, True, True, None)
+    ref_mixed = 2.0 * x_ref - ref  # (1 + s) x - (the reference output) = P x with s = 1
+    (ref_grad,) = torch.autograd.grad(ref_mixed.sum(), x_ref)
+    torch.testing.assert_close(out, ref_mixed.detach(), atol=1e-10, rtol=0)
+    torch.testing.assert_close(grad, ref_grad, atol=1e-10, rtol=0)
+
+
 @pytest.mark.parametrize("bad", [-1, 2.5, True, "256"])
 def test_dense_max_nodes_rejects_bad_values(bad) -> None:
     with pytest.raises(ValueError, match="dense_max_nodes"):

@@ -105,8 +105,8 @@ class _StreamingNegativeMix(torch.autograd.Function):
             underflow = (denom.squeeze(1) < small).nonzero().squeeze(1)
             if underflow.numel() > 0:
                 _recompute_rows(underflow, r0, x_hat, values, inv_tau, block_rows, block_cols, mask_self, out, lse)
-            elif len(bounds) == 2:
-                kept_probs = weights.div_(denom)  # the whole P [n, n], bounded by SINGLE_BLOCK_ELEMENTS
+            elif n * n <= SINGLE_BLOCK_ELEMENTS:  # then this is the only block: the whole P [n, n]
+                kept_probs = weights.div_(denom)
         ctx.kept_probs = kept_probs
         ctx.save_for_backward(x_hat, values, out, lse, edge_rows, edge_cols)
         ctx.inv_tau = inv_tau
