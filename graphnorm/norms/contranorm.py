@@ -20,14 +20,15 @@ DENSE_MAX_NODES = 256
 # Padded dense chunks hold at most this many similarity entries (graphs * max_nodes^2): ~16 MB per float32 tensor.
 DENSE_CHUNK_ELEMENTS = 1 << 22
 # The streaming kernel holds one row block [block_rows, n] at a time (two in backward); block_rows =
-# BLOCK_ELEMENTS // n. 2^23 entries = 32 MB in float32. Larger blocks mean fewer, larger matmuls, and the
+# BLOCK_ELEMENTS // n. 2^22 entries = 16 MB in float32. Larger blocks mean fewer, larger matmuls, and the
 # [n, d]-accumulating products of backward (P^T g, dS^T q) read and write their [n, d] output once per block.
 # Measured forward + backward on a quiet machine, 2 threads, 32 / 16 / 8 / 2 MB blocks: n = 20,000, d = 64:
 # 4.9 / 5.1 / 6.2 / 8.6 s; n = 2708 (Cora), d = 64: 84 / 103 / 103 / 125 ms. One thread at Cora size: within
 # noise of each other (d = 32: 94 / 115 / 95 / 98 ms; d = 64: 154 / 172 / 171 / 151 ms). Extra peak memory at
-# n = 20,000: ~150 MB (three blocks plus a dozen [n, d] tensors; 8 MB blocks: ~80 MB). It stays linear in n: past
-# n = 2^23 / MIN_BLOCK_ROWS the blocks are MIN_BLOCK_ROWS rows.
-BLOCK_ELEMENTS = 1 << 23
+# n = 20,000 (benchmark, fresh mmaps): 164-182 MB with 16 MB blocks (three blocks plus a dozen [n, d] tensors and
+# MKL's buffers), 168-351 MB with 32 MB blocks, ~80-90 MB with 8 MB; 16 MB is the fastest size that stays well
+# inside 200 MB. Memory stays linear in n: past n = 2^22 / MIN_BLOCK_ROWS the blocks are MIN_BLOCK_ROWS rows.
+BLOCK_ELEMENTS = 1 << 22
 # A graph whose whole n x n fits in this many entries (n <= 1024: 4 MB) is one block, and its P is kept for backward
 # instead of recomputed (saves a matmul, the mask and an exponential). Larger graphs (Cora's 2708 nodes included)
 # recompute, so a deep model's memory stays linear in n: keeping Cora's 29 MB P in each of 31 layers would add
