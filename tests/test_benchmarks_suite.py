@@ -78,6 +78,24 @@ def test_peak_memory_sees_a_block_the_heap_could_have_reused():
     assert peak >= 14 * 2**20
 
 
+def test_contranorm_targets_are_judged_from_the_measured_rows():
+    from experiments.benchmarks import bench_contranorm
+
+    comparison = [
+        {"n": 2708, "speed-up": 1.2, "streaming extra MB": 70.0},
+        {"n": 20_000, "speed-up": 1.4, "streaming extra MB": 210.0},
+    ]
+    scaling_rows = [{"n": 10_000, "fraction of mm rate": 0.1}, {"n": 20_000, "fraction of mm rate": 0.55}]
+    targets = bench_contranorm.evaluate_targets(comparison, scaling_rows)
+    assert [(what.split(",")[0], measured, met) for what, _, measured, met in targets] == [
+        ("speed-up over dense", 1.2, True),
+        ("speed-up over dense", 1.4, False),  # 20,000 needs 1.5x
+        ("extra peak memory (MB)", 210.0, False),
+        ("FLOP rate / square-mm rate", 0.55, True),
+    ]
+    assert bench_contranorm.evaluate_targets([{"n": 200, "speed-up": 9.0, "streaming extra MB": 1.0}], []) == []
+
+
 def test_markdown_table_escapes_pipes_and_rounds():
     table = run_all.markdown_table([{"name": "a | b", "value": 1.23456, "none": None}])
     lines = table.splitlines()

@@ -169,8 +169,40 @@ def plot(comparison: list[dict], scaling_rows: list[dict], path: Path) -> Path:
     return path
 
 
+TARGET_SPEEDUP = {2708: 1.0, 20_000: 1.5}  # dense time / streaming time, at least
+TARGET_EXTRA_MB_20K = 200.0
+TARGET_MM_FRACTION_20K = 0.5
+
+
+def evaluate_targets(comparison: list[dict], scaling_rows: list[dict]) -> list[tuple[str, str, float | None, bool]]:
+    """``(what, required, measured, met)`` for every target whose size was measured (none in quick mode)."""
+    targets = []
+    for row in comparison:
+        if row["n"] in TARGET_SPEEDUP:
+            required = TARGET_SPEEDUP[row["n"]]
+            met = row["speed-up"] >= required
+            targets.append((f"speed-up over dense, n = {row['n']}", f">= {required}x", row["speed-up"], met))
+        if row["n"] == 20_000:
+            extra = row["streaming extra MB"]
+            met = extra is not None and extra < TARGET_EXTRA_MB_20K
+            targets.append(("extra peak memory (MB), n = 20,000", f"< {TARGET_EXTRA_MB_20K:.0f}", extra, met))
+    for row in scaling_rows:
+        if row["n"] == 20_000:
+            fraction = row["fraction of mm rate"]
+            met = fraction >= TARGET_MM_FRACTION_20K
+            targets.append(("FLOP rate / square-mm rate, n = 20,000", f">= {TARGET_MM_FRACTION_20K}", fraction, met))
+    return targets
+
+
 def run(quick: bool, out_dir: Path, repeats: int | None = None) -> str:
     """Run both parts; return the markdown report (also written to ``out_dir/contranorm.md``)."""
+    return run_with_targets(quick, out_dir, repeats)[0]
+
+
+def run_with_targets(
+    quick: bool, out_dir: Path, repeats: int | None = None
+) -> tuple[str, list[tuple[str, str, float | None, bool]]]:
+    """:func:`run`, plus the targets as ``(what, required, measured, met)`` rows (also a table in the report)."""
     if quick:
         compare_sizes, scaling_sizes, channels, mm_size = [200, 400], [300, 600], 8, 128
         repeats = repeats or 1
@@ -209,9 +241,13 @@ def run(quick: bool, out_dir: Path, repeats: int | None = None) -> str:
         "",
         f"![scaling]({figure.name})",
     ]
+    targets = evaluate_targets(comparison, scaling_rows)
+    if targets:
+        target_rows = [{"target": t[0], "required": t[1], "measured": t[2], "met": t[3]} for t in targets]
+        lines += ["", "### Targets", "", common.markdown_table(target_rows)]
     report = "\n".join(lines)
     common.write_markdown(out_dir / "contranorm.md", report)
-    return report
+    return report, targets
 
 
 def main(argv: list[str] | None = None) -> None:
