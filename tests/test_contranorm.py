@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import time
 
 import pytest
 import torch
@@ -324,7 +323,7 @@ def test_memory_is_linear_not_quadratic(monkeypatch) -> None:
     """Forward + backward at n = 6,000 must not allocate anything near n^2 floats (144 MB).
 
     Row blocks of 2^19 entries (2 MB) make the O(n * block) working set small against n^2 at this n; the default
-    8 MB blocks are measured at n = 20,000 in experiments/benchmarks/bench_contranorm.py."""
+    16 MB blocks are measured at n = 20,000 in experiments/benchmarks/bench_contranorm.py."""
     monkeypatch.setattr(contranorm_module, "BLOCK_ELEMENTS", 1 << 19)
     n, d = 6_000, 4
     x = torch.randn(n, d, requires_grad=True)
@@ -333,9 +332,7 @@ def test_memory_is_linear_not_quadratic(monkeypatch) -> None:
     with open("/proc/self/clear_refs", "w") as clear_refs:
         clear_refs.write("5")  # reset the peak-RSS counter VmHWM
     baseline = _rss_bytes("VmRSS")
-    started = time.perf_counter()
     norm(x, edge_index=edge_index).sum().backward()
     extra = _rss_bytes("VmHWM") - baseline
     assert extra < 0.25 * n * n * 4, f"peak extra memory {extra / 1e6:.1f} MB; n x n would be {n * n * 4 / 1e6:.0f} MB"
     assert torch.isfinite(x.grad).all()
-    assert time.perf_counter() - started < 60  # generous: the machine is shared
