@@ -10,8 +10,9 @@
    no exact kernel can be faster than ``dense s * mm rate / (12 n^2 d)`` times the dense reference.
 2. Scaling of the kernel for n = 1,000 .. 50,000: median time and extra peak memory, log-log exponents
    (expected: time ~ n^2, memory ~ n), and the achieved FLOP rate as a fraction of a large square ``torch.mm``
-   measured in the same run. FLOPs counted: the matmuls the kernel executes, 14 n^2 d (forward ``S`` and ``P[x,1]``:
-   4 n^2 d; backward: ``S`` recomputed, ``dP``, ``P^T g``, ``dS x_hat``, ``dS^T q``: 10 n^2 d; 12 n^2 d for graphs
+   timed in the same interleaved rounds (the mm rate of a shared machine moves by +-25% between calls). FLOPs
+   counted: the matmuls the kernel executes, 14 n^2 d (forward ``S`` and ``P[x,1]``: 4 n^2 d; backward: ``S``
+   recomputed, ``dP``, ``P^T g``, ``dS x_hat``, ``dS^T q``: 10 n^2 d; 12 n^2 d for graphs
    small enough that P is kept instead of recomputed).
 
 Targets (2 CPU cores, float32): n = 2,708 at least as fast as dense; n = 20,000 at least 1.5x faster than dense with
@@ -118,22 +119,28 @@ def compare_with_dense(sizes: list[int], channels: int, repeats: int, mm_rate: f
     return rows
 
 
-def scaling(sizes: list[int], channels: int, repeats: int, mm_rate: float) -> list[dict]:
+def scaling(sizes: list[int], channels: int, repeats: int, mm_size: int) -> list[dict]:
+    """Kernel time per size, with the square-mm rate timed in the SAME interleaved rounds: on a shared machine the
+    mm rate moves by +-25% between calls, so a rate measured once at the start would make the fraction noise."""
     rows = []
     module = ContraNorm(channels)
+    left, right = torch.randn(mm_size, mm_size), torch.randn(mm_size, mm_size)
+    square_mm = {"mm": lambda: torch.mm(left, right)}
     for n in sizes:
         x, edge_index = random_graph(n, channels)
-        seconds, memory = measure({"streaming": fwd_bwd(module, x, edge_index)}, repeats)
+        seconds, memory = measure({"streaming": fwd_bwd(module, x, edge_index)} | square_mm, repeats)
         print(f"[bench_contranorm] scaling n={n}: {seconds}", file=sys.stderr, flush=True)
         # P is kept for backward (no recompute) when the whole n x n is one small block
         kept = n * n <= contranorm_module.SINGLE_BLOCK_ELEMENTS
         flops = (12.0 if kept else 14.0) * n * n * channels
+        mm_rate = 2.0 * mm_size**3 / seconds["mm"]
         rows.append(
             {
                 "n": n,
                 "seconds": seconds["streaming"],
                 "extra MB": common.megabytes(memory["streaming"]),
                 "GFLOP/s": flops / seconds["streaming"] / 1e9,
+                "mm GFLOP/s (same rounds)": mm_rate / 1e9,
                 "fraction of mm rate": flops / seconds["streaming"] / mm_rate,
             }
         )
@@ -217,7 +224,7 @@ def run_with_targets(
     load_start = common.load_summary()
     mm_rate = common.matmul_flop_rate(mm_size)
     comparison = compare_with_dense(compare_sizes, channels, repeats, mm_rate)
-    scaling_rows = scaling(scaling_sizes, channels, repeats, mm_rate)
+    scaling_rows = scaling(scaling_sizes, channels, max(repeats, 5), mm_size)
     mm_rate_end = common.matmul_flop_rate(mm_size)
     load_end = common.load_summary()
 
