@@ -7,6 +7,7 @@ interleaved rounds, are what carries over. Every helper here is deterministic gi
 from __future__ import annotations
 
 import ctypes
+import functools
 import gc
 import math
 import os
@@ -85,13 +86,21 @@ _EXACT_MMAP_THRESHOLD = 64 * 1024
 _GLIBC_MAX_MMAP_THRESHOLD = 32 * 1024 * 1024  # where glibc's dynamic threshold ends up after large frees
 
 
-def _mallopt(parameter: int, value: int) -> bool:
-    """``mallopt(parameter, value)`` through ctypes; False where there is no glibc."""
+@functools.cache
+def _glibc() -> ctypes.CDLL | None:
+    """The C library when it is glibc (has ``mallopt`` and ``malloc_trim``), else None."""
     try:
         libc = ctypes.CDLL("libc.so.6")
-        return bool(libc.mallopt(parameter, value))
+        libc.mallopt, libc.malloc_trim  # noqa: B018 (AttributeError where they do not exist)
     except (OSError, AttributeError):
-        return False
+        return None
+    return libc
+
+
+def _mallopt(parameter: int, value: int) -> bool:
+    """``mallopt(parameter, value)``; False where there is no glibc or it refuses."""
+    libc = _glibc()
+    return libc is not None and bool(libc.mallopt(parameter, value))
 
 
 def peak_memory(fn: Callable[[], object]) -> float | None:
@@ -112,7 +121,7 @@ def peak_memory(fn: Callable[[], object]) -> float | None:
     exact = _mallopt(_M_MMAP_THRESHOLD, _EXACT_MMAP_THRESHOLD)
     if exact:
         _mallopt(_M_TRIM_THRESHOLD, 0)  # hand freed heap back now, so the baseline below is the live memory
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
+        _glibc().malloc_trim(0)
         with open("/proc/self/clear_refs", "w") as clear:
             clear.write("5")
     before = _status_kib("VmRSS")
