@@ -315,3 +315,55 @@ def test_from_config_for_zinc_and_ogb_tasks() -> None:
     cora = GraphTask(name="cora", level="node", task_type="multiclass", metric="acc", num_features=5, num_outputs=7)
     with pytest.raises(ValueError, match="node-level"):
         Graphormer.from_config(config, cora)
+
+
+def test_attention_equals_scaled_dot_product_attention() -> None:
+    # The layer writes softmax(q k^T / sqrt(d) + bias) v out by hand (faster on CPU); it must equal torch's SDPA.
+    torch.manual_seed(0)
+    batch = collate_graphormer([molecule_like(n, seed) for seed, n in enumerate([3, 7, 5])])
+    model = small_model(attention_dropout=0.0).double()
+    layer = model.layers[0]
+    rows = torch.randn(batch.row_batch.numel(), 16, dtype=torch.float64, requires_grad=True)
+    bias = model.attention_bias(batch).detach().requires_grad_()
+    ours = layer.attention(rows, bias, batch)
+
+    positions = bias.size(-1)
+    qkv = layer.qkv(rows)
+    dense = qkv.new_zeros(batch.num_graphs * positions, qkv.size(1)).index_copy(0, batch.dense_index, qkv)
+    query, key, value = dense.view(batch.num_graphs, positions, 3, 4, 4).permute(2, 0, 3, 1, 4).unbind(0)
+    attended = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=bias)
+    reference = layer.out_proj(attended.transpose(1, 2).reshape(batch.num_graphs * positions, -1)[batch.dense_index])
+    torch.testing.assert_close(ours, reference)
+    grads = torch.autograd.grad(ours.square().sum(), (rows, bias))
+    reference_grads = torch.autograd.grad(reference.square().sum(), (rows, bias))
+    for got, want in zip(grads, reference_grads):
+        torch.testing.assert_close(got, want)
+
+
+def test_edge_encoding_equals_the_gather_formula_with_gradients() -> None:
+    # bias_ij += mean over the path's first hops k of (edge embedding of hop k) @ W_k, written as a direct gather of
+    # [B, N, N, hops, heads] values; the model computes it through a [hops * edges, heads] table instead.
+    batch = collate_graphormer([molecule_like(n, seed, edge_prob=0.25) for seed, n in enumerate([9, 4, 12, 1])])
+    model = small_model().double()
+    bias_module = model.attention_bias
+    torch.nn.init.normal_(bias_module.hop_weight)  # N(0, 0.02) would hide errors in this term
+    ours = bias_module(batch)
+
+    spatial_pos = batch.spatial_pos
+    spatial_index = torch.where(spatial_pos < 0, bias_module.max_distance + 1, spatial_pos.clamp(max=6))
+    edge_path = batch.edge_path[..., :HOPS]
+    on_path = edge_path >= 0
+    edge_values = bias_module.edge_embedding(batch.edge_attr)  # [E, heads]
+    path_values = edge_values[edge_path.clamp(min=0)] * on_path.unsqueeze(-1)  # [B, N, N, hops, heads]
+    path_bias = torch.einsum("bijkh,khg->bijg", path_values, bias_module.hop_weight)
+    node_bias = bias_module.spatial_embedding(spatial_index) + path_bias / on_path.sum(-1).clamp(min=1).unsqueeze(-1)
+    inner = ours[:, :, 1:, 1:].permute(0, 2, 3, 1)  # [B, N, N, heads]
+    real_pair = batch.position_mask[:, 1:, None] & batch.position_mask[:, None, 1:]  # [B, N, N]
+    torch.testing.assert_close(inner[real_pair], node_bias[real_pair])
+
+    parameters = [bias_module.hop_weight, bias_module.edge_embedding.embedding.weight]
+    weights = torch.randn_like(node_bias)
+    grads = torch.autograd.grad((inner[real_pair] * weights[real_pair]).sum(), parameters)
+    reference_grads = torch.autograd.grad((node_bias[real_pair] * weights[real_pair]).sum(), parameters)
+    for got, want in zip(grads, reference_grads):
+        torch.testing.assert_close(got, want)
