@@ -96,6 +96,9 @@ class RunConfig:
     end_lr: float = 1e-9  # scheduler=polynomial: final learning rate
     grad_clip: float = 0.0  # max gradient norm; 0 disables clipping
     batch_size: int = 128  # graph-level mini-batch size (node-level training is full-batch)
+    # graphormer: sort each window of this many shuffled training batches by graph size (less padding in the dense
+    # attention; see graphnorm.data.size_buckets); 1: plain shuffled batches
+    bucket_batches: int = 1
     seed: int = 0
     device: str = "cpu"  # cpu | cuda | auto
     max_train_minutes: float | None = None  # graph level: stop training once the training loop used this much time
@@ -172,6 +175,10 @@ class RunConfig:
             raise ValueError(f"grad_clip must be >= 0 (0 disables), got {self.grad_clip}")
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+        if not isinstance(self.bucket_batches, int) or isinstance(self.bucket_batches, bool) or self.bucket_batches < 1:
+            raise ValueError(f"bucket_batches must be a positive integer, got {self.bucket_batches!r}")
+        if self.bucket_batches > 1 and self.model != "graphormer":
+            raise ValueError("bucket_batches groups graphs by size against Graphormer's padding: set model=graphormer")
         if self.probe_graphs < 1:
             raise ValueError(f"probe_graphs must be >= 1, got {self.probe_graphs}")
         if self.limit_graphs is not None and self.limit_graphs < 1:

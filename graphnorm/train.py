@@ -55,6 +55,7 @@ from graphnorm.data.graphormer_preprocess import (
     filter_max_nodes,
     preprocess_dataset,
 )
+from graphnorm.data.size_buckets import SizeBucketBatchSampler
 from graphnorm.models import DeepGCN, Graphormer, graphormer_optimizer
 
 SPLITS = ("train", "val", "test")
@@ -346,6 +347,10 @@ def graph_loaders(
         )
         for split in SPLITS
     ]
+    if config.bucket_batches > 1:
+        sizes = [int(graph.num_nodes) for graph in splits["train"]]
+        sampler = SizeBucketBatchSampler(sizes, config.batch_size, config.bucket_batches, generator)
+        loaders[0] = torch.utils.data.DataLoader(splits["train"], batch_sampler=sampler, collate_fn=collate)
     return *loaders, {f"dropped_graphs_{split}": dropped[split] for split in SPLITS}
 
 
