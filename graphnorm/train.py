@@ -15,11 +15,12 @@
 collapse probe can run on it; ``run(config)`` returns only the JSON-serializable record, with flat keys
 ``val_<metric>``, ``test_<metric>`` (at the best-validation epoch), ``val_<metric>_last``, ``test_<metric>_last``,
 ``best_epoch``, ``train_loss`` (last epoch; ``train_loss_first``: epoch 0), ``num_params``, ``epochs_run``,
-``wall_time_s``. Graph-level records add ``steps`` (optimizer steps), ``stopped_by_time`` and ``resumed_at_epoch``
-(``None`` for a run that never resumed); Graphormer records add ``dropped_graphs_<split>`` (graphs above
-``max_nodes`` left out with ``drop_large_graphs``). The training-loop time (summed over resumes, what
-``max_train_minutes`` limits) is printed every epoch and kept in the checkpoint, not in the record, so that records
-of equal runs are equal apart from ``wall_time_s``.
+``wall_time_s``. Graph-level records add ``steps`` (optimizer steps), ``stopped_by_time``, ``resumed_at_epoch``
+(``None`` for a run that never resumed) and ``train_graphs_per_s`` (training throughput over the optimizer steps,
+evaluation excluded); Graphormer records add ``dropped_graphs_<split>`` (graphs above ``max_nodes`` left out with
+``drop_large_graphs``). The training-loop time (summed over resumes, what ``max_train_minutes`` limits) is printed
+every epoch and kept in the checkpoint, not in the record, so that records of equal runs are equal apart from the
+timings ``wall_time_s``, ``probe_time_s`` and ``train_graphs_per_s``.
 
 Seams for other models: :func:`build_model` (``config.model``), :func:`model_outputs` (how a model is called on a
 PyG batch: DeepGCN takes ``(x, edge_index, batch, batch_size)``, any other model the whole ``Data``/``Batch``),
@@ -482,6 +483,8 @@ def train_graph_level(
         "last": {},  # train_loss / val / test of the last epoch run
         "first_loss": None,
         "train_time_s": 0.0,
+        "step_time_s": 0.0,  # optimizer steps only (no evaluation): the training throughput's denominator
+        "graphs_trained": 0,
         "eval_time_s": 0.0,  # the last evaluation's duration, kept in reserve from the time budget
         "stopped_by_time": False,
         "done": False,
@@ -494,6 +497,8 @@ def train_graph_level(
         schedule.load_state_dict(saved["schedule"])
         set_rng_state(saved["rng"], generator)
         state = saved["state"]
+        state.setdefault("step_time_s", 0.0)  # checkpoints written before the throughput was recorded
+        state.setdefault("graphs_trained", 0)
         resumed_at = state["epoch"]
         print(f"resuming from {path} at epoch {resumed_at} (step {state['step']})", flush=True)
 
@@ -511,6 +516,7 @@ def train_graph_level(
             if state["step"] > 0 and elapsed + state["eval_time_s"] >= budget_s:
                 state["stopped_by_time"] = True
                 break
+            step_start = time.perf_counter()
             batch = batch.to(device)
             schedule.optimizer.zero_grad()
             loss = graph_loss(task, model_outputs(model, batch), batch.y)
@@ -521,6 +527,8 @@ def train_graph_level(
             state["step"] += 1
             loss_sum += loss.item() * batch.num_graphs
             graphs += batch.num_graphs
+            state["step_time_s"] += time.perf_counter() - step_start
+        state["graphs_trained"] += graphs
         if graphs == 0:  # the budget ran out exactly at an epoch boundary: nothing new to evaluate
             state["train_time_s"] += time.perf_counter() - epoch_start
             state["done"] = True
@@ -569,6 +577,8 @@ def train_graph_level(
         "epochs_run": state["epoch"],
         "steps": state["step"],
         "stopped_by_time": state["stopped_by_time"],
+        # training throughput over the optimizer steps (collate, forward, backward, step); evaluation excluded
+        "train_graphs_per_s": state["graphs_trained"] / state["step_time_s"] if state["step_time_s"] > 0 else None,
         "resumed_at_epoch": resumed_at,
         **extra,
     }

@@ -103,9 +103,10 @@ def test_zinc_tiny_run_learns_and_is_deterministic(data_root: Path) -> None:
     assert record["train_loss"] < record["train_loss_first"]
     assert set(record) >= RECORD_KEYS | {"val_mae", "test_mae", "val_mae_last", "test_mae_last"}
     assert 0.0 < record["test_mae"] < 10.0
+    assert record["train_graphs_per_s"] > 0
     again = run(config)  # seeded DataLoader shuffling: identical numbers
     for r in (record, again):
-        r.pop("wall_time_s"), r.pop("probe_time_s")
+        r.pop("wall_time_s"), r.pop("probe_time_s"), r.pop("train_graphs_per_s")
     assert record == again
     token_rows = [row for row in record["layers"] if row["rows"] == "token"]
     assert token_rows, "the probe reports the virtual-node rows separately"
