@@ -94,6 +94,8 @@ class RunConfig:
     warmup_steps: int = 0  # scheduler=polynomial: optimizer steps of linear warmup
     total_steps: int | None = None  # scheduler=polynomial: step at which lr reaches end_lr; None: all steps of the run
     end_lr: float = 1e-9  # scheduler=polynomial: final learning rate
+    # scheduler=polynomial, graphormer: lr multiplier of the attention-bias tables (see graphormer_optimizer)
+    attention_bias_lr_scale: float = 1.0
     grad_clip: float = 0.0  # max gradient norm; 0 disables clipping
     batch_size: int = 128  # graph-level mini-batch size (node-level training is full-batch)
     # graphormer: sort each window of this many shuffled training batches by graph size (less padding in the dense
@@ -189,6 +191,10 @@ class RunConfig:
             raise ValueError(f"total_steps must be > warmup_steps={self.warmup_steps}, got {self.total_steps}")
         if not 0 <= self.end_lr <= self.lr:
             raise ValueError(f"end_lr must be in [0, lr={self.lr}], got {self.end_lr}")
+        if not self.attention_bias_lr_scale > 0:
+            raise ValueError(f"attention_bias_lr_scale must be > 0, got {self.attention_bias_lr_scale}")
+        if self.attention_bias_lr_scale != 1.0 and (self.model != "graphormer" or self.scheduler != "polynomial"):
+            raise ValueError("attention_bias_lr_scale is for model=graphormer with scheduler=polynomial")
         if self.scheduler == "polynomial":
             if self.optimizer != "adamw":
                 raise ValueError("scheduler='polynomial' is the Graphormer recipe with AdamW: set optimizer=adamw")

@@ -436,6 +436,7 @@ class StepSchedule:
                 warmup_steps=config.warmup_steps,
                 total_steps=total_steps,
                 end_lr=config.end_lr,
+                attention_bias_lr_scale=config.attention_bias_lr_scale,
             )
         else:
             self.optimizer = build_optimizer(config, model)

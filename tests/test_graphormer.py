@@ -219,6 +219,31 @@ def test_optimizer_recipe_warmup_and_polynomial_decay() -> None:
         graphormer_optimizer(model, warmup_steps=10, total_steps=10)
 
 
+def test_attention_bias_lr_scale_groups_the_bias_tables() -> None:
+    model = small_model()
+    bias_parameters = {id(p) for p in model.attention_bias.parameters()}
+    optimizer, scheduler = graphormer_optimizer(
+        model, lr=1e-3, weight_decay=0.01, warmup_steps=2, total_steps=10, end_lr=0.0, attention_bias_lr_scale=10.0
+    )
+    rest, tables = optimizer.param_groups
+    assert {id(p) for p in tables["params"]} == bias_parameters and len(bias_parameters) == 4
+    assert not bias_parameters & {id(p) for p in rest["params"]}
+    assert len(rest["params"]) + len(tables["params"]) == len(list(model.parameters()))
+    for _ in range(6):  # the one schedule drives both groups, in proportion
+        assert tables["lr"] == pytest.approx(10 * rest["lr"])
+        optimizer.step()
+        scheduler.step()
+    # decoupled decay per step (lr * weight_decay) is the same for both groups
+    assert tables["lr"] * tables["weight_decay"] == pytest.approx(rest["lr"] * rest["weight_decay"])
+    # scale 1: one group with every parameter, the paper's optimizer (and older optimizer checkpoints load)
+    plain, _ = graphormer_optimizer(model, warmup_steps=2, total_steps=10)
+    assert len(plain.param_groups) == 1 and len(plain.param_groups[0]["params"]) == len(list(model.parameters()))
+    with pytest.raises(ValueError, match="attention_bias_lr_scale must be > 0"):
+        graphormer_optimizer(model, warmup_steps=2, total_steps=10, attention_bias_lr_scale=0.0)
+    with pytest.raises(ValueError, match="needs a model with a GraphAttentionBias"):
+        graphormer_optimizer(torch.nn.Linear(2, 2), warmup_steps=2, total_steps=10, attention_bias_lr_scale=5.0)
+
+
 def test_graphormer_slim_size() -> None:
     model = graphormer_slim()
     parameters = sum(p.numel() for p in model.parameters())
