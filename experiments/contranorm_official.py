@@ -123,13 +123,14 @@ def run_official(num_layers: int, seed: int, epochs: int = 200, hidden: int = 32
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--layers", type=int, default=4)
-    parser.add_argument("--seeds", type=int, default=10, help="runs with seeds 0 .. seeds-1")
+    parser.add_argument("--seeds", type=int, default=10, help="number of runs")
+    parser.add_argument("--first-seed", type=int, default=0, help="seeds first-seed .. first-seed + seeds - 1")
     parser.add_argument("--epochs", type=int, default=200)
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     accuracies = []
-    for seed in range(args.seeds):
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
         start = time.perf_counter()
         accuracies.append(100 * run_official(args.layers, seed, args.epochs))
         print(
