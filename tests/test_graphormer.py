@@ -368,19 +368,22 @@ def test_attention_equals_scaled_dot_product_attention() -> None:
 def test_edge_encoding_equals_the_gather_formula_with_gradients() -> None:
     # bias_ij += mean over the path's first hops k of (edge embedding of hop k) @ W_k, written as a direct gather of
     # [B, N, N, hops, heads] values; the model computes it through a [hops * edges, heads] table instead.
+    # stored paths have HOPS = 3 edges, the model uses the first 2 (and distances clipped at 3)
     batch = collate_graphormer([molecule_like(n, seed, edge_prob=0.25) for seed, n in enumerate([9, 4, 12, 1])])
-    model = small_model().double()
+    model = small_model(multi_hop_max_dist=2, max_distance=3).double()
     bias_module = model.attention_bias
     torch.nn.init.normal_(bias_module.hop_weight)  # N(0, 0.02) would hide errors in this term
     ours = bias_module(batch)
 
     spatial_pos = batch.spatial_pos
-    spatial_index = torch.where(spatial_pos < 0, bias_module.max_distance + 1, spatial_pos.clamp(max=6))
-    edge_path = batch.edge_path[..., :HOPS]
+    max_distance = bias_module.max_distance
+    assert int(spatial_pos.max()) > max_distance  # the clipping is exercised
+    spatial_index = torch.where(spatial_pos < 0, max_distance + 1, spatial_pos.clamp(max=max_distance))
+    edge_path = batch.edge_path[..., :2]
     on_path = edge_path >= 0
     edge_values = bias_module.edge_embedding(batch.edge_attr)  # [E, heads]
     path_values = edge_values[edge_path.clamp(min=0)] * on_path.unsqueeze(-1)  # [B, N, N, hops, heads]
-    path_bias = torch.einsum("bijkh,khg->bijg", path_values, bias_module.hop_weight)
+    path_bias = torch.einsum("bijkh,khg->bijg", path_values, bias_module.hop_weight[:2])
     node_bias = bias_module.spatial_embedding(spatial_index) + path_bias / on_path.sum(-1).clamp(min=1).unsqueeze(-1)
     inner = ours[:, :, 1:, 1:].permute(0, 2, 3, 1)  # [B, N, N, heads]
     real_pair = batch.position_mask[:, 1:, None] & batch.position_mask[:, None, 1:]  # [B, N, N]
@@ -392,3 +395,15 @@ def test_edge_encoding_equals_the_gather_formula_with_gradients() -> None:
     reference_grads = torch.autograd.grad((node_bias[real_pair] * weights[real_pair]).sum(), parameters)
     for got, want in zip(grads, reference_grads):
         torch.testing.assert_close(got, want)
+
+
+def test_attention_bias_without_path_hops_is_the_spatial_bias() -> None:
+    # paths collated with 0 hops (collate_graphormer(multi_hop_max_dist=0)): no edge term, only the spatial encoding
+    graphs = [molecule_like(n, seed) for seed, n in enumerate([5, 3])]
+    batch = collate_graphormer(graphs, multi_hop_max_dist=0)
+    bias_module = small_model().attention_bias
+    bias = bias_module(batch)[:, :, 1:, 1:].permute(0, 2, 3, 1)  # [B, N, N, heads]
+    spatial = batch.spatial_pos
+    spatial_index = torch.where(spatial < 0, bias_module.max_distance + 1, spatial.clamp(max=bias_module.max_distance))
+    real_pair = batch.position_mask[:, 1:, None] & batch.position_mask[:, None, 1:]
+    torch.testing.assert_close(bias[real_pair], bias_module.spatial_embedding(spatial_index)[real_pair])

@@ -22,8 +22,9 @@ def mean_padded_size(batches: list[list[int]], sizes: list[int]) -> float:
 def test_every_graph_once_per_epoch_in_full_batches(bucket_batches: int) -> None:
     sizes = sizes_like_zinc(1001)
     sampler = SizeBucketBatchSampler(sizes, 64, bucket_batches, torch.Generator().manual_seed(0))
-    for _ in range(2):  # two epochs, two different orders
-        batches = list(sampler)
+    epochs = [list(sampler) for _ in range(2)]
+    assert epochs[0] != epochs[1]  # a new order every epoch
+    for batches in epochs:
         assert len(batches) == len(sampler) == 16
         assert sorted(i for batch in batches for i in batch) == list(range(1001))
         assert sorted(len(batch) for batch in batches)[1:] == [64] * 15  # one short batch: 1001 = 15 * 64 + 41
