@@ -97,6 +97,28 @@ class GraphAttentionBias(nn.Module):
             nn.Parameter(torch.empty(multi_hop_max_dist, num_heads, num_heads)) if bond_feature_dims else None
         )
 
+    def edge_path_bias(self, batch: GraphormerBatch, hops: int) -> Tensor:
+        """Edge encoding ``[B, N, N, heads]``: mean over the first ``hops`` edges of each shortest path of
+        (embedded edge features @ ``hop_weight[k]``)."""
+        edge_path = batch.edge_path[..., :hops]  # [B, N, N, hops]
+        on_path = edge_path >= 0
+        edge_values = self.edge_embedding(batch.edge_attr)  # [E, heads]
+        num_edges = edge_values.size(0)
+        # Hop k of a path adds edge_values[e] @ hop_weight[k]: tabulate that for every (hop, edge), plus one zero row
+        # for "no edge", then add up each path's rows hop by hop with index_select, whose backward is an index_add
+        # (advanced indexing's and embedding_bag's backwards sort the indices: ~10% of a training step).
+        hop_values = torch.einsum("eh,khg->keg", edge_values, self.hop_weight[:hops])  # [hops, E, heads]
+        table = torch.cat(
+            [hop_values.reshape(hops * num_edges, self.num_heads), hop_values.new_zeros(1, self.num_heads)]
+        )
+        hop_offset = torch.arange(hops, device=edge_path.device) * num_edges
+        rows = torch.where(on_path, edge_path + hop_offset, hops * num_edges)  # [B, N, N, hops] into table
+        path_bias = table.index_select(0, rows[..., 0].reshape(-1))  # [B * N * N, heads]
+        for hop in range(1, hops):
+            path_bias = path_bias + table.index_select(0, rows[..., hop].reshape(-1))
+        path_length = on_path.sum(dim=-1).clamp(min=1)  # [B, N, N]: min(distance, hops), 1 for empty paths
+        return path_bias.view(*rows.shape[:-1], self.num_heads) / path_length.unsqueeze(-1)
+
     def forward(self, batch: GraphormerBatch) -> Tensor:
         num_graphs, max_nodes = batch.num_graphs, batch.max_nodes
         spatial_pos = batch.spatial_pos  # [B, N, N], -1 unreachable
@@ -104,26 +126,9 @@ class GraphAttentionBias(nn.Module):
         node_bias = self.spatial_embedding(spatial_index)  # [B, N, N, heads]
 
         if self.edge_embedding is not None and batch.edge_attr is not None:
-            hops = min(self.multi_hop_max_dist, batch.edge_path.size(-1))
-            edge_path = batch.edge_path[..., :hops]  # [B, N, N, hops]
-            on_path = edge_path >= 0
-            edge_values = self.edge_embedding(batch.edge_attr)  # [E, heads]
-            num_edges = edge_values.size(0)
-            # Hop k of a path adds edge_values[e] @ hop_weight[k]: tabulate that for every (hop, edge), plus one zero
-            # row for "no edge", then add up each path's rows hop by hop with index_select, whose backward is an
-            # index_add (advanced indexing's and embedding_bag's backwards sort the indices: ~10% of a training step).
-            hop_values = torch.einsum("eh,khg->keg", edge_values, self.hop_weight[:hops])  # [hops, E, heads]
-            table = torch.cat(
-                [hop_values.reshape(hops * num_edges, self.num_heads), hop_values.new_zeros(1, self.num_heads)]
-            )
-            hop_offset = torch.arange(hops, device=edge_path.device) * num_edges
-            rows = torch.where(on_path, edge_path + hop_offset, hops * num_edges)  # [B, N, N, hops] into table
-            path_bias = table.new_zeros(rows[..., 0].numel() if hops else 0, self.num_heads)  # [B * N * N, heads]
-            for hop in range(hops):
-                path_bias = path_bias + table.index_select(0, rows[..., hop].reshape(-1))
+            hops = min(self.multi_hop_max_dist, batch.edge_path.size(-1))  # 0 only for paths collated with 0 hops
             if hops > 0:
-                path_length = on_path.sum(dim=-1).clamp(min=1)  # [B, N, N]: min(distance, hops), 1 for empty paths
-                node_bias = node_bias + path_bias.view_as(node_bias) / path_length.unsqueeze(-1)
+                node_bias = node_bias + self.edge_path_bias(batch, hops)
         elif self.edge_embedding is not None and batch.edge_index.numel() > 0:
             raise ValueError("Graphormer was built with bond_feature_dims but the batch has edges without edge_attr")
 
