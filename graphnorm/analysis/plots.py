@@ -6,7 +6,10 @@
   error bars = std over seeds.
 * ``spectra``: normalized singular-value spectra (metrics ``sv_000``...) at the first, middle and last layer of the
   deepest model, log scale.
-* ``summary.md``: the task metric and the last layer's collapse metrics as norm x depth tables (mean ± std).
+* ``token_metric_vs_layer``: the same for the graph-token rows (Graphormer's virtual graph token, the GCN's virtual
+  node), when the probe recorded them: the rows SepNorm normalizes apart from the nodes.
+* ``summary.md``: the task metric and the last layer's collapse metrics as norm x depth tables (mean ± std); with
+  graph-token rows, also node and token rows layer by layer (norm x layer tables, one per depth).
 
 With several datasets in one sweep every figure is made per dataset. Norm "labels" also include any other config
 key that varies in the sweep (e.g. ``residual``), so distinct variants never share a line.
@@ -99,14 +102,18 @@ def _with_label(runs: pd.DataFrame) -> pd.DataFrame:
     return runs
 
 
-def layer_table(runs: pd.DataFrame, layers: pd.DataFrame) -> pd.DataFrame:
-    """Node-row layer metrics joined with the runs' label / depth / seed / dataset: one value per (run, layer,
-    metric); the per-graph "value" (one graph) or "mean" (over graphs) statistic, the first split if several."""
+def layer_table(runs: pd.DataFrame, layers: pd.DataFrame, rows: str = "node") -> pd.DataFrame:
+    """Layer metrics of one kind of rows (``"node"``, or ``"token"``: the graph-token rows) joined with the runs'
+    label / depth / seed / dataset: one value per (run, layer, metric); the per-graph "value" (one graph) or "mean"
+    (over graphs) statistic, the first split if several."""
+    columns = ["run_id", "layer", "metric", "value", "label", "num_layers", "seed", "dataset"]
     if layers.empty:
-        return pd.DataFrame(columns=["run_id", "layer", "metric", "value", "label", "num_layers", "seed", "dataset"])
+        return pd.DataFrame(columns=columns)
     table = layers
     if "rows" in table.columns:
-        table = table[table["rows"] == "node"]
+        table = table[table["rows"] == rows]
+    elif rows != "node":  # layers.csv without a rows column holds node rows only
+        return pd.DataFrame(columns=columns)
     if "stat" in table.columns:
         table = table[table["stat"].isin(["value", "mean"]) | table["stat"].isna()]
     if "split" in table.columns and table["split"].notna().any():
@@ -132,7 +139,10 @@ def _save(figure: plt.Figure, out_dir: Path, stem: str) -> list[Path]:
 
 
 def plot_metric_vs_layer(
-    table: pd.DataFrame, metrics: tuple[str, ...] = DEFAULT_LAYER_METRICS, dataset: str | None = None
+    table: pd.DataFrame,
+    metrics: tuple[str, ...] = DEFAULT_LAYER_METRICS,
+    dataset: str | None = None,
+    title: str = "collapse metrics by layer",
 ) -> plt.Figure:
     """Grid: one row per metric, one column per depth; x = layer, one line per label (mean ± std over seeds)."""
     if dataset is not None:
@@ -169,7 +179,7 @@ def plot_metric_vs_layer(
             axis.grid(alpha=0.3)
     handles, names = axes[0][0].get_legend_handles_labels()
     figure.legend(handles, names, loc="upper center", ncol=min(len(names), 5), bbox_to_anchor=(0.5, 1.02))
-    figure.suptitle(f"collapse metrics by layer{f' ({dataset})' if dataset else ''}", y=1.06)
+    figure.suptitle(f"{title}{f' ({dataset})' if dataset else ''}", y=1.06)
     figure.tight_layout()
     return figure
 
@@ -238,12 +248,36 @@ def _to_markdown(table: pd.DataFrame) -> str:
     return "\n".join([header, rule, *body])
 
 
+def _last_layer(table: pd.DataFrame) -> pd.DataFrame:
+    """The rows of each run's last probed layer (a GCN's layer ``num_layers``; a Graphormer's probe counts the
+    embedding as layer 1, so its last encoder layer is ``num_layers + 1``)."""
+    return table[table["layer"] == table.groupby("run_id")["layer"].transform("max")]
+
+
+def _by_layer_markdown(table: pd.DataFrame, dataset: str, rows: str) -> list[str]:
+    """Label x layer tables (mean ± std over seeds) of the headline collapse metrics, one per depth."""
+    parts = []
+    for depth in sorted(table["num_layers"].unique()):
+        subset = table[table["num_layers"] == depth]
+        for collapse_metric in ("effective_rank", "cone_angle"):
+            metric_rows = subset[subset["metric"] == collapse_metric]
+            if metric_rows.empty:
+                continue
+            pivot = metric_rows.groupby(["label", "layer"])["value"].apply(_mean_std).unstack("layer")
+            pivot.index.name = "norm \\ layer"
+            title = f"## {dataset}: {collapse_metric} of the {rows} rows by layer ({depth} layers)"
+            parts += [title, "", _to_markdown(pivot), ""]
+    return parts
+
+
 def summary_markdown(runs: pd.DataFrame, layers: pd.DataFrame) -> str:
-    """Markdown: per dataset, the task metric and the last layer's collapse metrics as label x depth tables."""
+    """Markdown: per dataset, the task metric and the last layer's collapse metrics as label x depth tables; when
+    the probe recorded graph-token rows, node and token metrics layer by layer as label x layer tables."""
     labelled = _with_label(runs)
     if "dataset" not in labelled.columns:
         labelled["dataset"] = "data"
     table = layer_table(runs, layers)
+    token_table = layer_table(runs, layers, rows="token")
     parts = ["# Sweep summary", ""]
     for dataset in _datasets(labelled):
         subset = labelled[labelled["dataset"].astype(str) == dataset]
@@ -254,7 +288,7 @@ def summary_markdown(runs: pd.DataFrame, layers: pd.DataFrame) -> str:
         pivot = subset.groupby(["label", "num_layers"])[metric].apply(_mean_std).unstack("num_layers")
         pivot.index.name = "norm \\ depth"
         parts += [f"## {dataset}: {metric} (mean ± std over seeds)", "", _to_markdown(pivot), ""]
-        last = table[(table["dataset"].astype(str) == dataset) & (table["layer"] == table["num_layers"])]
+        last = _last_layer(table[table["dataset"].astype(str) == dataset])
         for collapse_metric in ("effective_rank", "cone_angle"):
             rows = last[last["metric"] == collapse_metric]
             if rows.empty:
@@ -262,6 +296,10 @@ def summary_markdown(runs: pd.DataFrame, layers: pd.DataFrame) -> str:
             pivot = rows.groupby(["label", "num_layers"])["value"].apply(_mean_std).unstack("num_layers")
             pivot.index.name = "norm \\ depth"
             parts += [f"## {dataset}: {collapse_metric} at the last layer", "", _to_markdown(pivot), ""]
+        tokens = token_table[token_table["dataset"].astype(str) == dataset]
+        if not tokens.empty:
+            parts += _by_layer_markdown(table[table["dataset"].astype(str) == dataset], dataset, "node")
+            parts += _by_layer_markdown(tokens, dataset, "graph-token")
     return "\n".join(parts)
 
 
@@ -287,6 +325,12 @@ def make_report(run_dir: str | Path, out_dir: str | Path | None = None) -> list[
             written += _save(plot_metric_vs_layer(table, dataset=name), out, f"metric_vs_layer{suffix}")
         if table["metric"].astype(str).str.match(r"sv_\d+$").any():
             written += _save(plot_spectra(table, dataset=name), out, f"spectra{suffix}")
+        token_table = layer_table(runs, layers, rows="token")
+        if name is not None:
+            token_table = token_table[token_table["dataset"].astype(str) == name]
+        if np.isin(list(DEFAULT_LAYER_METRICS), token_table["metric"].unique()).any():
+            figure = plot_metric_vs_layer(token_table, dataset=name, title="graph-token rows")
+            written += _save(figure, out, f"token_metric_vs_layer{suffix}")
     summary = out / "summary.md"
     summary.write_text(summary_markdown(runs, layers))
     written.append(summary)
