@@ -28,7 +28,8 @@ def _sweep_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "sweep",
         help="run a grid of configs (resumes: only runs without a result are executed)",
-        description="Run every grid point of a sweep YAML; results go to OUT/results/*.json, runs.csv, layers.csv.",
+        description="Run every grid point of a sweep YAML; results go to OUT/results/*.json, runs.csv, layers.csv "
+        "and epochs.csv.",
     )
     p.add_argument("config", help="sweep YAML (name, base, grid, norm_settings, metric)")
     p.add_argument("overrides", nargs="*", help="key.path=value overrides, e.g. base.epochs=50 grid.seed=[0,1]")
@@ -60,7 +61,11 @@ def _train_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="one run from a YAML of RunConfig keys; prints its record")
     p.add_argument("config", help="YAML mapping of RunConfig keys")
     p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. epochs=5 norm=pairnorm")
-    p.add_argument("--out", help="also write the full record (with per-layer rows) to this JSON file")
+    p.add_argument(
+        "--out",
+        help="also write the full record (with per-layer rows and the per-epoch history) to this JSON file, and its "
+        "learning curve beside it (<out>.learning_curve.png)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -137,12 +142,30 @@ def cmd_train(args: argparse.Namespace) -> int:
     # Errors of the run itself keep their traceback.
     record = sweeps.resolve_run_fn(None)(config)
     if args.out:
-        sweeps.atomic_write_text(Path(args.out), json.dumps(record, indent=1))
-    shown = {k: v for k, v in record.items() if k != "layers"}
+        out = Path(args.out)
+        sweeps.atomic_write_text(out, json.dumps(record, indent=1))
+        if record.get("history"):
+            _save_learning_curve(record["history"], config, out.with_name(out.name + ".learning_curve.png"))
+    shown = {k: v for k, v in record.items() if k not in ("layers", "history")}
     print(json.dumps(shown, indent=1))
-    if record.get("layers"):
-        print(f"({len(record['layers'])} per-layer rows not shown{'' if args.out else '; save them with --out'})")
+    parts = (("layers", "per-layer rows"), ("history", "epochs of history"))
+    hidden = [f"{len(record[key])} {what}" for key, what in parts if record.get(key)]
+    if hidden:
+        print(f"({' and '.join(hidden)} not shown{'' if args.out else '; save them with --out'})")
     return 0
+
+
+def _save_learning_curve(history: list[dict], config: sweeps.RunConfig, path: Path) -> None:
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from graphnorm.analysis.plots import plot_learning_curves
+
+    runs = pd.DataFrame([{"run_id": "run", "norm": config.norm, "num_layers": config.num_layers}])
+    figure = plot_learning_curves(pd.DataFrame(history).assign(run_id="run"), runs)
+    figure.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(figure)
+    print(f"learning curve: {path}")
 
 
 def main(argv: list[str] | None = None) -> int:

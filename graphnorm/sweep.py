@@ -12,8 +12,8 @@ A sweep config is YAML::
 
 Every grid point is one call of a plain function ``run(config: RunConfig) -> dict``. The run itself writes
 ``results/<run_id>.json`` atomically when it ends (ok or failed), so that file is the only source of truth:
-``runs.csv``/``layers.csv``/``summary.md`` are regenerated from those files, and re-running a sweep executes
-only the grid points without one. ``run_id`` is a stable hash of the run's full config.
+``runs.csv``/``layers.csv``/``epochs.csv`` (learning curves)/``summary.md`` are regenerated from those files, and
+re-running a sweep executes only the grid points without one. ``run_id`` is a stable hash of the run's full config.
 """
 
 from __future__ import annotations
@@ -253,6 +253,11 @@ def _set_threads(threads: int | None) -> None:
         torch.set_num_threads(threads)
 
 
+def _check_history(history: Any) -> None:
+    if not isinstance(history, list) or not all(isinstance(row, dict) and "epoch" in row for row in history):
+        raise TypeError("record['history'] must be a list of dicts with an 'epoch' key (one per epoch)")
+
+
 def _check_layers(layers: Any) -> None:
     if not isinstance(layers, list) or not all(isinstance(row, dict) for row in layers):
         raise TypeError(f"record['layers'] must be a list of dicts, got {type(layers).__name__}")
@@ -285,12 +290,16 @@ def execute_run(run_fn: RunFn, config_values: dict[str, Any], out_dir: str, thre
             record = dict(record)
             layers = record.pop("layers", [])
             _check_layers(layers)
-            json.dumps([record, layers])  # fail here, as this run's error, if the record is not JSON-serializable
-            result.update(status="ok", record=record, layers=layers, error=None, traceback=None)
+            history = record.pop("history", [])
+            _check_history(history)
+            json.dumps([record, layers, history])  # fail here, as this run's error, if not JSON-serializable
+            result.update(status="ok", record=record, layers=layers, history=history, error=None, traceback=None)
         except Exception as e:
             tb = traceback.format_exc()
             log.write(tb)
-            result.update(status="failed", record={}, layers=[], error=f"{type(e).__name__}: {e}", traceback=tb)
+            result.update(
+                status="failed", record={}, layers=[], history=[], error=f"{type(e).__name__}: {e}", traceback=tb
+            )
     result["elapsed_s"] = round(time.perf_counter() - start, 3)
     result["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S")
     write_result(out, result)
@@ -311,6 +320,7 @@ def failed_result(config: RunConfig, error: str) -> dict[str, Any]:
         "status": "failed",
         "record": {},
         "layers": [],
+        "history": [],
         "error": error.strip().splitlines()[0],  # one line for runs.csv; the whole message stays in the json
         "traceback": error,
         "elapsed_s": None,
@@ -376,6 +386,20 @@ def layers_table(configs: list[RunConfig], results: dict[str, dict[str, Any]]) -
             rows.append({"run_id": result["run_id"], **{k: _cell(v) for k, v in layer_row.items()}})
             extra.update((k, None) for k in layer_row if k not in LAYER_COLUMNS)
     return pd.DataFrame(rows, columns=[*LAYER_COLUMNS, *extra])
+
+
+def epochs_table(configs: list[RunConfig], results: dict[str, dict[str, Any]]) -> pd.DataFrame:
+    """The learning curves: one row per (run, epoch) from the records' ``history`` lists (results written before
+    histories were recorded have none)."""
+    rows, columns = [], {"run_id": None, "epoch": None}  # ordered set of columns
+    for config in configs:
+        result = results.get(config_run_id(config))
+        if result is None:
+            continue
+        for epoch_row in result.get("history") or []:
+            rows.append({"run_id": result["run_id"], **epoch_row})
+            columns.update((key, None) for key in epoch_row)
+    return pd.DataFrame(rows, columns=list(columns))
 
 
 def pick_metric(runs_df: pd.DataFrame, metric: str | None = None) -> str | None:
@@ -514,7 +538,7 @@ def _sweep_lock(out_dir: Path) -> Iterator[None]:
 
 
 class _Tables:
-    """Keeps the finished results and regenerates runs.csv/layers.csv from them (throttled, atomic)."""
+    """Keeps the finished results and regenerates runs.csv/layers.csv/epochs.csv from them (throttled, atomic)."""
 
     def __init__(self, out_dir: Path, configs: list[RunConfig], results: dict[str, dict[str, Any]]):
         self.out_dir, self.configs, self.results = out_dir, configs, results
@@ -531,6 +555,7 @@ class _Tables:
         runs = runs_table(self.configs, self.results)
         atomic_write_csv(self.out_dir / "runs.csv", runs)
         atomic_write_csv(self.out_dir / "layers.csv", layers_table(self.configs, self.results))
+        atomic_write_csv(self.out_dir / "epochs.csv", epochs_table(self.configs, self.results))
         self.last_write = time.monotonic()
         return runs
 

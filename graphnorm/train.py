@@ -15,12 +15,15 @@
 collapse probe can run on it; ``run(config)`` returns only the JSON-serializable record, with flat keys
 ``val_<metric>``, ``test_<metric>`` (at the best-validation epoch), ``val_<metric>_last``, ``test_<metric>_last``,
 ``best_epoch``, ``train_loss`` (last epoch; ``train_loss_first``: epoch 0), ``num_params``, ``epochs_run``,
-``wall_time_s``. Graph-level records add ``steps`` (optimizer steps), ``stopped_by_time``, ``resumed_at_epoch``
+``wall_time_s``, and ``history``: the learning curve, one dict per epoch (node level: ``epoch``, ``train_loss``,
+``val_loss``, ``val_acc``, ``test_acc``; graph level: ``epoch``, ``step``, ``lr``, ``train_loss``,
+``val_<metric>``, ``test_<metric>``, ``train_time_s``; a sweep writes it to ``epochs.csv``).
+Graph-level records add ``steps`` (optimizer steps), ``stopped_by_time``, ``resumed_at_epoch``
 (``None`` for a run that never resumed) and ``train_graphs_per_s`` (training throughput over the batch loops,
 evaluation excluded); Graphormer records add ``dropped_graphs_<split>`` (graphs above ``max_nodes`` left out with
 ``drop_large_graphs``). The training-loop time (summed over resumes, what ``max_train_minutes`` limits) is printed
-every epoch and kept in the checkpoint, not in the record, so that records of equal runs are equal apart from the
-timings ``wall_time_s``, ``probe_time_s`` and ``train_graphs_per_s``.
+every epoch and kept in the checkpoint, not in the record's flat keys, so that records of equal runs are equal apart
+from the timings ``wall_time_s``, ``probe_time_s``, ``train_graphs_per_s`` and the history's ``train_time_s``.
 
 Seams for other models: :func:`build_model` (``config.model``), :func:`model_outputs` (how a model is called on a
 PyG batch: DeepGCN takes ``(x, edge_index, batch, batch_size)``, any other model the whole ``Data``/``Batch``),
@@ -217,6 +220,7 @@ def train_node_level(
     schedule = EpochSchedule(optimizer, config, higher_is_better=True)
     best = {"val_acc": -1.0, "val_loss": math.inf}
     best_state: dict[str, Tensor] = {}
+    history: list[dict[str, Any]] = []
     bar = _progress(range(config.epochs), desc=f"{config.dataset} L={config.num_layers} {config.norm}")
     for epoch in bar:
         schedule.start_epoch(epoch)
@@ -241,6 +245,9 @@ def train_node_level(
             best = {"val_acc": val_acc, "val_loss": val_loss, "test_acc": test_acc, "best_epoch": epoch}
             best_state = copy.deepcopy(model.state_dict())
         schedule.end_epoch(epoch, val_acc)
+        history.append(
+            {"epoch": epoch, "train_loss": loss.item(), "val_loss": val_loss, "val_acc": val_acc, "test_acc": test_acc}
+        )
         bar.set_postfix(loss=f"{loss.item():.3f}", val=f"{val_acc:.3f}", test=f"{test_acc:.3f}")
     record = {
         "val_acc": best["val_acc"],
@@ -251,6 +258,7 @@ def train_node_level(
         "train_loss": loss.item(),
         "train_loss_first": first_loss,
         "num_eval_nodes": int(eval_mask.sum()),
+        "history": history,
     }
     return record, best_state
 
@@ -487,6 +495,7 @@ def train_graph_level(
         "eval_time_s": 0.0,  # the last evaluation's duration, kept in reserve from the time budget
         "stopped_by_time": False,
         "done": False,
+        "history": [],  # one row per epoch run: the learning curve
     }
     resumed_at = None
     path = checkpoint_path(config)
@@ -498,6 +507,7 @@ def train_graph_level(
         state = saved["state"]
         state.setdefault("step_time_s", 0.0)  # checkpoints written before the throughput was recorded
         state.setdefault("graphs_trained", 0)
+        state.setdefault("history", [])  # checkpoints written before the learning curve was recorded
         resumed_at = state["epoch"]
         print(f"resuming from {path} at epoch {resumed_at} (step {state['step']})", flush=True)
 
@@ -546,6 +556,17 @@ def train_graph_level(
             state["epoch"] = epoch + 1
             state["train_time_s"] += time.perf_counter() - epoch_start
             state["done"] = state["stopped_by_time"] or epoch + 1 == config.epochs
+            state["history"].append(
+                {
+                    "epoch": epoch,
+                    "step": state["step"],
+                    "lr": schedule.lr,
+                    "train_loss": train_loss,
+                    f"val_{metric}": val_value,
+                    f"test_{metric}": test_value,
+                    "train_time_s": state["train_time_s"],
+                }
+            )
             print(
                 f"epoch {epoch:4d} step {state['step']:7d} loss {train_loss:.4f} val_{metric} {val_value:.4f} "
                 f"test_{metric} {test_value:.4f} lr {schedule.lr:.3e} train_time {state['train_time_s']:.0f}s",
@@ -579,6 +600,7 @@ def train_graph_level(
         "train_graphs_per_s": state["graphs_trained"] / state["step_time_s"] if state["step_time_s"] > 0 else None,
         "resumed_at_epoch": resumed_at,
         **extra,
+        "history": state["history"],
     }
     return record, state["best_state"]
 

@@ -47,7 +47,7 @@ def test_make_report_writes_figures_and_summary(tiny_sweep, tmp_path):
     assert layers.metric.str.startswith("sv_").any()
     paths = make_report(tiny_sweep, tmp_path / "report")
     names = {path.name for path in paths}
-    for stem in ("main_metric_vs_depth", "metric_vs_layer", "spectra"):
+    for stem in ("main_metric_vs_depth", "metric_vs_layer", "spectra", "learning_curves"):
         assert {f"{stem}.png", f"{stem}.pdf"} <= names
     assert all(path.stat().st_size > 1000 for path in paths if path.suffix in (".png", ".pdf"))
     summary = (tmp_path / "report" / "summary.md").read_text()

@@ -113,8 +113,10 @@ def test_train_command_prints_the_record(tmp_path: Path, data_root: Path, capsys
     record_file = tmp_path / "record.json"
     assert main(["train", str(config), "norm=pairnorm", "epochs=2", "--out", str(record_file)]) == 0
     printed = json.loads(capsys.readouterr().out.split("\n(")[0])
-    assert 0 <= printed["test_acc"] <= 1 and "layers" not in printed
-    assert json.loads(record_file.read_text())["test_acc"] == printed["test_acc"]
+    assert 0 <= printed["test_acc"] <= 1 and "layers" not in printed and "history" not in printed
+    saved = json.loads(record_file.read_text())
+    assert saved["test_acc"] == printed["test_acc"] and [row["epoch"] for row in saved["history"]] == [0, 1]
+    assert (tmp_path / "record.json.learning_curve.png").stat().st_size > 1000
     assert main(["train", str(config), "num_layers=0"]) == 2
     assert "num_layers must be >= 1" in capsys.readouterr().err
 

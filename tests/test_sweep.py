@@ -269,6 +269,11 @@ def test_real_training_run_on_cora(tmp_path: Path, data_root: Path):
     assert (runs.status == "ok").all(), runs.error.tolist()
     assert runs.test_acc.between(0, 1).all() and runs.val_acc.between(0, 1).all()
     assert (tmp_path / "out" / "summary.md").read_text().count("|") > 4
+    epochs = pd.read_csv(tmp_path / "out" / "epochs.csv")  # the learning curves: one row per run and epoch
+    assert list(epochs.columns[:2]) == ["run_id", "epoch"] and {"train_loss", "val_acc", "test_acc"} <= set(epochs)
+    assert sorted(epochs.groupby("run_id").epoch.apply(list).tolist()) == [[0, 1], [0, 1]]
+    last = epochs[epochs.epoch == 1].set_index("run_id")
+    assert (last.test_acc == runs.set_index("run_id").test_acc_last).all()
 
 
 def test_run_id_hashes_only_non_default_values() -> None:

@@ -61,7 +61,10 @@ def tiny_graphormer(data_root: Path, **overrides) -> RunConfig:
 
 
 def without_timing(record: dict) -> dict:
-    return {key: value for key, value in record.items() if key not in TIMING_KEYS}
+    """The record without its timings, the history's ``train_time_s`` included."""
+    kept = {key: value for key, value in record.items() if key not in TIMING_KEYS}
+    kept["history"] = [{k: v for k, v in row.items() if k != "train_time_s"} for row in record["history"]]
+    return kept
 
 
 def _run_in_child(config: RunConfig) -> None:
@@ -88,6 +91,14 @@ def test_zinc_run_learns_probes_tokens_and_resumes_after_a_kill_to_the_same_reco
     rows = {row["rows"] for row in record["layers"]}
     assert rows == {"node", "token"}, "the probe reports Graphormer's node rows and graph-token rows"
     assert {row["layer_name"] for row in record["layers"]} == {"embedding", "layer_1", "layer_2"}
+    history = record["history"]  # the learning curve: one row per epoch, the last one the record's last epoch
+    assert [row["epoch"] for row in history] == list(range(8)) and [row["step"] for row in history][-1] == 80
+    assert history[0]["train_loss"] == record["train_loss_first"] and history[-1]["train_loss"] == record["train_loss"]
+    assert history[-1]["val_mae"] == record["val_mae_last"] and history[-1]["test_mae"] == record["test_mae_last"]
+    assert history[record["best_epoch"]]["val_mae"] == record["val_mae"] == min(row["val_mae"] for row in history)
+    assert history[-1]["lr"] < history[2]["lr"]  # polynomial decay
+    times = [row["train_time_s"] for row in history]
+    assert times == sorted(times) and times[0] > 0
 
     resumable = tiny_graphormer(data_root, bucket_batches=bucket_batches, checkpoint_dir=str(tmp_path / "checkpoints"))
     path = checkpoint_path(resumable)
@@ -108,7 +119,7 @@ def test_zinc_run_learns_probes_tokens_and_resumes_after_a_kill_to_the_same_reco
 
     resumed = run(resumable)
     assert resumed["resumed_at_epoch"] == stopped["epoch"]
-    assert without_timing(resumed) == without_timing(record)
+    assert without_timing(resumed) == without_timing(record)  # the history's epochs before the kill included
     assert load_checkpoint(path)["state"]["done"]
     assert without_timing(run(resumable)) == without_timing(record)  # a finished run only reports again
 

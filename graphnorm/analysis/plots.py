@@ -4,6 +4,8 @@
   (mean over seeds, band = std over seeds).
 * ``main_metric_vs_depth``: the task metric (test_acc / test_mae / test_rocauc) against depth, one line per norm,
   error bars = std over seeds.
+* ``learning_curves``: train loss and the validation / test metric against epoch (from ``epochs.csv``), one panel
+  column per depth, one line per norm (mean ± std over seeds).
 * ``spectra``: normalized singular-value spectra (metrics ``sv_000``...) at the first, middle and last layer of the
   deepest model, log scale.
 * ``token_metric_vs_layer``: the same for the graph-token rows (Graphormer's virtual graph token, the GCN's virtual
@@ -34,6 +36,7 @@ __all__ = [
     "plot_metric_vs_layer",
     "plot_main_metric_vs_depth",
     "plot_spectra",
+    "plot_learning_curves",
     "summary_markdown",
     "make_report",
     "DEFAULT_LAYER_METRICS",
@@ -51,6 +54,13 @@ DEFAULT_LAYER_METRICS = (
 LOG_SCALE_METRICS = {"dirichlet_energy", "dirichlet_energy_normalized", "stable_rank"}
 # Config columns that never define a variant (they are the axes or the repetition).
 _NON_VARIANT = {"num_layers", "seed", "dataset", "data_root", "run_id", "status", "epochs"}
+
+
+def load_epochs(run_dir: str | Path) -> pd.DataFrame:
+    """The sweep's learning curves (``epochs.csv``: run_id, epoch, train_loss, val/test metric, ...); empty when
+    the sweep has none."""
+    path = Path(run_dir) / "epochs.csv"
+    return pd.read_csv(path) if path.exists() and path.stat().st_size > 0 else pd.DataFrame()
 
 
 def load_sweep(run_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -233,6 +243,50 @@ def plot_spectra(table: pd.DataFrame, dataset: str | None = None, depth: int | N
     return figure
 
 
+def plot_learning_curves(epochs: pd.DataFrame, runs: pd.DataFrame, dataset: str | None = None) -> plt.Figure:
+    """Grid: train loss, then the validation and test metrics (rows) against epoch, one column per depth, one line
+    per label (mean ± std over seeds). ``epochs``: one row per (run_id, epoch), as ``epochs.csv``."""
+    labelled = _with_label(runs)
+    keep = ["run_id", "label", "num_layers"] + (["dataset"] if "dataset" in labelled.columns else [])
+    table = epochs.merge(labelled[keep], on="run_id", how="inner")
+    if dataset is not None and "dataset" in table.columns:
+        table = table[table["dataset"].astype(str) == dataset]
+    quantities = [q for q in ("train_loss", *MAIN_METRICS) if q in table.columns and table[q].notna().any()]
+    quantities[1:1] = [q.replace("test_", "val_") for q in quantities[1:] if q.replace("test_", "val_") in table]
+    if table.empty or not quantities:
+        raise ValueError("no learning curves to plot (epochs.csv empty or without train_loss / task metrics)")
+    depths = sorted(table["num_layers"].unique())
+    labels = sorted(table["label"].unique())
+    colors = {label: plt.cm.tab10(i % 10) for i, label in enumerate(labels)}
+    figure, axes = plt.subplots(
+        len(quantities), len(depths), figsize=(3.6 * len(depths), 2.4 * len(quantities)), squeeze=False, sharex="col"
+    )
+    for row, quantity in enumerate(quantities):
+        for column, depth in enumerate(depths):
+            axis = axes[row][column]
+            subset = table[table["num_layers"] == depth]
+            for label in labels:
+                curve = subset[subset["label"] == label].groupby("epoch")[quantity].agg(["mean", "std"]).sort_index()
+                if curve.empty:
+                    continue
+                axis.plot(curve.index, curve["mean"], color=colors[label], label=label, lw=1.2)
+                if curve["std"].notna().any():
+                    low, high = curve["mean"] - curve["std"].fillna(0), curve["mean"] + curve["std"].fillna(0)
+                    axis.fill_between(curve.index, low, high, color=colors[label], alpha=0.2, lw=0)
+            if row == 0:
+                axis.set_title(f"{depth} layers")
+            if row == len(quantities) - 1:
+                axis.set_xlabel("epoch")
+            if column == 0:
+                axis.set_ylabel(quantity.replace("_", " "))
+            axis.grid(alpha=0.3)
+    handles, names = axes[0][0].get_legend_handles_labels()
+    figure.legend(handles, names, loc="upper center", ncol=min(len(names), 5), bbox_to_anchor=(0.5, 1.02))
+    figure.suptitle(f"learning curves{f' ({dataset})' if dataset else ''}", y=1.06)
+    figure.tight_layout()
+    return figure
+
+
 def _mean_std(values: pd.Series) -> str:
     values = values.dropna()
     if values.empty:
@@ -313,12 +367,16 @@ def make_report(run_dir: str | Path, out_dir: str | Path | None = None) -> list[
     if runs.empty:
         raise ValueError(f"{run_dir}: no successful runs in runs.csv")
     table = layer_table(runs, layers)
+    epochs = load_epochs(run_dir)
     datasets = _datasets(runs)
     for dataset in datasets:
         suffix = f"_{dataset}" if len(datasets) > 1 else ""
         name = dataset if "dataset" in runs.columns else None
         with contextlib.suppress(ValueError):  # raised when this dataset's runs have no task metric
             written += _save(plot_main_metric_vs_depth(runs, dataset=name), out, f"main_metric_vs_depth{suffix}")
+        if not epochs.empty:
+            with contextlib.suppress(ValueError):  # no curves for this dataset's runs
+                written += _save(plot_learning_curves(epochs, runs, dataset=name), out, f"learning_curves{suffix}")
         if table.empty:
             continue
         if np.isin(list(DEFAULT_LAYER_METRICS), table["metric"].unique()).any():
