@@ -97,6 +97,9 @@ class RunConfig:
     # scheduler=polynomial, graphormer: lr multiplier of the attention-bias tables (see graphormer_optimizer)
     attention_bias_lr_scale: float = 1.0
     grad_clip: float = 0.0  # max gradient norm; 0 disables clipping
+    # graph level: evaluate, select and keep an exponential moving average of the weights (and buffers), updated
+    # after every optimizer step: ema = decay * ema + (1 - decay) * weights; None: the weights themselves
+    ema_decay: float | None = None
     batch_size: int = 128  # graph-level mini-batch size (node-level training is full-batch)
     # graphormer: sort each window of this many shuffled training batches by graph size (less padding in the dense
     # attention; see graphnorm.data.size_buckets); 1: plain shuffled batches
@@ -224,8 +227,10 @@ class RunConfig:
             raise ValueError("max_nodes and drop_large_graphs are for model='graphormer'")
         if self.drop_large_graphs and self.max_nodes is None:
             raise ValueError("drop_large_graphs needs max_nodes")
+        if self.ema_decay is not None and not 0.0 < self.ema_decay < 1.0:
+            raise ValueError(f"ema_decay must be in (0, 1) or null, got {self.ema_decay}")
         if self.is_node_level:
-            for key in ("max_train_minutes", "checkpoint_dir"):
+            for key in ("max_train_minutes", "checkpoint_dir", "ema_decay"):
                 if getattr(self, key) is not None:
                     raise ValueError(f"{key} is for graph-level datasets, not {self.dataset!r}")
             if self.scheduler == "polynomial":

@@ -47,6 +47,7 @@ import torch
 import torch.nn.functional as F
 import torch_geometric.transforms as T
 from torch import Tensor, nn
+from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 from torch_geometric import seed_everything
 from torch_geometric.loader import DataLoader
 from tqdm import tqdm
@@ -478,6 +479,12 @@ def train_graph_level(
     generator = torch.Generator().manual_seed(config.seed)  # shuffling fixed by the seed
     train_loader, val_loader, test_loader, extra = graph_loaders(task, config, generator)
     schedule = StepSchedule(config, model, len(train_loader), task.higher_is_better)
+    # With ema_decay, an exponential moving average of the weights (buffers too: BatchNorm's running statistics)
+    # is what is evaluated, selected by validation and returned; the first update copies the weights.
+    ema = None
+    if config.ema_decay is not None:
+        ema = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(config.ema_decay), use_buffers=True)
+    evaluated = ema.module if ema is not None else model
     sign = 1.0 if task.higher_is_better else -1.0
     metric = task.metric
     budget_s = config.max_train_minutes * 60.0 if config.max_train_minutes is not None else math.inf
@@ -503,6 +510,8 @@ def train_graph_level(
         saved = load_checkpoint(path)
         model.load_state_dict(saved["model"])
         schedule.load_state_dict(saved["schedule"])
+        if ema is not None:
+            ema.load_state_dict(saved["ema"])
         set_rng_state(saved["rng"], generator)
         state = saved["state"]
         state.setdefault("step_time_s", 0.0)  # checkpoints written before the throughput was recorded
@@ -532,6 +541,8 @@ def train_graph_level(
             _clip(model, config)
             schedule.optimizer.step()
             schedule.after_step()
+            if ema is not None:
+                ema.update_parameters(model)
             state["step"] += 1
             loss_sum += loss.item() * batch.num_graphs
             graphs += batch.num_graphs
@@ -545,12 +556,12 @@ def train_graph_level(
             if state["first_loss"] is None:
                 state["first_loss"] = train_loss
             eval_start = time.perf_counter()
-            val_value = evaluate_graphs(model, val_loader, task, device)
-            test_value = evaluate_graphs(model, test_loader, task, device)
+            val_value = evaluate_graphs(evaluated, val_loader, task, device)
+            test_value = evaluate_graphs(evaluated, test_loader, task, device)
             state["eval_time_s"] = time.perf_counter() - eval_start
             if sign * val_value > state["best"]["score"]:
                 state["best"] = {"score": sign * val_value, "val": val_value, "test": test_value, "best_epoch": epoch}
-                state["best_state"] = copy.deepcopy(model.state_dict())
+                state["best_state"] = copy.deepcopy(evaluated.state_dict())
             schedule.end_epoch(epoch, val_value)
             state["last"] = {"train_loss": train_loss, "val": val_value, "test": test_value}
             state["epoch"] = epoch + 1
@@ -582,6 +593,7 @@ def train_graph_level(
                     "schedule": schedule.state_dict(),
                     "rng": rng_state(generator),
                     "state": state,
+                    **({"ema": ema.state_dict()} if ema is not None else {}),
                 },
             )
     best, last = state["best"], state["last"]

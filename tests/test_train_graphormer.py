@@ -72,14 +72,15 @@ def _run_in_child(config: RunConfig) -> None:
     run(config)
 
 
-@pytest.mark.parametrize("bucket_batches", [1, 3])
+@pytest.mark.parametrize(("bucket_batches", "ema_decay"), [(1, None), (3, 0.8)])
 def test_zinc_run_learns_probes_tokens_and_resumes_after_a_kill_to_the_same_record(
-    data_root: Path, tmp_path, bucket_batches: int
+    data_root: Path, tmp_path, bucket_batches: int, ema_decay: float | None
 ) -> None:
     """An uninterrupted run learns; a second run of the same config (same seed) is killed after a few epochs in
     another process and resumed from its checkpoint here: it ends with exactly the first run's record. Also with
-    size-grouped batches, whose permutations come from the checkpointed generator."""
-    config = tiny_graphormer(data_root, bucket_batches=bucket_batches)
+    size-grouped batches, whose permutations come from the checkpointed generator, and with a weight EMA, whose
+    average is checkpointed."""
+    config = tiny_graphormer(data_root, bucket_batches=bucket_batches, ema_decay=ema_decay)
     train_loader = graph_loaders(prepare_task(config), config, torch.Generator())[0]
     assert isinstance(train_loader.batch_sampler, SizeBucketBatchSampler) == (bucket_batches > 1)
     record = run(config)
@@ -100,7 +101,9 @@ def test_zinc_run_learns_probes_tokens_and_resumes_after_a_kill_to_the_same_reco
     times = [row["train_time_s"] for row in history]
     assert times == sorted(times) and times[0] > 0
 
-    resumable = tiny_graphormer(data_root, bucket_batches=bucket_batches, checkpoint_dir=str(tmp_path / "checkpoints"))
+    resumable = tiny_graphormer(
+        data_root, bucket_batches=bucket_batches, ema_decay=ema_decay, checkpoint_dir=str(tmp_path / "checkpoints")
+    )
     path = checkpoint_path(resumable)
     child = multiprocessing.get_context("fork").Process(target=_run_in_child, args=(resumable,))
     child.start()
@@ -192,6 +195,9 @@ def test_time_budget_stops_training_cleanly(data_root: Path) -> None:
         ({"virtual_node": True}, "graph token"),
         ({"model": "gcn", "max_nodes": 30}, "model='graphormer'"),
         ({"dataset": "cora", "model": "gcn", "checkpoint_dir": "x"}, "graph-level"),
+        ({"ema_decay": 1.0}, "ema_decay must be in"),
+        ({"ema_decay": 0.0}, "ema_decay must be in"),
+        ({"dataset": "cora", "model": "gcn", "ema_decay": 0.99}, "graph-level"),
     ],
 )
 def test_impossible_graphormer_configs_fail_before_running(values: dict, message: str) -> None:
@@ -234,3 +240,32 @@ def test_graphormer_experiment_configs_are_valid_with_equal_budgets() -> None:
             )
 
         assert all(recipe(c) == recipe(single) for c in configs)
+
+
+def test_ema_is_the_moving_average_of_the_trained_weights(data_root: Path) -> None:
+    """With ema_decay the weights evaluated and returned are e_1 = w_1, e_k = d e_(k-1) + (1 - d) w_k over the
+    weights w_k after every optimizer step; training itself (and so every w_k) is the same as without it."""
+    decay = 0.7
+    plain = tiny_graphormer(data_root, epochs=1, probe=False)
+    after_steps: list[dict[int, torch.Tensor]] = []
+
+    def snapshot(optimizer, args, kwargs) -> None:
+        after_steps.append({id(p): p.detach().clone() for group in optimizer.param_groups for p in group["params"]})
+
+    handle = torch.optim.optimizer.register_optimizer_step_post_hook(snapshot)
+    try:
+        plain_model, _, plain_record = train(plain)
+    finally:
+        handle.remove()
+    assert len(after_steps) == plain_record["steps"] == 10
+    names = {id(p): name for name, p in plain_model.named_parameters()}
+    expected = {names[key]: value for key, value in after_steps[0].items()}
+    for weights in after_steps[1:]:
+        for key, value in weights.items():
+            expected[names[key]] = decay * expected[names[key]] + (1 - decay) * value
+
+    ema_model, _, ema_record = train(tiny_graphormer(data_root, epochs=1, probe=False, ema_decay=decay))
+    assert ema_record["train_loss"] == plain_record["train_loss"]  # the EMA does not change training
+    assert ema_record["val_mae"] != plain_record["val_mae"]  # but it is what is evaluated
+    for name, parameter in ema_model.named_parameters():
+        torch.testing.assert_close(parameter, expected[name], rtol=1e-5, atol=1e-6, msg=name)
