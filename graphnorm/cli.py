@@ -141,17 +141,21 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise CommandError(str(e)) from None
     # Errors of the run itself keep their traceback.
     record = sweeps.resolve_run_fn(None)(config)
+    curve = None
     if args.out:
         out = Path(args.out)
         sweeps.atomic_write_text(out, json.dumps(record, indent=1))
         if record.get("history"):
-            _save_learning_curve(record["history"], config, out.with_name(out.name + ".learning_curve.png"))
+            curve = out.with_name(out.name + ".learning_curve.png")
+            _save_learning_curve(record["history"], config, curve)
     shown = {k: v for k, v in record.items() if k not in ("layers", "history")}
     print(json.dumps(shown, indent=1))
     parts = (("layers", "per-layer rows"), ("history", "epochs of history"))
     hidden = [f"{len(record[key])} {what}" for key, what in parts if record.get(key)]
     if hidden:
         print(f"({' and '.join(hidden)} not shown{'' if args.out else '; save them with --out'})")
+    if curve is not None:
+        print(f"learning curve: {curve}")
     return 0
 
 
@@ -165,7 +169,6 @@ def _save_learning_curve(history: list[dict], config: sweeps.RunConfig, path: Pa
     figure = plot_learning_curves(pd.DataFrame(history).assign(run_id="run"), runs)
     figure.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(figure)
-    print(f"learning curve: {path}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -258,7 +258,10 @@ def test_tiny_training_on_real_zinc_lowers_the_loss(data_root) -> None:
     seed_from_mirror(data_root, "ZINC", ["raw/val.pickle"])
     graphs = preprocess_dataset(ZINC(str(data_root / "ZINC"), subset=True, split="val")[:200], multi_hop_max_dist=5)
     batches = [collate_graphormer(graphs[i : i + 50]) for i in range(0, 200, 50)]
-    model = graphormer_slim(num_layers=2, hidden_channels=32, num_heads=4, ffn_channels=32, dropout=0.0)
+    model = graphormer_slim(
+        num_layers=2, hidden_channels=32, num_heads=4, ffn_channels=32,
+        dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
+    )  # fmt: skip
     optimizer, scheduler = graphormer_optimizer(model, lr=2e-3, weight_decay=0.0, warmup_steps=4, total_steps=32)
 
     def mean_abs_error() -> float:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 from sklearn.metrics import roc_auc_score
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from graphnorm.config import RunConfig
 from graphnorm.data.size_buckets import SizeBucketBatchSampler
@@ -252,7 +253,7 @@ def test_ema_is_the_moving_average_of_the_trained_weights(data_root: Path) -> No
     def snapshot(optimizer, args, kwargs) -> None:
         after_steps.append({id(p): p.detach().clone() for group in optimizer.param_groups for p in group["params"]})
 
-    handle = torch.optim.optimizer.register_optimizer_step_post_hook(snapshot)
+    handle = register_optimizer_step_post_hook(snapshot)
     try:
         plain_model, _, plain_record = train(plain)
     finally:

@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from graphnorm.data.graphormer_preprocess import GraphormerBatch
+from graphnorm.models.dropout import FastDropout, fast_dropout
 from graphnorm.norms import build_norm
 
 
@@ -170,8 +171,8 @@ class GraphormerLayer(nn.Module):
         self.fc2 = nn.Linear(ffn_channels, hidden_channels)
         self.attention_norm = build_norm(norm, hidden_channels, **norm_kwargs)
         self.ffn_norm = build_norm(norm, hidden_channels, **norm_kwargs)
-        self.dropout = nn.Dropout(dropout)
-        self.activation_dropout = nn.Dropout(activation_dropout)
+        self.dropout = FastDropout(dropout)
+        self.activation_dropout = FastDropout(activation_dropout)
         self.tap = RepresentationTap()
 
     def attention(self, rows: Tensor, bias: Tensor, batch: GraphormerBatch) -> Tensor:
@@ -189,7 +190,7 @@ class GraphormerLayer(nn.Module):
             key.transpose(1, 2),
             alpha=self.head_channels**-0.5,
         )  # [B * heads, T, T]
-        weights = F.dropout(scores.softmax(dim=-1), self.attention_dropout, self.training)
+        weights = fast_dropout(scores.softmax(dim=-1), self.attention_dropout, self.training)
         attended = torch.bmm(weights, value).view(num_graphs, self.num_heads, positions, self.head_channels)
         attended = attended.transpose(1, 2).reshape(num_graphs * positions, -1)  # [B * T, hidden]
         # index_select, not attended[index]: its backward is an index_add, not a sort-based accumulate.
@@ -280,7 +281,7 @@ class Graphormer(nn.Module):
         self.out_degree_embedding = nn.Embedding(max_degree + 1, hidden_channels)
         self.graph_token = nn.Parameter(torch.zeros(hidden_channels))
         self.attention_bias = GraphAttentionBias(num_heads, max_distance, bond_feature_dims, multi_hop_max_dist)
-        self.embedding_dropout = nn.Dropout(dropout)
+        self.embedding_dropout = FastDropout(dropout)
         self.embedding_tap = RepresentationTap()
         self.layers = nn.ModuleList(
             GraphormerLayer(
