@@ -237,6 +237,7 @@ def test_graphormer_experiment_configs_are_valid_with_equal_budgets() -> None:
                 c.weight_decay,
                 c.attention_bias_lr_scale,
                 c.bucket_batches,
+                c.ema_decay,
                 c.model_kwargs,
             )
 
