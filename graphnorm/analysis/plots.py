@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
 # No matplotlib.use() here: that would break inline figures in notebooks. Headless runs fall back to Agg by
@@ -148,6 +149,45 @@ def _save(figure: plt.Figure, out_dir: Path, stem: str) -> list[Path]:
     return paths
 
 
+def _grid_of_curves(
+    long: pd.DataFrame, row_key: str, rows: Sequence[str], x: str, title: str, log_rows: frozenset[str] = frozenset()
+) -> plt.Figure:
+    """Panels: one row per value of ``long[row_key]`` in ``rows``, one column per depth (``num_layers``); in each,
+    ``value`` against ``x``, one line per ``label`` with its mean ± std over the runs (seeds) as a band."""
+    depths = sorted(long["num_layers"].unique())
+    labels = sorted(long["label"].unique())
+    colors = {label: plt.cm.tab10(i % 10) for i, label in enumerate(labels)}
+    figure, axes = plt.subplots(
+        len(rows), len(depths), figsize=(3.4 * len(depths), 2.4 * len(rows)), squeeze=False, sharex="col"
+    )
+    for row, name in enumerate(rows):
+        for column, depth in enumerate(depths):
+            axis = axes[row][column]
+            subset = long[(long[row_key] == name) & (long["num_layers"] == depth)]
+            for label in labels:
+                curve = subset[subset["label"] == label].groupby(x)["value"].agg(["mean", "std"]).sort_index()
+                if curve.empty:
+                    continue
+                axis.plot(curve.index, curve["mean"], color=colors[label], label=label, lw=1.3)
+                if curve["std"].notna().any():
+                    low, high = curve["mean"] - curve["std"].fillna(0), curve["mean"] + curve["std"].fillna(0)
+                    axis.fill_between(curve.index, low, high, color=colors[label], alpha=0.2, lw=0)
+            if name in log_rows and (subset["value"] > 0).any():
+                axis.set_yscale("log")
+            if row == 0:
+                axis.set_title(f"{depth} layers")
+            if row == len(rows) - 1:
+                axis.set_xlabel(x)
+            if column == 0:
+                axis.set_ylabel(name.replace("_", " "))
+            axis.grid(alpha=0.3)
+    handles, names = axes[0][0].get_legend_handles_labels()
+    figure.legend(handles, names, loc="upper center", ncol=min(len(names), 5), bbox_to_anchor=(0.5, 1.02))
+    figure.suptitle(title, y=1.06)
+    figure.tight_layout()
+    return figure
+
+
 def plot_metric_vs_layer(
     table: pd.DataFrame,
     metrics: tuple[str, ...] = DEFAULT_LAYER_METRICS,
@@ -160,38 +200,8 @@ def plot_metric_vs_layer(
     metrics = tuple(m for m in metrics if m in set(table["metric"]))
     if not metrics:
         raise ValueError("no layer metrics to plot (layers.csv empty or without the requested metrics)")
-    depths = sorted(table["num_layers"].unique())
-    labels = sorted(table["label"].unique())
-    colors = {label: plt.cm.tab10(i % 10) for i, label in enumerate(labels)}
-    figure, axes = plt.subplots(
-        len(metrics), len(depths), figsize=(3.2 * len(depths), 2.4 * len(metrics)), squeeze=False, sharex="col"
-    )
-    for row, metric in enumerate(metrics):
-        for column, depth in enumerate(depths):
-            axis = axes[row][column]
-            subset = table[(table["metric"] == metric) & (table["num_layers"] == depth)]
-            for label in labels:
-                curve = subset[subset["label"] == label].groupby("layer")["value"].agg(["mean", "std"]).sort_index()
-                if curve.empty:
-                    continue
-                axis.plot(curve.index, curve["mean"], color=colors[label], label=label, lw=1.4)
-                if curve["std"].notna().any():
-                    low, high = curve["mean"] - curve["std"].fillna(0), curve["mean"] + curve["std"].fillna(0)
-                    axis.fill_between(curve.index, low, high, color=colors[label], alpha=0.2, lw=0)
-            if metric in LOG_SCALE_METRICS and (subset["value"] > 0).any():
-                axis.set_yscale("log")
-            if row == 0:
-                axis.set_title(f"{depth} layers")
-            if row == len(metrics) - 1:
-                axis.set_xlabel("layer")
-            if column == 0:
-                axis.set_ylabel(metric.replace("_", " "))
-            axis.grid(alpha=0.3)
-    handles, names = axes[0][0].get_legend_handles_labels()
-    figure.legend(handles, names, loc="upper center", ncol=min(len(names), 5), bbox_to_anchor=(0.5, 1.02))
-    figure.suptitle(f"{title}{f' ({dataset})' if dataset else ''}", y=1.06)
-    figure.tight_layout()
-    return figure
+    full_title = f"{title}{f' ({dataset})' if dataset else ''}"
+    return _grid_of_curves(table, "metric", metrics, "layer", full_title, frozenset(LOG_SCALE_METRICS))
 
 
 def plot_main_metric_vs_depth(runs: pd.DataFrame, metric: str | None = None, dataset: str | None = None) -> plt.Figure:
@@ -255,36 +265,10 @@ def plot_learning_curves(epochs: pd.DataFrame, runs: pd.DataFrame, dataset: str 
     quantities[1:1] = [q.replace("test_", "val_") for q in quantities[1:] if q.replace("test_", "val_") in table]
     if table.empty or not quantities:
         raise ValueError("no learning curves to plot (epochs.csv empty or without train_loss / task metrics)")
-    depths = sorted(table["num_layers"].unique())
-    labels = sorted(table["label"].unique())
-    colors = {label: plt.cm.tab10(i % 10) for i, label in enumerate(labels)}
-    figure, axes = plt.subplots(
-        len(quantities), len(depths), figsize=(3.6 * len(depths), 2.4 * len(quantities)), squeeze=False, sharex="col"
+    long = table.melt(id_vars=["run_id", "epoch", "label", "num_layers"], value_vars=quantities, var_name="quantity")
+    return _grid_of_curves(
+        long, "quantity", quantities, "epoch", f"learning curves{f' ({dataset})' if dataset else ''}"
     )
-    for row, quantity in enumerate(quantities):
-        for column, depth in enumerate(depths):
-            axis = axes[row][column]
-            subset = table[table["num_layers"] == depth]
-            for label in labels:
-                curve = subset[subset["label"] == label].groupby("epoch")[quantity].agg(["mean", "std"]).sort_index()
-                if curve.empty:
-                    continue
-                axis.plot(curve.index, curve["mean"], color=colors[label], label=label, lw=1.2)
-                if curve["std"].notna().any():
-                    low, high = curve["mean"] - curve["std"].fillna(0), curve["mean"] + curve["std"].fillna(0)
-                    axis.fill_between(curve.index, low, high, color=colors[label], alpha=0.2, lw=0)
-            if row == 0:
-                axis.set_title(f"{depth} layers")
-            if row == len(quantities) - 1:
-                axis.set_xlabel("epoch")
-            if column == 0:
-                axis.set_ylabel(quantity.replace("_", " "))
-            axis.grid(alpha=0.3)
-    handles, names = axes[0][0].get_legend_handles_labels()
-    figure.legend(handles, names, loc="upper center", ncol=min(len(names), 5), bbox_to_anchor=(0.5, 1.02))
-    figure.suptitle(f"learning curves{f' ({dataset})' if dataset else ''}", y=1.06)
-    figure.tight_layout()
-    return figure
 
 
 def _mean_std(values: pd.Series) -> str:
