@@ -292,19 +292,26 @@ def _last_layer(table: pd.DataFrame) -> pd.DataFrame:
     return table[table["layer"] == table.groupby("run_id")["layer"].transform("max")]
 
 
+def _collapse_tables(table: pd.DataFrame, column: str, title: str) -> list[str]:
+    """Markdown label x ``column`` tables (mean ± std over seeds) of the headline collapse metrics; ``title`` is
+    formatted with the metric's name."""
+    parts = []
+    for collapse_metric in ("effective_rank", "cone_angle"):
+        metric_rows = table[table["metric"] == collapse_metric]
+        if metric_rows.empty:
+            continue
+        pivot = metric_rows.groupby(["label", column])["value"].apply(_mean_std).unstack(column)
+        pivot.index.name = "norm \\ " + ("depth" if column == "num_layers" else column)
+        parts += [f"## {title.format(metric=collapse_metric)}", "", _to_markdown(pivot), ""]
+    return parts
+
+
 def _by_layer_markdown(table: pd.DataFrame, dataset: str, rows: str) -> list[str]:
     """Label x layer tables (mean ± std over seeds) of the headline collapse metrics, one per depth."""
     parts = []
     for depth in sorted(table["num_layers"].unique()):
-        subset = table[table["num_layers"] == depth]
-        for collapse_metric in ("effective_rank", "cone_angle"):
-            metric_rows = subset[subset["metric"] == collapse_metric]
-            if metric_rows.empty:
-                continue
-            pivot = metric_rows.groupby(["label", "layer"])["value"].apply(_mean_std).unstack("layer")
-            pivot.index.name = "norm \\ layer"
-            title = f"## {dataset}: {collapse_metric} of the {rows} rows by layer ({depth} layers)"
-            parts += [title, "", _to_markdown(pivot), ""]
+        title = f"{dataset}: {{metric}} of the {rows} rows by layer ({depth} layers)"
+        parts += _collapse_tables(table[table["num_layers"] == depth], "layer", title)
     return parts
 
 
@@ -327,13 +334,7 @@ def summary_markdown(runs: pd.DataFrame, layers: pd.DataFrame) -> str:
         pivot.index.name = "norm \\ depth"
         parts += [f"## {dataset}: {metric} (mean ± std over seeds)", "", _to_markdown(pivot), ""]
         last = _last_layer(table[table["dataset"].astype(str) == dataset])
-        for collapse_metric in ("effective_rank", "cone_angle"):
-            rows = last[last["metric"] == collapse_metric]
-            if rows.empty:
-                continue
-            pivot = rows.groupby(["label", "num_layers"])["value"].apply(_mean_std).unstack("num_layers")
-            pivot.index.name = "norm \\ depth"
-            parts += [f"## {dataset}: {collapse_metric} at the last layer", "", _to_markdown(pivot), ""]
+        parts += _collapse_tables(last, "num_layers", f"{dataset}: {{metric}} at the last layer")
         tokens = token_table[token_table["dataset"].astype(str) == dataset]
         if not tokens.empty:
             parts += _by_layer_markdown(table[table["dataset"].astype(str) == dataset], dataset, "node")
@@ -351,6 +352,7 @@ def make_report(run_dir: str | Path, out_dir: str | Path | None = None) -> list[
     if runs.empty:
         raise ValueError(f"{run_dir}: no successful runs in runs.csv")
     table = layer_table(runs, layers)
+    token_table = layer_table(runs, layers, rows="token")
     epochs = load_epochs(run_dir)
     datasets = _datasets(runs)
     for dataset in datasets:
@@ -367,10 +369,8 @@ def make_report(run_dir: str | Path, out_dir: str | Path | None = None) -> list[
             written += _save(plot_metric_vs_layer(table, dataset=name), out, f"metric_vs_layer{suffix}")
         if table["metric"].astype(str).str.match(r"sv_\d+$").any():
             written += _save(plot_spectra(table, dataset=name), out, f"spectra{suffix}")
-        token_table = layer_table(runs, layers, rows="token")
-        if name is not None:
-            token_table = token_table[token_table["dataset"].astype(str) == name]
-        if np.isin(list(DEFAULT_LAYER_METRICS), token_table["metric"].unique()).any():
+        tokens = token_table if name is None else token_table[token_table["dataset"].astype(str) == name]
+        if np.isin(list(DEFAULT_LAYER_METRICS), tokens["metric"].unique()).any():
             figure = plot_metric_vs_layer(token_table, dataset=name, title="graph-token rows")
             written += _save(figure, out, f"token_metric_vs_layer{suffix}")
     summary = out / "summary.md"

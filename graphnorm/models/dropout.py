@@ -16,6 +16,7 @@ The draws come from the default (or a given) generator, so a seed fixes them; th
 
 from __future__ import annotations
 
+import math
 import sys
 
 import torch
@@ -31,9 +32,7 @@ def keep_mask(
     shape: torch.Size | tuple[int, ...], drop_levels: int, generator: torch.Generator | None = None
 ) -> Tensor:
     """Boolean CPU mask of ``shape``, each entry True with probability ``1 - drop_levels / 2^16``, independently."""
-    count = 1
-    for size in shape:
-        count *= size
+    count = math.prod(shape)
     words = torch.empty((count + 2) // 3, dtype=torch.int64).random_(generator=generator)  # [0, 2^63)
     # Little-endian: an int64 viewed as four int16 is low .. high; the highest holds bit 63, always 0: skipped.
     numbers = words.view(torch.int16).view(-1, 4)[:, :3].reshape(-1)[:count]  # uniform on [-2^15, 2^15)
