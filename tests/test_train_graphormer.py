@@ -16,14 +16,17 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from graphnorm.config import RunConfig
 from graphnorm.data.size_buckets import SizeBucketBatchSampler
+from graphnorm.models import Graphormer
 from graphnorm.train import (
     checkpoint_path,
+    evaluate_graphs,
     graph_loaders,
     graphormer_splits,
     load_checkpoint,
     model_outputs,
     prepare_task,
     run,
+    size_order,
     train,
 )
 
@@ -126,6 +129,27 @@ def test_zinc_run_learns_probes_tokens_and_resumes_after_a_kill_to_the_same_reco
     assert without_timing(resumed) == without_timing(record)  # the history's epochs before the kill included
     assert load_checkpoint(path)["state"]["done"]
     assert without_timing(run(resumable)) == without_timing(record)  # a finished run only reports again
+
+
+def test_evaluation_runs_in_size_order_and_scores_as_dataset_order(data_root: Path) -> None:
+    """Val/test batches are cut from the split sorted by graph size (less padding); every graph is scored once and
+    the metric equals the one over dataset-order batches, for MAE and for OGB's ROC-AUC."""
+    for dataset, limit in [("zinc", 120), ("molhiv", 1000)]:
+        config = tiny_graphormer(data_root, dataset=dataset, limit_graphs=limit)
+        task = prepare_task(config)
+        val_loader = graph_loaders(task, config, torch.Generator())[1]
+        val = val_loader.dataset
+        order = list(val_loader.sampler)
+        assert sorted(order) == list(range(len(val)))
+        sizes = [int(val[i].num_nodes) for i in order]
+        assert sizes == sorted(sizes) and sizes != [int(graph.num_nodes) for graph in val]
+        assert order == size_order(val)
+        dataset_order = torch.utils.data.DataLoader(val, batch_size=config.batch_size, collate_fn=val_loader.collate_fn)
+        torch.manual_seed(0)
+        model = Graphormer.from_config(config, task)
+        ordered = evaluate_graphs(model, val_loader, task, torch.device("cpu"))
+        plain = evaluate_graphs(model, dataset_order, task, torch.device("cpu"))
+        assert ordered == pytest.approx(plain, rel=1e-5, abs=1e-6), dataset
 
 
 def test_sepnorm_graphormer_run(data_root: Path) -> None:
