@@ -16,8 +16,8 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from graphnorm.config import RunConfig
 from graphnorm.data.size_buckets import SizeBucketBatchSampler
-from graphnorm.models import Graphormer
 from graphnorm.train import (
+    build_model,
     checkpoint_path,
     evaluate_graphs,
     graph_loaders,
@@ -146,7 +146,7 @@ def test_evaluation_runs_in_size_order_and_scores_as_dataset_order(data_root: Pa
         assert order == size_order(val)
         dataset_order = torch.utils.data.DataLoader(val, batch_size=config.batch_size, collate_fn=val_loader.collate_fn)
         torch.manual_seed(0)
-        model = Graphormer.from_config(config, task)
+        model = build_model(config, task)
         ordered = evaluate_graphs(model, val_loader, task, torch.device("cpu"))
         plain = evaluate_graphs(model, dataset_order, task, torch.device("cpu"))
         assert ordered == pytest.approx(plain, rel=1e-5, abs=1e-6), dataset
