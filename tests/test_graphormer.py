@@ -8,8 +8,9 @@ from torch_geometric.data import Data
 from torch_geometric.utils import erdos_renyi_graph, to_undirected
 
 from graphnorm.data.graphormer_preprocess import GraphormerPreprocess, collate_graphormer, preprocess_dataset
+from graphnorm.models.gcn import DeepGCN
 from graphnorm.models.graphormer import Graphormer, graphormer_optimizer, graphormer_slim
-from graphnorm.norms import available_norms
+from graphnorm.norms import available_norms, build_norm
 
 HOPS = 3
 TRANSFORM = GraphormerPreprocess(multi_hop_max_dist=HOPS)
@@ -410,3 +411,18 @@ def test_attention_bias_without_path_hops_is_the_spatial_bias() -> None:
     spatial_index = torch.where(spatial < 0, bias_module.max_distance + 1, spatial.clamp(max=bias_module.max_distance))
     real_pair = batch.position_mask[:, 1:, None] & batch.position_mask[:, None, 1:]
     torch.testing.assert_close(bias[real_pair], bias_module.spatial_embedding(spatial_index)[real_pair])
+
+
+@pytest.mark.parametrize("model_kind", ["graphormer", "gcn"])
+def test_norm_instance_is_copied_for_every_position(model_kind):
+    """A norm given as an instance fills each position with its own copy: no parameters or statistics shared."""
+    template = build_norm("batchnorm", 16)
+    model = small_model(template) if model_kind == "graphormer" else DeepGCN(5, 16, 3, 4, norm=template)
+    positions = [m for m in model.modules() if isinstance(m, type(template))]
+    expected = 2 * 2 + 1 if model_kind == "graphormer" else 3  # 2 layers x 2 norms + final norm; 3 hidden GCN layers
+    assert len(positions) == expected
+    assert template not in positions
+    parameter_ids = [id(p) for m in positions for p in m.parameters()]
+    buffer_ids = [id(b) for m in positions for b in m.buffers()]
+    assert len(set(parameter_ids)) == len(parameter_ids)
+    assert len(set(buffer_ids)) == len(buffer_ids)

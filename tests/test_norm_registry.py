@@ -174,9 +174,16 @@ def test_impossible_hyperparameters_are_value_errors(name, kwargs):
         build_norm(name, CHANNELS, **kwargs)
 
 
-def test_build_norm_passes_modules_and_none_through():
-    module = norms.LayerNorm(CHANNELS)
-    assert build_norm(module, CHANNELS) is module
+def test_build_norm_copies_modules_and_passes_none_through():
+    module = norms.BatchNorm(CHANNELS)
+    with torch.no_grad():
+        next(module.parameters()).fill_(2.0)  # copies keep the template's values
+    first, second = build_norm(module, CHANNELS), build_norm(module, CHANNELS)
+    assert first is not module and second is not first  # an instance is a template, copied per call
+    for copied in (first, second):
+        assert [p.data.tolist() for p in copied.parameters()] == [p.data.tolist() for p in module.parameters()]
+        assert not {id(p) for p in copied.parameters()} & {id(p) for p in module.parameters()}
+        assert not {id(b) for b in copied.buffers()} & {id(b) for b in module.buffers()}
     assert isinstance(build_norm(None, CHANNELS), norms.Identity)
     with pytest.raises(ValueError, match="positive integer"):
         build_norm("layernorm", 0)

@@ -32,7 +32,6 @@ forward output is the representation after each layer, all over the same rows (n
 
 from __future__ import annotations
 
-import copy
 import math
 from dataclasses import dataclass
 
@@ -259,10 +258,7 @@ class DeepGCN(nn.Module):
         width = self.input_layer.out_channels
         raw_features = atom_encoder is None  # the first block then sees the raw input features
         for _ in range(num_hidden):
-            if isinstance(norm, nn.Module):
-                layer_norm = copy.deepcopy(norm)  # one independent copy per layer
-            else:
-                layer_norm = build_norm(norm, hidden_channels, **norm_kwargs)
+            layer_norm = build_norm(norm, hidden_channels, **norm_kwargs)  # an instance is copied per layer
             blocks.append(
                 GCNBlock(
                     width,

@@ -13,6 +13,7 @@ arguments against the class signature so a typo is a clear ``ValueError``, not a
 
 from __future__ import annotations
 
+import copy
 import inspect
 from collections.abc import Callable
 
@@ -60,13 +61,15 @@ def norm_keywords(name: str) -> list[str]:
 def build_norm(name: str | nn.Module | None, channels: int, **kwargs) -> nn.Module:
     """Create the norm registered as ``name`` for ``channels`` features.
 
-    ``name`` may also be an already-built ``nn.Module`` (returned as is; no keywords allowed) or
-    ``None`` (identity). Unknown names and unknown keywords raise ``ValueError`` listing the valid choices.
+    ``name`` may also be an already-built ``nn.Module``, used as a template: each call returns an independent deep
+    copy (no keywords allowed), so a model that fills many positions from one instance never shares parameters or
+    running statistics between them. ``None`` means identity. Unknown names and unknown keywords raise
+    ``ValueError`` listing the valid choices.
     """
     if isinstance(name, nn.Module):
         if kwargs:
             raise ValueError(f"keywords {sorted(kwargs)} given together with an already-built norm module")
-        return name
+        return copy.deepcopy(name)
     if name is None:
         name = "none"
     cls = norm_class(name)
