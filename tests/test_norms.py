@@ -724,7 +724,9 @@ def test_sepnorm_row_wise_fast_path_matches_general_path(token_pos):
     x, batch, mask = token_batch(token_pos=token_pos)
     fast = SepNorm(C).double().train()
     randomize_parameters(fast)
-    general = SepNorm(C, token_norm=fast.token_norm, node_norm=_Opaque(fast.node_norm))
+    general = SepNorm(C).double()
+    # Share the very same sub-norms (build_norm would copy instances), so gradients reach `fast`'s parameters.
+    general.token_norm, general.node_norm = fast.token_norm, _Opaque(fast.node_norm)
     x.requires_grad_(True)
     out_fast, out_general = fast(x, batch, token_mask=mask), general(x, batch, token_mask=mask)
     torch.testing.assert_close(out_fast, out_general, rtol=1e-12, atol=1e-12)
