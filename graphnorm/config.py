@@ -255,3 +255,33 @@ class RunConfig:
             raise ValueError(
                 f"unknown norm_kwargs {unknown} for norm {self.norm!r}; valid: {', '.join(norm_keywords(self.norm))}"
             )
+
+
+def unsupported_norm_reason(config: RunConfig) -> str | None:
+    """Why ``config.norm`` cannot run on ``config.model`` (one line), or ``None`` when it can.
+
+    Only the model context is judged here (which rows, masks and edges the model hands its norms), not the norm's
+    own keyword values; a sweep uses it to leave such norms out of ``norm: all``.
+    """
+    norm = config.norm.lower() if isinstance(config.norm, str) else config.norm
+    if norm != "sepnorm":
+        return None
+    has_token_rows = config.model == "graphormer" or (
+        config.virtual_node is True and config.dataset not in NODE_DATASETS
+    )
+    if not has_token_rows:
+        return (
+            "sepnorm needs graph-token rows: use model=graphormer, or model=gcn with virtual_node=true on a "
+            "graph-level dataset"
+        )
+    norm_kwargs = config.norm_kwargs if isinstance(config.norm_kwargs, dict) else {}
+    token_kwargs = norm_kwargs.get("token_kwargs") or {}
+    if (
+        isinstance(norm_kwargs.get("token_norm"), str)
+        and norm_kwargs["token_norm"].lower() == "contranorm"
+        and isinstance(token_kwargs, dict)
+        and token_kwargs.get("exclude_neighbors", True)
+    ):
+        # SepNorm hands its token norm the token rows alone, without edges (tokens have no neighbours).
+        return "sepnorm's token rows have no edges: token_norm=contranorm needs token_kwargs exclude_neighbors=false"
+    return None
