@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from graphnorm.norms.registry import register_norm
-from graphnorm.norms.utils import check_batch, check_features, check_positive
+from graphnorm.norms.utils import check_batch, check_features, check_positive, upcast
 
 
 @register_norm("adanorm")
@@ -26,6 +26,8 @@ class AdaNorm(nn.Module):
     Differences from the authors' code (https://github.com/lancopku/AdaNorm): there :math:`\sigma` is the
     *unbiased* std and ``eps`` is added to it; here :math:`\sigma = \sqrt{\sigma^2_{pop} + \epsilon}` with the
     population variance, as in the paper's definition and in LayerNorm.
+
+    float16 / bfloat16 input is computed in float32 and returned in its own dtype.
     """
 
     def __init__(self, channels: int, C: float = 2.0, k: float = 0.1, eps: float = 1e-5) -> None:
@@ -49,10 +51,11 @@ class AdaNorm(nn.Module):
         check_batch(x, batch, "adanorm")
         if x.size(0) == 0:
             return x.clone()
+        wide = upcast(x)  # float32 for half precision: the product below would otherwise round in half
         # w = C * y via the fused layer_norm (its gain is the constant C; gradients through mean and std intact).
-        w = F.layer_norm(x, (self.channels,), x.new_full((self.channels,), self.C), None, self.eps)
+        w = F.layer_norm(wide, (self.channels,), wide.new_full((self.channels,), self.C), None, self.eps)
         # z = C * (1 - k*y) * y = w - (k / C) * w * [w]_detach, one fused pass; d z / d w = 1 - k * [y]_detach.
-        return torch.addcmul(w, w, w.detach(), value=-self.k / self.C)
+        return torch.addcmul(w, w, w.detach(), value=-self.k / self.C).to(x.dtype)
 
     def extra_repr(self) -> str:
         return f"{self.channels}, C={self.C}, k={self.k}, eps={self.eps}"

@@ -6,7 +6,7 @@ from torch import Tensor, nn
 from torch_geometric.nn.norm import BatchNorm as PyGBatchNorm
 
 from graphnorm.norms.registry import register_norm
-from graphnorm.norms.utils import check_batch, check_features, check_positive
+from graphnorm.norms.utils import call_in_dtype, check_batch, check_features, check_positive, compute_dtype, upcast
 
 
 @register_norm("batchnorm")
@@ -28,6 +28,9 @@ class BatchNorm(nn.Module):
     channel"); this layer then normalizes that row with the running statistics and leaves them unchanged, exactly
     as in eval mode (PyG's ``allow_single_element``). This happens e.g. to the graph-token rows of :class:`SepNorm`
     when a batch holds one graph. An empty input returns an empty tensor and does not touch the running statistics.
+
+    float16 / bfloat16 input is normalized in float32 (parameters and running statistics too, whatever their
+    dtype; updated running statistics are stored back in the module's dtype) and returned in its own dtype.
     """
 
     def __init__(self, channels: int, eps: float = 1e-5, momentum: float = 0.1, affine: bool = True) -> None:
@@ -55,7 +58,7 @@ class BatchNorm(nn.Module):
         check_batch(x, batch, "batchnorm")
         if x.size(0) == 0:
             return x.clone()
-        return self.module(x)
+        return call_in_dtype(self.module, compute_dtype(x), upcast(x)).to(x.dtype)
 
     def extra_repr(self) -> str:
         return f"{self.channels}, eps={self.module.module.eps}, momentum={self.module.module.momentum}"

@@ -11,7 +11,7 @@ from torch.autograd.function import FunctionCtx, once_differentiable
 from torch_geometric.utils import to_dense_batch
 
 from graphnorm.norms.registry import register_norm
-from graphnorm.norms.utils import check_batch, check_features
+from graphnorm.norms.utils import cast, check_batch, check_features, check_graph_ids, upcast
 
 # Graphs with at most this many nodes go through padded dense blocks [graphs, max_nodes, max_nodes] (plain autograd,
 # a handful of batched ops for a whole mini-batch of molecules); larger ones through the streaming row-block kernel,
@@ -272,6 +272,10 @@ class ContraNorm(nn.Module):
     graphs); (3) the ``n x n`` similarity is never materialized for large graphs: a streaming row-block kernel with a
     recomputing backward keeps memory linear in ``n``; graphs of at most ``DENSE_MAX_NODES`` nodes use padded
     per-graph dense blocks. Double backward is not supported.
+
+    float16 / bfloat16 input is computed in float32 (similarities, exponentials and the LayerNorm, whose parameters
+    are cast too) and returned in its own dtype: in half, ``exp`` of the shifted logits and the softmax sums would
+    keep 8 or 11 bits and the raw-feature mix ``P x`` rounds likewise.
     """
 
     def __init__(
@@ -311,6 +315,7 @@ class ContraNorm(nn.Module):
     ) -> Tensor:
         check_features(x, self.channels, "contranorm")
         check_batch(x, batch, "contranorm")
+        check_graph_ids(batch, batch_size, "contranorm")
         if self.exclude_neighbors and edge_index is None:
             raise ValueError(
                 "contranorm: exclude_neighbors=True needs edge_index (the negatives are the non-neighbours); "
@@ -319,11 +324,17 @@ class ContraNorm(nn.Module):
         if edge_index is not None and self.exclude_neighbors:
             _check_edge_index(edge_index, x.size(0))
         if x.size(0) == 0:
-            return self.layer_norm(x) if self.layer_norm is not None else x.clone()
-        mixed = self.negative_mix(x, batch, edge_index if self.exclude_neighbors else None)
-        base = (1.0 + self.scale) * x if self.identity else x
+            return self._final_norm(x) if self.layer_norm is not None else x.clone()
+        wide = upcast(x)
+        mixed = self.negative_mix(wide, batch, edge_index if self.exclude_neighbors else None)
+        base = (1.0 + self.scale) * wide if self.identity else wide
         out = base - self.scale * mixed
-        return self.layer_norm(out) if self.layer_norm is not None else out
+        return (self._final_norm(out) if self.layer_norm is not None else out).to(x.dtype)
+
+    def _final_norm(self, x: Tensor) -> Tensor:
+        """The trailing LayerNorm, its parameters cast to ``x``'s dtype (``nn.LayerNorm`` needs them equal)."""
+        norm = self.layer_norm
+        return F.layer_norm(x, norm.normalized_shape, cast(norm.weight, x.dtype), cast(norm.bias, x.dtype), norm.eps)
 
     def negative_mix(self, x: Tensor, batch: Tensor | None, edge_index: Tensor | None) -> Tensor:
         """``P x`` ``[num_nodes, channels]``: each node's softmax-weighted mean over its negatives (per graph)."""

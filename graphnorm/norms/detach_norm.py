@@ -6,7 +6,7 @@ import torch
 from torch import Tensor, nn
 
 from graphnorm.norms.registry import register_norm
-from graphnorm.norms.utils import check_batch, check_features, check_positive, row_mean_var
+from graphnorm.norms.utils import check_batch, check_features, check_positive, row_mean_var, upcast
 
 
 @register_norm("detachnorm")
@@ -21,6 +21,8 @@ class DetachNorm(nn.Module):
 
     but :math:`\mu_i` and :math:`\sigma_i` are constants for back-propagation, so
     :math:`\partial \mathbf{x}'_i / \partial \mathbf{x}_i = I / \sigma_i`.
+
+    float16 / bfloat16 input is computed in float32 and returned in its own dtype.
     """
 
     def __init__(self, channels: int, eps: float = 1e-5) -> None:
@@ -40,11 +42,12 @@ class DetachNorm(nn.Module):
         check_batch(x, batch, "detachnorm")
         if x.size(0) == 0:
             return x.clone()
+        wide = upcast(x)  # float32 for half precision: a half sum of squares overflows past 65504
         # Statistics from a detached view: no graph is built through them at all.
-        mean, var = row_mean_var(x.detach())  # [num_nodes, 1] each
+        mean, var = row_mean_var(wide.detach())  # [num_nodes, 1] each
         inv_std = (var + self.eps).rsqrt()
         # (x - mean) * inv_std as one fused pass: x * inv_std + (-mean * inv_std)
-        return torch.addcmul(-mean * inv_std, x, inv_std)
+        return torch.addcmul(-mean * inv_std, wide, inv_std).to(x.dtype)
 
     def extra_repr(self) -> str:
         return f"{self.channels}, eps={self.eps}"

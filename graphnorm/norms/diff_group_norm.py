@@ -7,7 +7,15 @@ from torch import Tensor, nn
 from torch_geometric.nn.norm import DiffGroupNorm as PyGDiffGroupNorm
 
 from graphnorm.norms.registry import register_norm
-from graphnorm.norms.utils import check_batch, check_features, check_positive
+from graphnorm.norms.utils import (
+    call_in_dtype,
+    cast,
+    check_batch,
+    check_features,
+    check_positive,
+    compute_dtype,
+    upcast,
+)
 
 
 @register_norm("diffgroupnorm")
@@ -28,6 +36,9 @@ class DiffGroupNorm(nn.Module):
     whole mini-batch, not one graph. A single-row training batch is normalized with the running statistics, which
     stay unchanged (as in eval mode), instead of crashing. ``groups`` defaults to 10 (the paper sets it per dataset,
     about the number of classes); ``lamda`` defaults to PyG's 0.01.
+
+    float16 / bfloat16 input is computed in float32 (parameters and running statistics too, whatever their dtype;
+    updated running statistics are stored back in the module's dtype) and returned in its own dtype.
     """
 
     def __init__(
@@ -60,14 +71,18 @@ class DiffGroupNorm(nn.Module):
         check_batch(x, batch, "diffgroupnorm")
         if x.size(0) == 0:
             return x.clone()
+        wide, dtype = upcast(x), compute_dtype(x)  # float32 for half precision, in every parameter too
         if not (self.training and x.size(0) == 1):
-            return self.module(x)
+            return call_in_dtype(self.module, dtype, wide).to(x.dtype)
         # One row in training: no batch variance exists; use the running statistics without updating them.
         groups, channels, bn = self.module.groups, self.channels, self.module.norm
-        s = self.module.lin(x).softmax(dim=-1)  # [1, G]
-        grouped = (s.unsqueeze(-1) * x.unsqueeze(-2)).view(-1, groups * channels)  # [1, G*C]
-        out = F.batch_norm(grouped, bn.running_mean, bn.running_var, bn.weight, bn.bias, False, 0.0, bn.eps)
-        return x + self.module.lamda * out.view(-1, groups, channels).sum(dim=-2)
+        s = F.linear(wide, cast(self.module.lin.weight, dtype)).softmax(dim=-1)  # [1, G]
+        grouped = (s.unsqueeze(-1) * wide.unsqueeze(-2)).view(-1, groups * channels)  # [1, G*C]
+        running_mean, running_var, weight, bias = (
+            cast(t, dtype) for t in (bn.running_mean, bn.running_var, bn.weight, bn.bias)
+        )
+        out = F.batch_norm(grouped, running_mean, running_var, weight, bias, False, 0.0, bn.eps)
+        return (wide + self.module.lamda * out.view(-1, groups, channels).sum(dim=-2)).to(x.dtype)
 
     def extra_repr(self) -> str:
         return f"{self.channels}, groups={self.module.groups}, lamda={self.module.lamda}"

@@ -7,14 +7,17 @@ from torch import Tensor, nn
 
 from graphnorm.norms.registry import register_norm
 from graphnorm.norms.utils import (
+    cast,
     check_batch,
     check_features,
+    check_graph_ids,
     check_positive,
     graph_center_scale,
     graph_centered_sq_sum,
     graph_reduce,
     graph_sizes,
     rename_legacy_keys,
+    upcast,
 )
 
 
@@ -36,6 +39,9 @@ class GraphNorm(nn.Module):
     Eq. 8 and as :class:`torch_geometric.nn.norm.GraphNorm` (same parameters and outputs; tested against it). Our
     own implementation: the per-graph statistics are accumulated over row chunks, so the forward allocates one
     full-size tensor (the output) instead of PyG's five.
+
+    float16 / bfloat16 input is computed in float32 (the parameters too, whatever their dtype) and returned in its
+    own dtype.
     """
 
     def __init__(self, channels: int, eps: float = 1e-5) -> None:
@@ -66,12 +72,15 @@ class GraphNorm(nn.Module):
     ) -> Tensor:
         check_features(x, self.channels, "graphnorm")
         check_batch(x, batch, "graphnorm")
+        check_graph_ids(batch, batch_size, "graphnorm")
         if x.size(0) == 0:
             return x.clone()
-        center = graph_reduce(x, batch, batch_size, "mean") * self.mean_scale  # alpha * mu_g, [num_graphs, C]
-        var = graph_centered_sq_sum(x, center, batch, batch_size) / graph_sizes(x, batch, batch_size)
+        wide = upcast(x)  # float32 for half precision: half sums of squares overflow past 65504
+        weight, bias, mean_scale = (cast(p, wide.dtype) for p in (self.weight, self.bias, self.mean_scale))
+        center = graph_reduce(wide, batch, batch_size, "mean") * mean_scale  # alpha * mu_g, [num_graphs, C]
+        var = graph_centered_sq_sum(wide, center, batch, batch_size) / graph_sizes(wide, batch, batch_size)
         # gamma / sqrt(var + eps) folded per graph ([num_graphs, C]) before it meets the [N, C] rows
-        return graph_center_scale(x, center, self.weight * (var + self.eps).rsqrt(), batch, self.bias)
+        return graph_center_scale(wide, center, weight * (var + self.eps).rsqrt(), batch, bias).to(x.dtype)
 
     def extra_repr(self) -> str:
         return f"{self.channels}, eps={self.eps}"

@@ -7,14 +7,17 @@ from torch import Tensor, nn
 
 from graphnorm.norms.registry import register_norm
 from graphnorm.norms.utils import (
+    cast,
     check_batch,
     check_features,
+    check_graph_ids,
     check_positive,
     graph_center_scale,
     graph_centered_sq_sum,
     graph_reduce,
     graph_sizes,
     rename_legacy_keys,
+    upcast,
 )
 
 
@@ -35,6 +38,9 @@ class InstanceNorm(nn.Module):
     implementation that allocates one full-size tensor (the output). Without ``batch`` all rows are one graph,
     through the same code: PyG's ``batch=None`` path uses ``F.instance_norm``, which raises on a one-node graph;
     here a one-node graph gives :math:`\boldsymbol\beta`.
+
+    float16 / bfloat16 input is computed in float32 (the parameters too, whatever their dtype) and returned in its
+    own dtype.
     """
 
     def __init__(self, channels: int, eps: float = 1e-5, affine: bool = False) -> None:
@@ -68,14 +74,16 @@ class InstanceNorm(nn.Module):
     ) -> Tensor:
         check_features(x, self.channels, "instancenorm")
         check_batch(x, batch, "instancenorm")
+        check_graph_ids(batch, batch_size, "instancenorm")
         if x.size(0) == 0:
             return x.clone()
-        mean = graph_reduce(x, batch, batch_size, "mean")  # [num_graphs, C]
-        var = graph_centered_sq_sum(x, mean, batch, batch_size) / graph_sizes(x, batch, batch_size)  # biased
+        wide = upcast(x)  # float32 for half precision: half sums of squares overflow past 65504
+        mean = graph_reduce(wide, batch, batch_size, "mean")  # [num_graphs, C]
+        var = graph_centered_sq_sum(wide, mean, batch, batch_size) / graph_sizes(wide, batch, batch_size)  # biased
         scale = (var + self.eps).rsqrt()  # [num_graphs, C]; gamma folded in per graph, not per node
         if self.affine:
-            scale = scale * self.weight
-        return graph_center_scale(x, mean, scale, batch, self.bias)
+            scale = scale * cast(self.weight, wide.dtype)
+        return graph_center_scale(wide, mean, scale, batch, cast(self.bias, wide.dtype)).to(x.dtype)
 
     def extra_repr(self) -> str:
         return f"{self.channels}, eps={self.eps}, affine={self.affine}"

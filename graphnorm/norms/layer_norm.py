@@ -8,14 +8,17 @@ from torch import Tensor, nn
 
 from graphnorm.norms.registry import register_norm
 from graphnorm.norms.utils import (
+    cast,
     check_batch,
     check_choice,
     check_features,
+    check_graph_ids,
     check_positive,
     graph_center_scale,
     graph_centered_sq_sum,
     graph_reduce,
     graph_sizes,
+    upcast,
 )
 
 
@@ -41,6 +44,9 @@ class LayerNorm(nn.Module):
     Difference from PyG: PyG divides by ``std + eps`` when ``batch`` is None but by ``sqrt(var + eps)`` otherwise;
     here it is always ``sqrt(var + eps)``, so a lone graph gives the same output with or without a batch vector.
     ``affine`` adds the per-channel gain :math:`\boldsymbol\gamma` (init 1) and bias :math:`\boldsymbol\beta` (init 0).
+
+    float16 / bfloat16 input is computed in float32 (the parameters too, whatever their dtype) and returned in its
+    own dtype.
     """
 
     def __init__(self, channels: int, mode: str = "node", eps: float = 1e-5, affine: bool = True) -> None:
@@ -71,19 +77,23 @@ class LayerNorm(nn.Module):
     ) -> Tensor:
         check_features(x, self.channels, "layernorm")
         check_batch(x, batch, "layernorm")
+        if self.mode == "graph":
+            check_graph_ids(batch, batch_size, "layernorm")
         if x.size(0) == 0:
             return x.clone()
+        wide = upcast(x)  # float32 for half precision: half sums of squares overflow past 65504
+        weight, bias = cast(self.weight, wide.dtype), cast(self.bias, wide.dtype)
         if self.mode == "node":
-            return F.layer_norm(x, (self.channels,), self.weight, self.bias, self.eps)
+            return F.layer_norm(wide, (self.channels,), weight, bias, self.eps).to(x.dtype)
         # Mean over a graph's nodes, then over channels, is the mean over all its entries (equal weights).
-        mean = graph_reduce(x, batch, batch_size, "mean").mean(dim=1, keepdim=True)  # [num_graphs, 1]
+        mean = graph_reduce(wide, batch, batch_size, "mean").mean(dim=1, keepdim=True)  # [num_graphs, 1]
         # Two-pass variance around mu_g, accumulated over row chunks (no [N, C] temporary).
-        sq_sum = graph_centered_sq_sum(x, mean, batch, batch_size).sum(dim=1, keepdim=True)  # [num_graphs, 1]
-        scale = (sq_sum / (graph_sizes(x, batch, batch_size) * x.size(1)) + self.eps).rsqrt()  # [num_graphs, 1]
+        sq_sum = graph_centered_sq_sum(wide, mean, batch, batch_size).sum(dim=1, keepdim=True)  # [num_graphs, 1]
+        scale = (sq_sum / (graph_sizes(wide, batch, batch_size) * x.size(1)) + self.eps).rsqrt()  # [num_graphs, 1]
         if self.affine:
-            scale = scale * self.weight  # gamma folded in per graph ([num_graphs, C]), not per node
+            scale = scale * weight  # gamma folded in per graph ([num_graphs, C]), not per node
         # (x - mu_g) * scale + beta in one pass that allocates only the output
-        return graph_center_scale(x, mean, scale, batch, self.bias)
+        return graph_center_scale(wide, mean, scale, batch, bias).to(x.dtype)
 
     def extra_repr(self) -> str:
         return f"{self.channels}, mode={self.mode!r}, eps={self.eps}, affine={self.affine}"

@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from graphnorm.norms.registry import register_norm
-from graphnorm.norms.utils import check_batch, check_features, check_positive
+from graphnorm.norms.utils import check_batch, check_features, check_positive, upcast
 
 
 @register_norm("layernorm_simple")
@@ -17,6 +17,8 @@ class LayerNormSimple(nn.Module):
     .. math::
         \mathbf{x}'_i = \frac{\mathbf{x}_i - \mu_i}{\sqrt{\sigma_i^2 + \epsilon}}, \qquad
         \mu_i = \frac{1}{C}\sum_c x_{ic},\; \sigma_i^2 = \frac{1}{C}\sum_c (x_{ic} - \mu_i)^2 .
+
+    float16 / bfloat16 input is computed in float32 and returned in its own dtype.
     """
 
     def __init__(self, channels: int, eps: float = 1e-5) -> None:
@@ -36,7 +38,7 @@ class LayerNormSimple(nn.Module):
         check_batch(x, batch, "layernorm_simple")
         if x.size(0) == 0:
             return x.clone()
-        return F.layer_norm(x, (self.channels,), None, None, self.eps)
+        return F.layer_norm(upcast(x), (self.channels,), None, None, self.eps).to(x.dtype)
 
     def extra_repr(self) -> str:
         return f"{self.channels}, eps={self.eps}"

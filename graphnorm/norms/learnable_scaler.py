@@ -6,7 +6,7 @@ import torch
 from torch import Tensor, nn
 
 from graphnorm.norms.registry import register_norm
-from graphnorm.norms.utils import check_batch, check_choice, check_features
+from graphnorm.norms.utils import cast, check_batch, check_choice, check_features, compute_dtype, upcast
 
 LEARNABLE_SCALER_INITS = ("ones", "normal")
 
@@ -24,6 +24,9 @@ class LearnableScaler(nn.Module):
       no random sign flips or near-zero channels at initialization).
     * ``"normal"``: :math:`a_c \sim \mathcal{N}(0, 1)`, what the reference code actually does
       (``nn.init.normal_(torch.ones(C))`` overwrites the ones with standard-normal draws).
+
+    float16 / bfloat16 input is computed in float32 (the parameters too, whatever their dtype) and returned in its
+    own dtype.
     """
 
     def __init__(self, channels: int, init: str = "ones") -> None:
@@ -51,7 +54,9 @@ class LearnableScaler(nn.Module):
     ) -> Tensor:
         check_features(x, self.channels, "learnable_scaler")
         check_batch(x, batch, "learnable_scaler")
-        return torch.addcmul(self.bias, x, self.weight)  # one fused kernel: b + x * a
+        dtype = compute_dtype(x)
+        # one fused kernel: b + x * a (float32 for half input, so only the result is rounded)
+        return torch.addcmul(cast(self.bias, dtype), upcast(x), cast(self.weight, dtype)).to(x.dtype)
 
     def extra_repr(self) -> str:
         return f"{self.channels}, init={self.init!r}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from graphnorm.norms.registry import register_norm
-from graphnorm.norms.utils import broadcast_to_nodes, check_batch, check_features, graph_reduce
+from graphnorm.norms.utils import broadcast_to_nodes, check_batch, check_features, check_graph_ids, graph_reduce, upcast
 
 
 @register_norm("meansubtraction")
@@ -17,6 +17,8 @@ class MeanSubtraction(nn.Module):
         \mathbf{x}'_i = \mathbf{x}_i - \frac{1}{|\mathcal{V}_g|} \sum_{j \in \mathcal{V}_g} \mathbf{x}_j
 
     where :math:`\mathcal{V}_g` are the nodes of the graph that holds node :math:`i`.
+
+    float16 / bfloat16 input is computed in float32 and returned in its own dtype.
     """
 
     def __init__(self, channels: int) -> None:
@@ -33,9 +35,11 @@ class MeanSubtraction(nn.Module):
     ) -> Tensor:
         check_features(x, self.channels, "meansubtraction")
         check_batch(x, batch, "meansubtraction")
+        check_graph_ids(batch, batch_size, "meansubtraction")
         if x.size(0) == 0:
             return x.clone()
-        return x - broadcast_to_nodes(graph_reduce(x, batch, batch_size, "mean"), batch)
+        wide = upcast(x)  # float32 for half precision: a half sum of rows rounds at 8 or 11 bits
+        return (wide - broadcast_to_nodes(graph_reduce(wide, batch, batch_size, "mean"), batch)).to(x.dtype)
 
     def extra_repr(self) -> str:
         return f"{self.channels}"

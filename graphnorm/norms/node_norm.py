@@ -5,7 +5,7 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from graphnorm.norms.registry import register_norm
-from graphnorm.norms.utils import check_batch, check_features, check_positive, row_mean_var
+from graphnorm.norms.utils import check_batch, check_features, check_positive, row_mean_var, upcast
 
 
 @register_norm("nodenorm")
@@ -20,6 +20,8 @@ class NodeNorm(nn.Module):
     No centering, population variance, no learnable parameters; ``eps`` (1e-5) inside the root as in the authors'
     code. ``p`` (default 2, the ``power_root`` default of the authors' code, its ``"pr"`` variant) tempers the
     rescaling: ``p=1`` divides by the full std (their ``"v"`` variant); larger ``p`` normalizes less.
+
+    float16 / bfloat16 input is computed in float32 and returned in its own dtype.
     """
 
     def __init__(self, channels: int, p: float = 2.0, eps: float = 1e-5) -> None:
@@ -40,9 +42,10 @@ class NodeNorm(nn.Module):
         check_batch(x, batch, "nodenorm")
         if x.size(0) == 0:
             return x.clone()
-        _, var = row_mean_var(x)  # [num_nodes, 1]
+        wide = upcast(x)  # float32 for half precision: a half sum of squares overflows past 65504
+        _, var = row_mean_var(wide)  # [num_nodes, 1]
         # sigma^(1/p) = (var + eps)^(1/(2p))
-        return x * (var + self.eps).pow(-0.5 / self.p)
+        return (wide * (var + self.eps).pow(-0.5 / self.p)).to(x.dtype)
 
     def extra_repr(self) -> str:
         return f"{self.channels}, p={self.p}, eps={self.eps}"

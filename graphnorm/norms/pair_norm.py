@@ -11,11 +11,13 @@ from graphnorm.norms.utils import (
     check_batch,
     check_choice,
     check_features,
+    check_graph_ids,
     check_positive,
     graph_center_scale,
     graph_centered_sq_sum,
     graph_reduce,
     graph_sizes,
+    upcast,
 )
 
 PAIRNORM_MODES = ("PN", "PN-SI", "PN-SCS")
@@ -46,6 +48,8 @@ class PairNorm(nn.Module):
     where, as in that code, :math:`\boldsymbol\mu_g` is the mean of the *input* rows, so ``PN-SCS`` output does not in
     general have zero mean (``PN`` and ``PN-SI`` do). ``eps`` (1e-6, as the official code) sits inside the root.
     Unlike the official code (one graph), all statistics are per graph of the mini-batch.
+
+    float16 / bfloat16 input is computed in float32 and returned in its own dtype.
     """
 
     def __init__(self, channels: int, mode: str = "PN", scale: float = 1.0, eps: float = 1e-6) -> None:
@@ -65,8 +69,14 @@ class PairNorm(nn.Module):
     ) -> Tensor:
         check_features(x, self.channels, "pairnorm")
         check_batch(x, batch, "pairnorm")
+        check_graph_ids(batch, batch_size, "pairnorm")
         if x.size(0) == 0:
             return x.clone()
+        # float32 for half precision: a half squared row norm overflows past 65504 (the output was all zeros)
+        return self._normalize(upcast(x), batch, batch_size).to(x.dtype)
+
+    def _normalize(self, x: Tensor, batch: Tensor | None, batch_size: int | None) -> Tensor:
+        """PairNorm of ``x`` in its own dtype (float32 or float64)."""
         mean = graph_reduce(x, batch, batch_size, "mean")  # [num_graphs, C]
         if self.mode == "PN-SCS":
             # vector_norm only reads x (x.pow(2) would allocate a full-size square)

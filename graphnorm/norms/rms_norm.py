@@ -6,7 +6,7 @@ import torch
 from torch import Tensor, nn
 
 from graphnorm.norms.registry import register_norm
-from graphnorm.norms.utils import check_batch, check_features, check_positive
+from graphnorm.norms.utils import cast, check_batch, check_features, check_positive, upcast
 
 
 @register_norm("rmsnorm")
@@ -23,6 +23,9 @@ class RMSNorm(nn.Module):
     (pRMSNorm, ``0 < p < 1``): the RMS is estimated from the first :math:`k` channels only, and all channels are
     divided by it. As in the authors' code, ``eps`` (default 1e-8) is added to the RMS, not inside the root.
     The gain :math:`\mathbf{g}` starts at 1; the bias :math:`\mathbf{b}` (``bias=True``) at 0.
+
+    float16 / bfloat16 input is computed in float32 (the parameters too, whatever their dtype) and returned in its
+    own dtype.
     """
 
     def __init__(self, channels: int, p: float = -1.0, eps: float = 1e-8, bias: bool = False) -> None:
@@ -58,12 +61,13 @@ class RMSNorm(nn.Module):
         check_batch(x, batch, "rmsnorm")
         if x.size(0) == 0:
             return x.clone()
-        part = x if self.partial_size == self.channels else x[:, : self.partial_size]
+        wide = upcast(x)  # float32 for half precision: a half squared row norm overflows past 65504
+        part = wide if self.partial_size == self.channels else wide[:, : self.partial_size]
         rms = torch.linalg.vector_norm(part, dim=1, keepdim=True) * self.partial_size**-0.5  # [num_nodes, 1]
-        out = x / (rms + self.eps) * self.weight
+        out = wide / (rms + self.eps) * cast(self.weight, wide.dtype)
         if self.bias is not None:
-            out = out + self.bias
-        return out
+            out = out + cast(self.bias, wide.dtype)
+        return out.to(x.dtype)
 
     def extra_repr(self) -> str:
         return f"{self.channels}, p={self.p}, eps={self.eps}, bias={self.bias is not None}"

@@ -10,7 +10,7 @@ from torch_geometric.utils import subgraph
 
 from graphnorm.norms.layer_norm import LayerNorm
 from graphnorm.norms.registry import build_norm, register_norm
-from graphnorm.norms.utils import check_batch, check_features, check_token_mask, num_graphs
+from graphnorm.norms.utils import check_batch, check_features, check_graph_ids, check_token_mask, num_graphs
 
 
 @register_norm("sepnorm")
@@ -36,6 +36,8 @@ class SepNorm(nn.Module):
     One graph in training mode: the default BatchNorm then sees a single token row, which has no batch variance;
     it normalizes that row with its running statistics and does not update them (as in eval mode), see
     :class:`~graphnorm.norms.BatchNorm`.
+
+    float16 / bfloat16 input: each sub-norm computes in float32 and the output has the input's dtype.
     """
 
     def __init__(
@@ -63,6 +65,7 @@ class SepNorm(nn.Module):
     ) -> Tensor:
         check_features(x, self.channels, "sepnorm")
         check_batch(x, batch, "sepnorm")
+        check_graph_ids(batch, batch_size, "sepnorm")
         if x.size(0) == 0:
             return x.clone()
         check_token_mask(x, batch, token_mask, batch_size, "sepnorm")

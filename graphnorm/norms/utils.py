@@ -5,9 +5,49 @@ from __future__ import annotations
 import math
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
+from torch.func import functional_call
 from torch_geometric.utils import scatter
+
+# float16 overflows past 65504 (a row of 64 entries of size 40 has a squared norm of 1e5) and bfloat16 keeps 8
+# mantissa bits (a sum of squares loses ~0.4% per addition): statistics of these dtypes accumulate in float32.
+HALF_DTYPES = (torch.float16, torch.bfloat16)
+
+
+def compute_dtype(x: Tensor) -> torch.dtype:
+    """The dtype a norm computes in: float32 for float16 / bfloat16 ``x`` (as ``F.layer_norm`` does), else ``x``'s."""
+    return torch.float32 if x.dtype in HALF_DTYPES else x.dtype
+
+
+def upcast(x: Tensor) -> Tensor:
+    """``x`` in :func:`compute_dtype`: a float32 copy (differentiable) for half precision, ``x`` itself otherwise."""
+    return x.to(compute_dtype(x))
+
+
+def cast(tensor: Tensor | None, dtype: torch.dtype) -> Tensor | None:
+    """A parameter in the compute dtype (differentiable; the tensor itself when it already has it), None stays."""
+    return None if tensor is None else tensor.to(dtype)
+
+
+def call_in_dtype(module: nn.Module, dtype: torch.dtype, *args: Tensor) -> Tensor:
+    """``module(*args)`` with the module's floating-point parameters and buffers in ``dtype``.
+
+    For a wrapped torch module (e.g. ``BatchNorm1d``) whose parameters are float16 while the statistics are computed
+    in float32: the parameters are cast differentiably (gradients reach the originals) and updated running
+    statistics are written back into the module's own buffers. Without a cast it is a plain ``module(*args)``.
+    """
+    tensors = dict(module.named_parameters()) | dict(module.named_buffers())
+    to_cast = {name for name, t in tensors.items() if t.is_floating_point() and t.dtype != dtype}
+    if not to_cast:
+        return module(*args)
+    casted = {name: t.to(dtype) if name in to_cast else t for name, t in tensors.items()}
+    out = functional_call(module, casted, args)
+    with torch.no_grad():
+        for name, buffer in module.named_buffers():
+            if name in to_cast:
+                buffer.copy_(casted[name])
+    return out
 
 
 def check_features(x: Tensor, channels: int | None = None, name: str = "norm") -> None:
@@ -23,13 +63,32 @@ def check_features(x: Tensor, channels: int | None = None, name: str = "norm") -
 
 
 def check_batch(x: Tensor, batch: Tensor | None, name: str = "norm") -> None:
-    """``batch`` must be a 1-D integer vector with one entry per row of ``x``."""
+    """``batch`` must be a 1-D integer vector with one entry per row of ``x`` (its values: :func:`check_graph_ids`)."""
     if batch is None:
         return
+    if not isinstance(batch, Tensor):
+        raise TypeError(f"{name}: batch must be a torch.Tensor of graph ids, got {type(batch).__name__}")
     if batch.dim() != 1 or batch.numel() != x.size(0):
         raise ValueError(f"{name}: batch must have shape [num_nodes] = [{x.size(0)}], got shape {tuple(batch.shape)}")
     if batch.dtype not in (torch.long, torch.int32, torch.int64):
         raise TypeError(f"{name}: batch must be an integer tensor, got {batch.dtype}")
+
+
+def check_graph_ids(batch: Tensor | None, batch_size: int | None = None, name: str = "norm") -> None:
+    """The values of a (shape-checked) ``batch`` vector: graph ids in ``[0, batch_size)`` (``ValueError`` otherwise).
+
+    For the norms that index per-graph statistics by ``batch``; the ids need not be sorted or contiguous (a graph
+    without rows is allowed). ``batch_size`` must be a non-negative integer or None (then ``max(batch) + 1``).
+    """
+    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 0):
+        raise ValueError(f"{name}: batch_size must be a non-negative integer or None, got {batch_size!r}")
+    if batch is None or batch.numel() == 0:
+        return
+    low, high = (int(v) for v in torch.aminmax(batch))
+    if low < 0:
+        raise ValueError(f"{name}: batch holds a negative graph id ({low}); graph ids are 0, 1, ..., batch_size - 1")
+    if batch_size is not None and high >= batch_size:
+        raise ValueError(f"{name}: batch names graph {high} but batch_size is {batch_size} (ids must be < batch_size)")
 
 
 def num_graphs(batch: Tensor | None, batch_size: int | None = None) -> int:
