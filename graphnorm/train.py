@@ -413,6 +413,14 @@ def set_rng_state(state: dict[str, Any], generator: torch.Generator) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+class CheckpointError(RuntimeError):
+    """A checkpoint that cannot be resumed or written; the one-line message names the file and what to do."""
+
+
+# What a graphnorm checkpoint holds (``ema`` too when the run averages its weights).
+CHECKPOINT_KEYS = ("config", "model", "schedule", "rng", "state")
+
+
 def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
     """``torch.save`` to a temporary file, then an atomic rename: a kill never leaves a partial checkpoint."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -420,15 +428,119 @@ def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
     try:
         torch.save(state, tmp)
         os.replace(tmp, path)
+    except OSError as error:  # a full disk, a folder made read-only during the run
+        raise CheckpointError(
+            f"cannot write checkpoint {path} ({error.strerror or error}); the previous checkpoint is intact: "
+            "free space or make checkpoint_dir writable, then run again to resume"
+        ) from error
     finally:
         tmp.unlink(missing_ok=True)
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:
+    """The checkpoint at ``path`` (``weights_only=True``: plain tensors and containers only, never code)."""
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:
-        raise RuntimeError(f"cannot load checkpoint {path} ({error}); delete it to start the run afresh") from error
+        # ``from None``: torch's own message suggests weights_only=False, which would run code from the file.
+        size = path.stat().st_size if path.exists() else 0
+        reason = "empty file" if size == 0 else f"{size} bytes, torch.load raised {type(error).__name__}"
+        raise CheckpointError(
+            f"checkpoint {path} is unreadable or not a graphnorm checkpoint ({reason}); "
+            "delete it to start the run over, or set checkpoint_dir to another folder"
+        ) from None
+
+
+def prepare_checkpoint_dir(config: RunConfig) -> Path | None:
+    """The run's checkpoint path, after checking that its folder is writable (before any training, not after the
+    first epoch) and removing the temporary files of saves that were killed; None without ``checkpoint_dir``."""
+    path = checkpoint_path(config)
+    if path is None:
+        return None
+    probe = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as error:
+        raise CheckpointError(
+            f"checkpoint_dir {config.checkpoint_dir} is not writable ({error.strerror or error} at {error.filename}); "
+            "set checkpoint_dir to a writable folder"
+        ) from None
+    remove_stale_tmp_files(path)
+    return path
+
+
+def remove_stale_tmp_files(path: Path) -> None:
+    """Delete ``.<name>.<pid>.tmp`` files that :func:`save_checkpoint` left behind when its process was killed."""
+    prefix = f".{path.name}."
+    for tmp in path.parent.iterdir():
+        pid = tmp.name[len(prefix) : -len(".tmp")]
+        if tmp.name.startswith(prefix) and tmp.name.endswith(".tmp") and pid.isdigit() and not _alive(int(pid)):
+            tmp.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
+def config_differences(saved: dict[str, Any], config: RunConfig) -> list[str]:
+    """``key (checkpoint A, this run B)`` for every config value that changes what a run computes.
+
+    Ignored: the keys the run id leaves out (``data_root``, ``checkpoint_dir``: where files live), and keys that a
+    later graphnorm version added, when this run keeps their default. ``epochs`` and ``max_train_minutes`` are
+    compared too: a run cannot be extended from a checkpoint, because its learning-rate schedule depends on
+    ``epochs`` and a finished run's best-epoch selection and time budget would no longer be those of the record.
+    """
+    from graphnorm.sweep import NOT_HASHED
+
+    defaults = RunConfig().to_dict()
+    differences = []
+    for key, value in sorted(config.to_dict().items()):
+        before = saved.get(key, defaults.get(key))
+        if key not in NOT_HASHED and before != value:
+            differences.append(f"{key} (checkpoint {before!r}, this run {value!r})")
+    return differences
+
+
+def resume_from_checkpoint(
+    path: Path, config: RunConfig, model: nn.Module, schedule: StepSchedule, ema: nn.Module | None, generator
+) -> dict[str, Any]:
+    """Load the checkpoint of this very run into the model, optimizer, EMA and RNGs; return its loop state."""
+    saved = load_checkpoint(path)
+    advice = "delete it to start the run over, or set checkpoint_dir to another folder"
+    if not isinstance(saved, dict) or not all(key in saved for key in CHECKPOINT_KEYS[1:]):
+        raise CheckpointError(
+            f"checkpoint {path} is unreadable or not a graphnorm checkpoint (no model state); {advice}"
+        )
+    if "config" in saved:
+        differences = config_differences(saved["config"], config)
+        if differences:
+            raise CheckpointError(f"checkpoint {path} belongs to another run: {', '.join(differences)}; {advice}")
+    try:
+        model.load_state_dict(saved["model"])
+        schedule.load_state_dict(saved["schedule"])
+        if ema is not None:
+            ema.load_state_dict(saved["ema"])
+        set_rng_state(saved["rng"], generator)
+    except (RuntimeError, KeyError, ValueError, TypeError, IndexError) as error:
+        # Checkpoints written before the config was saved, or by a graphnorm version with another model.
+        first_line = (str(error).splitlines() or [type(error).__name__])[0]
+        raise CheckpointError(
+            f"checkpoint {path} does not match this run's model or optimizer ({first_line.strip()}): it was written "
+            f"by another config or graphnorm version; {advice}"
+        ) from None
+    state = saved["state"]
+    state.setdefault("step_time_s", 0.0)  # checkpoints written before the throughput was recorded
+    state.setdefault("graphs_trained", 0)
+    state.setdefault("history", [])  # checkpoints written before the learning curve was recorded
+    return state
 
 
 # --- graph level training -----------------------------------------------------------------------------------------
@@ -485,6 +597,7 @@ class StepSchedule:
 def train_graph_level(
     model: nn.Module, task: GraphTask, config: RunConfig, device: torch.device
 ) -> tuple[dict[str, Any], dict[str, Tensor]]:
+    path = prepare_checkpoint_dir(config)
     generator = torch.Generator().manual_seed(config.seed)  # shuffling fixed by the seed
     train_loader, val_loader, test_loader, extra = graph_loaders(task, config, generator)
     schedule = StepSchedule(config, model, len(train_loader), task.higher_is_better)
@@ -514,18 +627,8 @@ def train_graph_level(
         "history": [],  # one row per epoch run: the learning curve
     }
     resumed_at = None
-    path = checkpoint_path(config)
     if path is not None and path.exists():
-        saved = load_checkpoint(path)
-        model.load_state_dict(saved["model"])
-        schedule.load_state_dict(saved["schedule"])
-        if ema is not None:
-            ema.load_state_dict(saved["ema"])
-        set_rng_state(saved["rng"], generator)
-        state = saved["state"]
-        state.setdefault("step_time_s", 0.0)  # checkpoints written before the throughput was recorded
-        state.setdefault("graphs_trained", 0)
-        state.setdefault("history", [])  # checkpoints written before the learning curve was recorded
+        state = resume_from_checkpoint(path, config, model, schedule, ema, generator)
         resumed_at = state["epoch"]
         print(f"resuming from {path} at epoch {resumed_at} (step {state['step']})", flush=True)
 
