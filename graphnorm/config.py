@@ -28,11 +28,15 @@ budget; the record says so (``stopped_by_time``).
 from __future__ import annotations
 
 import dataclasses
+import math
+import re
 from dataclasses import dataclass, field
-from typing import Any
+from types import UnionType
+from typing import Any, Union, get_args, get_origin, get_type_hints
 
 DATASETS = ("cora", "citeseer", "zinc", "molhiv")
 NODE_DATASETS = ("cora", "citeseer")
+GRAPH_DATASETS = tuple(name for name in DATASETS if name not in NODE_DATASETS)
 MODELS = ("gcn", "graphormer")
 ADJACENCIES = ("sym", "row")
 FEATURE_NORMS = ("none", "row_l1")
@@ -119,7 +123,9 @@ class RunConfig:
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> RunConfig:
         """Build and validate from a mapping; unknown keys raise ``ValueError`` listing the valid ones."""
-        unknown = sorted(set(values) - set(cls.field_names()))
+        if not isinstance(values, dict):
+            raise ValueError(f"a run config must be a mapping of RunConfig keys, got {shown(values)}")
+        unknown = sorted((key for key in values if key not in cls.field_names()), key=str)
         if unknown:
             raise ValueError(f"unknown config key(s) {unknown}; valid keys: {', '.join(cls.field_names())}")
         config = cls(**values)
@@ -133,128 +139,297 @@ class RunConfig:
     def is_node_level(self) -> bool:
         return self.dataset in NODE_DATASETS
 
-    def validate(self) -> None:
-        """Raise ``ValueError`` naming the first impossible value."""
-        from graphnorm.norms import norm_class, norm_keywords
+    def validate(self, check_device: bool = True) -> None:
+        """Raise a one-line ``ValueError`` naming the first impossible value: types, then ranges, then the rules
+        between keys. ``check_device=False`` skips whether ``device`` exists on this machine (for a driver that only
+        plans runs for other machines)."""
+        check_types(self)
+        check_choices(self)
+        check_ranges(self)
+        check_schedule_rules(self)
+        check_model_rules(self)
+        check_dataset_rules(self)
+        check_norm_rules(self)
+        if check_device:
+            check_device_available(self)
 
-        def choice(key: str, valid: tuple[str, ...]) -> None:
-            value = getattr(self, key)
-            if value not in valid:
-                raise ValueError(f"{key} must be one of {', '.join(valid)}; got {value!r}")
 
-        choice("dataset", DATASETS)
-        choice("model", MODELS)
-        choice("adjacency", ADJACENCIES)
-        choice("feature_norm", FEATURE_NORMS)
-        choice("layer_order", LAYER_ORDERS)
-        choice("readout", READOUTS)
-        choice("eval_nodes", EVAL_NODES)
-        choice("optimizer", OPTIMIZERS)
-        choice("scheduler", SCHEDULERS)
-        choice("device", DEVICES)
-        for key in ("residual", "shared_layernorm", "virtual_node", "probe", "drop_large_graphs"):
-            if not isinstance(getattr(self, key), bool):
-                raise ValueError(f"{key} must be true or false, got {getattr(self, key)!r}")
-        for key in ("norm_kwargs", "model_kwargs"):
-            if not isinstance(getattr(self, key), dict):
-                raise ValueError(f"{key} must be a mapping, got {getattr(self, key)!r}")
-        if self.num_layers < 1:
-            raise ValueError(f"num_layers must be >= 1, got {self.num_layers}")
-        if self.hidden_channels < 1:
-            raise ValueError(f"hidden_channels must be >= 1, got {self.hidden_channels}")
-        if self.num_heads < 1:
-            raise ValueError(f"num_heads must be >= 1, got {self.num_heads}")
-        if self.model == "graphormer" and self.hidden_channels % self.num_heads != 0:
-            raise ValueError(f"num_heads={self.num_heads} must divide hidden_channels={self.hidden_channels}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
-        if self.epochs < 1:
-            raise ValueError(f"epochs must be >= 1, got {self.epochs}")
-        if self.lr <= 0:
-            raise ValueError(f"lr must be > 0, got {self.lr}")
-        if self.weight_decay < 0:
-            raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay}")
-        if not 0 <= self.warmup_epochs < self.epochs:
-            raise ValueError(f"warmup_epochs must be in [0, epochs={self.epochs}), got {self.warmup_epochs}")
-        if self.grad_clip < 0:
-            raise ValueError(f"grad_clip must be >= 0 (0 disables), got {self.grad_clip}")
-        if self.batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
-        if not isinstance(self.bucket_batches, int) or isinstance(self.bucket_batches, bool) or self.bucket_batches < 1:
-            raise ValueError(f"bucket_batches must be a positive integer, got {self.bucket_batches!r}")
-        if self.bucket_batches > 1 and self.model != "graphormer":
-            raise ValueError("bucket_batches groups graphs by size against Graphormer's padding: set model=graphormer")
-        if self.probe_graphs < 1:
-            raise ValueError(f"probe_graphs must be >= 1, got {self.probe_graphs}")
-        if self.limit_graphs is not None and self.limit_graphs < 1:
-            raise ValueError(f"limit_graphs must be >= 1 or null, got {self.limit_graphs}")
-        if self.warmup_steps < 0:
-            raise ValueError(f"warmup_steps must be >= 0, got {self.warmup_steps}")
-        if self.total_steps is not None and self.total_steps <= self.warmup_steps:
-            raise ValueError(f"total_steps must be > warmup_steps={self.warmup_steps}, got {self.total_steps}")
-        if not 0 <= self.end_lr <= self.lr:
-            raise ValueError(f"end_lr must be in [0, lr={self.lr}], got {self.end_lr}")
-        if not self.attention_bias_lr_scale > 0:
-            raise ValueError(f"attention_bias_lr_scale must be > 0, got {self.attention_bias_lr_scale}")
-        if self.attention_bias_lr_scale != 1.0 and (self.model != "graphormer" or self.scheduler != "polynomial"):
-            raise ValueError("attention_bias_lr_scale is for model=graphormer with scheduler=polynomial")
-        if self.scheduler == "polynomial":
-            if self.optimizer != "adamw":
-                raise ValueError("scheduler='polynomial' is the Graphormer recipe with AdamW: set optimizer=adamw")
-            if self.warmup_epochs:
-                raise ValueError("scheduler='polynomial' warms up per step: use warmup_steps, not warmup_epochs")
-        elif self.warmup_steps or self.total_steps is not None:
-            raise ValueError(f"warmup_steps and total_steps are for scheduler='polynomial', not {self.scheduler!r}")
-        if self.max_train_minutes is not None and not self.max_train_minutes > 0:
-            raise ValueError(f"max_train_minutes must be > 0 or null, got {self.max_train_minutes}")
-        if self.checkpoint_dir is not None and (not isinstance(self.checkpoint_dir, str) or not self.checkpoint_dir):
-            raise ValueError(f"checkpoint_dir must be a non-empty path or null, got {self.checkpoint_dir!r}")
-        if self.max_nodes is not None and self.max_nodes < 1:
-            raise ValueError(f"max_nodes must be >= 1 or null, got {self.max_nodes}")
-        if self.model == "graphormer":
-            unknown = sorted(set(self.model_kwargs) - set(GRAPHORMER_KWARGS))
-            if unknown:
-                raise ValueError(
-                    f"unknown model_kwargs {unknown} for graphormer; valid: {', '.join(GRAPHORMER_KWARGS)}"
-                )
-            if self.virtual_node or self.readout != "mean":
-                raise ValueError("graphormer reads out its own virtual graph token: leave virtual_node and readout")
-        else:
-            unknown = sorted(set(self.model_kwargs) - set(GCN_KWARGS))
-            if unknown:
-                raise ValueError(f"unknown model_kwargs {unknown} for gcn; valid: {', '.join(GCN_KWARGS)}")
-        if self.model != "graphormer" and (self.max_nodes is not None or self.drop_large_graphs):
-            raise ValueError("max_nodes and drop_large_graphs are for model='graphormer'")
-        if self.drop_large_graphs and self.max_nodes is None:
-            raise ValueError("drop_large_graphs needs max_nodes")
-        if self.ema_decay is not None and not 0.0 < self.ema_decay < 1.0:
-            raise ValueError(f"ema_decay must be in (0, 1) or null, got {self.ema_decay}")
-        if self.is_node_level:
-            for key in ("max_train_minutes", "checkpoint_dir", "ema_decay"):
-                if getattr(self, key) is not None:
-                    raise ValueError(f"{key} is for graph-level datasets, not {self.dataset!r}")
-            if self.scheduler == "polynomial":
-                raise ValueError(f"scheduler='polynomial' steps per mini-batch (graph level), not for {self.dataset!r}")
-            if self.virtual_node:
-                raise ValueError(f"virtual_node is for graph-level datasets, not {self.dataset!r}")
-            if self.limit_graphs is not None:
-                raise ValueError(f"limit_graphs is for graph-level datasets, not {self.dataset!r}")
-        else:
-            if self.feature_norm != "none":
-                raise ValueError(
-                    f"feature_norm={self.feature_norm!r} needs float node features; {self.dataset!r} "
-                    "has categorical atom features"
-                )
-            if self.eval_nodes != "test":
-                raise ValueError(f"eval_nodes is for node-level datasets, not {self.dataset!r}")
-        if self.readout == "virtual" and not self.virtual_node:
-            raise ValueError("readout='virtual' reads the virtual node: set virtual_node=true")
-        norm_class(self.norm)  # unknown norm -> ValueError listing the valid ones
-        unknown = sorted(set(self.norm_kwargs) - set(norm_keywords(self.norm)))
-        if unknown:
+# --- types: one check over every field, driven by its annotation ----------------------------------------------
+MAX_INT = 2**63 - 1  # torch's int64; also the largest count tqdm and range() take
+MAX_SEED = 2**32 - 1  # numpy's seed range (the run seeds numpy too)
+SHOWN_CHARS = 80  # a value quoted in an error message is cut to this many characters
+# A number written without a dot or without an exponent sign, which YAML 1.1 (PyYAML) reads as a string.
+YAML_STRING_NUMBER = re.compile(r"([-+]?)(\d*)(\.\d*)?([eE])([-+]?)(\d+)")
+
+
+def shown(value: Any) -> str:
+    """``repr(value)`` cut short, for a one-line error message (``repr`` escapes newlines)."""
+    text = repr(value)
+    return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 3] + "..."
+
+
+def matches(value: Any, expected: Any) -> bool:
+    """Whether ``value`` is an instance of the annotation ``expected`` (``int``, ``float | None``, ``dict[str, Any]``,
+    ...). Strict where YAML makes mistakes easy: a bool is not a number, a float (even 2.0) is not an int, a float must
+    be finite; an int is a valid float."""
+    origin = get_origin(expected)
+    if expected is Any:
+        return True
+    if expected is None or expected is type(None):
+        return value is None
+    if origin in (Union, UnionType):
+        return any(matches(value, option) for option in get_args(expected))
+    if expected is bool:
+        return isinstance(value, bool)
+    if expected is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if expected is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return False
+        return isinstance(value, int) or math.isfinite(value)
+    if origin is dict:
+        key_type = get_args(expected)[0] if get_args(expected) else Any
+        return isinstance(value, dict) and all(matches(key, key_type) for key in value)
+    return isinstance(value, origin or expected)
+
+
+def describe(expected: Any) -> str:
+    """The annotation in an error message's words: ``int | None`` -> 'an integer or null'."""
+    if get_origin(expected) in (Union, UnionType):
+        options = get_args(expected)
+        words = " or ".join(describe(option) for option in options if option is not type(None))
+        return words + " or null" * (type(None) in options)
+    names = {int: "an integer", float: "a finite number", bool: "true or false", str: "a string", dict: "a mapping"}
+    return names.get(get_origin(expected) or expected, f"a {getattr(expected, '__name__', expected)}")
+
+
+def type_hint(value: Any, expected: Any) -> str:
+    """The likely cause of a wrong type, for the usual mistakes (a quoted or YAML-string number, 2.0 for 2, true)."""
+    wants_number = matches(1, expected)
+    if isinstance(value, bool) and wants_number:
+        return " (true/false is not a number)"
+    if isinstance(value, str) and wants_number:
+        try:
+            number = float(value)
+        except ValueError:
+            return ""
+        yaml_string = YAML_STRING_NUMBER.fullmatch(value.strip())
+        if yaml_string and math.isfinite(number):
+            sign, whole, fraction, e, exponent_sign, exponent = yaml_string.groups()
+            fixed = f"{sign}{whole or '0'}{fraction if fraction and len(fraction) > 1 else '.0'}{e}"
+            return f" (YAML reads {value} as a string: write {fixed}{exponent_sign or '+'}{exponent})"
+        return " (a quoted number is a string: write it without quotes)" * math.isfinite(number)
+    if isinstance(value, float) and value.is_integer() and abs(value) <= MAX_INT and not matches(value, expected):
+        return f" (write {int(value)})"
+    return ""
+
+
+def check_value_type(key: str, value: Any, expected: Any) -> None:
+    """``ValueError`` naming ``key`` unless ``value`` fits the annotation ``expected`` (ints within int64)."""
+    if not matches(value, expected):
+        if isinstance(value, dict) and describe(expected).startswith("a mapping"):  # so a key is not a string
+            raise ValueError(f"{key} must be a mapping with string keys, got {shown(value)}")
+        raise ValueError(f"{key} must be {describe(expected)}, got {shown(value)}{type_hint(value, expected)}")
+    if isinstance(value, int) and not isinstance(value, bool) and not -MAX_INT <= value <= MAX_INT:
+        raise ValueError(f"{key} must be at most 2**63 - 1 in size, got {shown(value)}")
+
+
+def check_keyword_types(where: str, keywords: dict[str, Any], function: Any) -> None:
+    """Check each keyword's value against ``function``'s annotation for it (``where.key`` names it)."""
+    hints = get_type_hints(function)
+    for key, value in keywords.items():
+        if key in hints:
+            check_value_type(f"{where}.{key}", value, hints[key])
+
+
+def check_types(config: RunConfig) -> None:
+    hints = get_type_hints(RunConfig)
+    for f in dataclasses.fields(RunConfig):
+        check_value_type(f.name, getattr(config, f.name), hints[f.name])
+
+
+# --- ranges of single values --------------------------------------------------------------------------------------
+def check_choices(config: RunConfig) -> None:
+    choices = {
+        "dataset": DATASETS,
+        "model": MODELS,
+        "adjacency": ADJACENCIES,
+        "feature_norm": FEATURE_NORMS,
+        "layer_order": LAYER_ORDERS,
+        "readout": READOUTS,
+        "eval_nodes": EVAL_NODES,
+        "optimizer": OPTIMIZERS,
+        "scheduler": SCHEDULERS,
+        "device": DEVICES,
+    }
+    for key, valid in choices.items():
+        value = getattr(config, key)
+        if value not in valid:
+            raise ValueError(f"{key} must be one of {', '.join(valid)}; got {value!r}")
+
+
+def check_ranges(config: RunConfig) -> None:
+    at_least_one = ("num_layers", "hidden_channels", "num_heads", "epochs", "batch_size", "probe_graphs")
+    for key in at_least_one:
+        if getattr(config, key) < 1:
+            raise ValueError(f"{key} must be >= 1, got {getattr(config, key)}")
+    for key in ("limit_graphs", "max_nodes"):
+        if getattr(config, key) is not None and getattr(config, key) < 1:
+            raise ValueError(f"{key} must be >= 1 or null, got {getattr(config, key)}")
+    if config.bucket_batches < 1:
+        raise ValueError(f"bucket_batches must be a positive integer, got {config.bucket_batches!r}")
+    if not 0 <= config.seed <= MAX_SEED:
+        raise ValueError(f"seed must be in [0, 2**32 - 1] (numpy's seed range), got {config.seed}")
+    if not 0.0 <= config.dropout < 1.0:
+        raise ValueError(f"dropout must be in [0, 1), got {config.dropout}")
+    if config.lr <= 0:
+        raise ValueError(f"lr must be > 0, got {config.lr}")
+    for key in ("weight_decay", "warmup_steps"):
+        if getattr(config, key) < 0:
+            raise ValueError(f"{key} must be >= 0, got {getattr(config, key)}")
+    if config.grad_clip < 0:
+        raise ValueError(f"grad_clip must be >= 0 (0 disables), got {config.grad_clip}")
+    if not config.attention_bias_lr_scale > 0:
+        raise ValueError(f"attention_bias_lr_scale must be > 0, got {config.attention_bias_lr_scale}")
+    if config.ema_decay is not None and not 0.0 < config.ema_decay < 1.0:
+        raise ValueError(f"ema_decay must be in (0, 1) or null, got {config.ema_decay}")
+    if config.max_train_minutes is not None and not config.max_train_minutes > 0:
+        raise ValueError(f"max_train_minutes must be > 0 or null, got {config.max_train_minutes}")
+    for key in ("data_root", "checkpoint_dir"):
+        if getattr(config, key) == "":
+            raise ValueError(f"{key} must be a non-empty path or null, got ''")
+
+
+# --- rules between keys ---------------------------------------------------------------------------------------
+def check_schedule_rules(config: RunConfig) -> None:
+    if not 0 <= config.warmup_epochs < config.epochs:
+        raise ValueError(f"warmup_epochs must be in [0, epochs={config.epochs}), got {config.warmup_epochs}")
+    if config.total_steps is not None and config.total_steps <= config.warmup_steps:
+        raise ValueError(f"total_steps must be > warmup_steps={config.warmup_steps}, got {config.total_steps}")
+    if not 0 <= config.end_lr <= config.lr:
+        raise ValueError(f"end_lr must be in [0, lr={config.lr}], got {config.end_lr}")
+    if config.attention_bias_lr_scale != 1.0 and (config.model != "graphormer" or config.scheduler != "polynomial"):
+        raise ValueError("attention_bias_lr_scale is for model=graphormer with scheduler=polynomial")
+    if config.scheduler == "polynomial":
+        if config.optimizer != "adamw":
+            raise ValueError("scheduler='polynomial' is the Graphormer recipe with AdamW: set optimizer=adamw")
+        if config.warmup_epochs:
+            raise ValueError("scheduler='polynomial' warms up per step: use warmup_steps, not warmup_epochs")
+    elif config.warmup_steps or config.total_steps is not None:
+        raise ValueError(f"warmup_steps and total_steps are for scheduler='polynomial', not {config.scheduler!r}")
+
+
+def check_model_rules(config: RunConfig) -> None:
+    if config.model == "graphormer":
+        if config.hidden_channels % config.num_heads != 0:
+            raise ValueError(f"num_heads={config.num_heads} must divide hidden_channels={config.hidden_channels}")
+        if config.is_node_level:
             raise ValueError(
-                f"unknown norm_kwargs {unknown} for norm {self.norm!r}; valid: {', '.join(norm_keywords(self.norm))}"
+                f"model='graphormer' predicts per graph: use a graph-level dataset ({', '.join(GRAPH_DATASETS)}), "
+                f"not dataset={config.dataset!r}"
             )
+        if config.virtual_node or config.readout != "mean":
+            raise ValueError("graphormer reads out its own virtual graph token: leave virtual_node and readout")
+    else:
+        if config.max_nodes is not None or config.drop_large_graphs:
+            raise ValueError("max_nodes and drop_large_graphs are for model='graphormer'")
+        if config.bucket_batches > 1:
+            raise ValueError("bucket_batches groups graphs by size against Graphormer's padding: set model=graphormer")
+    if config.drop_large_graphs and config.max_nodes is None:
+        raise ValueError("drop_large_graphs needs max_nodes")
+    check_model_kwargs(config)
+
+
+def check_model_kwargs(config: RunConfig) -> None:
+    """Unknown keys, then value types (from the model constructor's annotations), then the constructor's own checks,
+    run on the meta device so that nothing is allocated."""
+    from graphnorm.models import DeepGCN, Graphormer
+
+    valid, model_class = (GRAPHORMER_KWARGS, Graphormer) if config.model == "graphormer" else (GCN_KWARGS, DeepGCN)
+    unknown = sorted(set(config.model_kwargs) - set(valid))
+    if unknown:
+        raise ValueError(f"unknown model_kwargs {unknown} for {config.model}; valid: {', '.join(valid)}")
+    check_keyword_types("model_kwargs", config.model_kwargs, model_class.__init__)
+    keywords = dict(config.model_kwargs)
+    if config.model == "graphormer":  # one layer, no norm: the keywords' checks, not the model, are wanted here
+        arguments = dict(
+            num_layers=1,
+            hidden_channels=config.hidden_channels,
+            num_heads=config.num_heads,
+            ffn_channels=keywords.pop("ffn_channels", config.hidden_channels),
+            atom_feature_dims=[1],
+            bond_feature_dims=[1],
+        )
+    else:
+        arguments = dict(in_channels=1, hidden_channels=1, num_layers=1)
+    try:
+        with torch_meta_device():
+            model_class(**arguments, out_channels=1, norm="none", **keywords)
+    except Exception as e:  # noqa: BLE001 -- any failure of the constructor on these values is the config's
+        raise ValueError(f"model_kwargs for model {config.model!r} are invalid: {one_line(e)}") from None
+
+
+def check_dataset_rules(config: RunConfig) -> None:
+    if config.is_node_level:
+        for key in ("max_train_minutes", "checkpoint_dir", "ema_decay"):
+            if getattr(config, key) is not None:
+                raise ValueError(f"{key} is for graph-level datasets, not {config.dataset!r}")
+        if config.scheduler == "polynomial":
+            raise ValueError(f"scheduler='polynomial' steps per mini-batch (graph level), not for {config.dataset!r}")
+        if config.virtual_node:
+            raise ValueError(f"virtual_node is for graph-level datasets, not {config.dataset!r}")
+        if config.limit_graphs is not None:
+            raise ValueError(f"limit_graphs is for graph-level datasets, not {config.dataset!r}")
+    else:
+        if config.feature_norm != "none":
+            raise ValueError(
+                f"feature_norm={config.feature_norm!r} needs float node features; {config.dataset!r} "
+                "has categorical atom features"
+            )
+        if config.eval_nodes != "test":
+            raise ValueError(f"eval_nodes is for node-level datasets, not {config.dataset!r}")
+    if config.readout == "virtual" and not config.virtual_node:
+        raise ValueError("readout='virtual' reads the virtual node: set virtual_node=true")
+
+
+def check_norm_rules(config: RunConfig) -> None:
+    """The norm exists, its keywords are known and valid (it is built once, on the meta device), and it can run on
+    the model."""
+    from graphnorm.norms import build_norm, norm_class, norm_keywords
+
+    norm_class(config.norm)  # unknown norm -> ValueError listing the valid ones
+    valid = norm_keywords(config.norm)
+    unknown = sorted(set(config.norm_kwargs) - set(valid))
+    if unknown:
+        raise ValueError(f"unknown norm_kwargs {unknown} for norm {config.norm!r}; valid: {', '.join(valid)}")
+    check_keyword_types("norm_kwargs", config.norm_kwargs, norm_class(config.norm).__init__)
+    try:
+        with torch_meta_device():
+            build_norm(config.norm, config.hidden_channels, **config.norm_kwargs)
+    except Exception as e:  # noqa: BLE001 -- any failure of the constructor on these values is the config's
+        raise ValueError(f"norm_kwargs for norm {config.norm!r} are invalid: {one_line(e)}") from None
+    reason = unsupported_norm_reason(config)
+    if reason is not None:
+        raise ValueError(reason)
+
+
+def check_device_available(config: RunConfig) -> None:
+    import torch
+
+    if config.device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device='cuda' but CUDA is not available on this machine; use device='cpu' or 'auto'")
+
+
+def torch_meta_device() -> Any:
+    """Context in which new tensors live on the meta device: shapes only, no memory, no initialization cost."""
+    import torch
+
+    return torch.device("meta")
+
+
+def one_line(error: BaseException) -> str:
+    """An exception's message on one line (whitespace, line breaks included, collapsed to single spaces)."""
+    return " ".join(str(error).split()) or type(error).__name__
 
 
 def unsupported_norm_reason(config: RunConfig) -> str | None:
