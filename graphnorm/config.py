@@ -329,7 +329,7 @@ def check_model_rules(config: RunConfig) -> None:
                 f"not dataset={config.dataset!r}"
             )
         if config.virtual_node or config.readout != "mean":
-            raise ValueError("graphormer reads out its own virtual graph token: leave virtual_node and readout")
+            raise ValueError("model='graphormer' reads out its own virtual graph token: leave virtual_node and readout")
     else:
         if config.max_nodes is not None or config.drop_large_graphs:
             raise ValueError("max_nodes and drop_large_graphs are for model='graphormer'")
@@ -373,21 +373,23 @@ def check_dataset_rules(config: RunConfig) -> None:
     if config.is_node_level:
         for key in ("max_train_minutes", "checkpoint_dir", "ema_decay"):
             if getattr(config, key) is not None:
-                raise ValueError(f"{key} is for graph-level datasets, not {config.dataset!r}")
+                raise ValueError(f"{key} is for graph-level datasets, not dataset={config.dataset!r}")
         if config.scheduler == "polynomial":
-            raise ValueError(f"scheduler='polynomial' steps per mini-batch (graph level), not for {config.dataset!r}")
+            raise ValueError(
+                f"scheduler='polynomial' steps per mini-batch (graph level), not for dataset={config.dataset!r}"
+            )
         if config.virtual_node:
-            raise ValueError(f"virtual_node is for graph-level datasets, not {config.dataset!r}")
+            raise ValueError(f"virtual_node is for graph-level datasets, not dataset={config.dataset!r}")
         if config.limit_graphs is not None:
-            raise ValueError(f"limit_graphs is for graph-level datasets, not {config.dataset!r}")
+            raise ValueError(f"limit_graphs is for graph-level datasets, not dataset={config.dataset!r}")
     else:
         if config.feature_norm != "none":
             raise ValueError(
-                f"feature_norm={config.feature_norm!r} needs float node features; {config.dataset!r} "
+                f"feature_norm={config.feature_norm!r} needs float node features; dataset={config.dataset!r} "
                 "has categorical atom features"
             )
         if config.eval_nodes != "test":
-            raise ValueError(f"eval_nodes is for node-level datasets, not {config.dataset!r}")
+            raise ValueError(f"eval_nodes is for node-level datasets, not dataset={config.dataset!r}")
     if config.readout == "virtual" and not config.virtual_node:
         raise ValueError("readout='virtual' reads the virtual node: set virtual_node=true")
 
@@ -407,7 +409,8 @@ def check_norm_rules(config: RunConfig) -> None:
         with torch_meta_device():
             build_norm(config.norm, config.hidden_channels, **config.norm_kwargs)
     except Exception as e:  # noqa: BLE001 -- any failure of the constructor on these values is the config's
-        raise ValueError(f"norm_kwargs for norm {config.norm!r} are invalid: {one_line(e)}") from None
+        where = f"norm {config.norm!r} (hidden_channels={config.hidden_channels})"
+        raise ValueError(f"norm_kwargs for {where} are invalid: {one_line(e)}") from None
     reason = unsupported_norm_reason(config)
     if reason is not None:
         raise ValueError(reason)

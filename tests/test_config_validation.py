@@ -157,9 +157,9 @@ def test_invalid_norm_kwargs_values_are_rejected_at_validation(norm: str, norm_k
         RunConfig.from_dict(values)
         return
     message = rejection(values)
-    assert message.startswith(f"norm_kwargs for norm '{norm}' are invalid: ") or message.startswith(
-        f"norm_kwargs.{detail} "
-    ), message
+    assert message.startswith(
+        f"norm_kwargs for norm '{norm}' (hidden_channels=64) are invalid: "
+    ) or message.startswith(f"norm_kwargs.{detail} "), message
     assert detail in message, message
 
 
