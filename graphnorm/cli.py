@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -95,7 +96,8 @@ def _sweep(args: argparse.Namespace) -> int:
         table = sweeps.status_table(sweep, configs, out)
         counts = table["state"].value_counts()
         print(table.to_string(index=False))
-        summary = ", ".join(f"{counts.get(s, 0)} {s}" for s in ("done", "failed", "missing"))
+        states = ("done", "failed", "missing", "invalid")[: 4 if counts.get("invalid") else 3]
+        summary = ", ".join(f"{counts.get(s, 0)} {s}" for s in states)
         print(f"\n{sweep['name']}: {len(table)} runs ({summary}) in {out}")
         return 0
     slurm = sweeps.SlurmOptions(
@@ -119,9 +121,14 @@ def _sweep(args: argparse.Namespace) -> int:
             slurm=slurm,
             make_plots=not args.no_plots,
         )
-    except KeyboardInterrupt:
-        print(f"\ninterrupted; finished runs are saved in {out}. Run the same command to resume.", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM or SIGHUP: the workers are gone, runs.csv is current
+        signum = getattr(e, "signum", signal.SIGINT)
+        name = signal.Signals(signum).name
+        print(
+            f"\ninterrupted ({name}); finished runs are saved in {out}. Run the same command to resume.",
+            file=sys.stderr,
+        )
+        return 128 + signum
     return 0 if (runs["status"] == "ok").all() else 1
 
 

@@ -46,6 +46,8 @@ import yaml
 from tqdm import tqdm
 
 from graphnorm.config import RunConfig
+from graphnorm.sweep_processes import init_worker, signals_interrupt, stop_workers
+from graphnorm.sweep_results import check_history, check_layers, load_results
 
 RunFn = Callable[[RunConfig], dict[str, Any]]
 
@@ -253,20 +255,6 @@ def _set_threads(threads: int | None) -> None:
         torch.set_num_threads(threads)
 
 
-def _check_history(history: Any) -> None:
-    if not isinstance(history, list) or not all(isinstance(row, dict) and "epoch" in row for row in history):
-        raise TypeError("record['history'] must be a list of dicts with an 'epoch' key (one per epoch)")
-
-
-def _check_layers(layers: Any) -> None:
-    if not isinstance(layers, list) or not all(isinstance(row, dict) for row in layers):
-        raise TypeError(f"record['layers'] must be a list of dicts, got {type(layers).__name__}")
-    for row in layers:
-        missing = [k for k in ("layer", "metric", "value") if k not in row]
-        if missing:
-            raise ValueError(f"record['layers'] row {row} lacks {missing}")
-
-
 def execute_run(run_fn: RunFn, config_values: dict[str, Any], out_dir: str, threads: int | None = None) -> dict:
     """Run one config and write ``results/<run_id>.json`` atomically; return ``{"run_id", "status"}``.
 
@@ -289,9 +277,9 @@ def execute_run(run_fn: RunFn, config_values: dict[str, Any], out_dir: str, thre
                 raise TypeError(f"run function returned {type(record).__name__}, expected a dict record")
             record = dict(record)
             layers = record.pop("layers", [])
-            _check_layers(layers)
+            check_layers(layers)
             history = record.pop("history", [])
-            _check_history(history)
+            check_history(history)
             json.dumps([record, layers, history])  # fail here, as this run's error, if not JSON-serializable
             result.update(status="ok", record=record, layers=layers, history=history, error=None, traceback=None)
         except Exception as e:
@@ -326,20 +314,6 @@ def failed_result(config: RunConfig, error: str) -> dict[str, Any]:
         "elapsed_s": None,
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
-
-
-def load_results(out_dir: Path, run_ids: list[str]) -> dict[str, dict[str, Any]]:
-    """Existing results for ``run_ids``; an unreadable file is reported and treated as missing (re-run)."""
-    results: dict[str, dict[str, Any]] = {}
-    for run_id in run_ids:
-        path = Path(out_dir) / "results" / f"{run_id}.json"
-        if not path.exists():
-            continue
-        try:
-            results[run_id] = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            print(f"warning: cannot read {path} ({e}); the run will be executed again", file=sys.stderr)
-    return results
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -514,14 +488,17 @@ def grid_keys(sweep: dict[str, Any]) -> list[str]:
 
 
 def status_table(sweep: dict[str, Any], configs: list[RunConfig], out_dir: Path) -> pd.DataFrame:
-    """The runs of the grid with their state (done, failed, missing): what ``--dry-run`` prints."""
+    """The runs of the grid with their state (done, failed, missing, invalid): what ``--dry-run`` prints."""
     results = load_results(out_dir, [config_run_id(c) for c in configs])
     keys = grid_keys(sweep) or ["norm", "num_layers", "seed"]
     rows = []
     for config in configs:
         run_id = config_run_id(config)
         result = results.get(run_id)
-        state = "missing" if result is None else ("done" if result["status"] == "ok" else "failed")
+        if result is None:  # no file, or an invalid one (named by load_results); either runs again
+            state = "invalid" if (out_dir / "results" / f"{run_id}.json").exists() else "missing"
+        else:
+            state = "done" if result["status"] == "ok" else "failed"
         rows.append({"run_id": run_id, **{k: _cell(getattr(config, k)) for k in keys}, "state": state})
     return pd.DataFrame(rows, columns=["run_id", *keys, "state"])
 
@@ -550,6 +527,10 @@ class _Tables:
         if time.monotonic() - self.last_write > CSV_REFRESH_S:
             self.write()
         return loaded.get(run_id)
+
+    def reread(self, run_ids: list[str]) -> None:
+        """Take up results written but not yet reported (the driver was interrupted in between)."""
+        self.results.update(load_results(self.out_dir, run_ids))
 
     def write(self) -> pd.DataFrame:
         runs = runs_table(self.configs, self.results)
@@ -595,7 +576,7 @@ def run_sweep(
             raise ValueError(f"run function cannot be sent to worker processes ({e}); use executor 'serial'") from None
     out = Path(out_dir) if out_dir is not None else Path("runs") / sweep["name"]
     out.mkdir(parents=True, exist_ok=True)
-    with _sweep_lock(out):
+    with _sweep_lock(out), signals_interrupt():  # SIGTERM/SIGHUP: the same cleanup as Ctrl-C
         atomic_write_text(out / "sweep.yaml", yaml.safe_dump(sweep, sort_keys=False))
         results = load_results(out, [config_run_id(c) for c in configs])
         todo = [
@@ -629,6 +610,7 @@ def run_sweep(
                 _run_submitit(run_fn, todo, out, executor, workers, threads, slurm or SlurmOptions(), finished)
         finally:
             bar.close()
+            tables.reread([config_run_id(c) for c in todo])
             runs = tables.write()
         if failures:
             log(f"{failures} run(s) failed; errors in runs.csv, tracebacks in {out / 'results'}")
@@ -655,35 +637,30 @@ def _run_process_pool(
     # imports torch once, and every worker forks from it instead of importing it again (seconds each).
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(["graphnorm.sweep"])
-    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
+    pool = concurrent.futures.ProcessPoolExecutor(
+        workers, mp_context=context, initializer=init_worker, initargs=(os.getpid(),)
+    )
+    try:
         futures = {pool.submit(execute_run, run_fn, c.to_dict(), str(out), threads): c for c in todo}
-        try:
-            for future in concurrent.futures.as_completed(futures):
-                config = futures[future]
-                try:
-                    finished(future.result()["run_id"])
-                except concurrent.futures.process.BrokenProcessPool:
-                    # Which run killed its worker (out of memory?) is unknown, so none is marked failed.
-                    raise RuntimeError(
-                        "a worker process died (killed, or out of memory?); unfinished runs have no result: "
-                        "re-run the sweep to resume, perhaps with fewer --workers"
-                    ) from None
-                except Exception as e:  # the run could not even start in its worker: record it
-                    write_result(out, failed_result(config, f"{type(e).__name__}: {e}"))
-                    finished(config_run_id(config))
-        except BaseException:
-            # Interrupted: stop now rather than wait for the running runs (they leave no result and run on resume).
-            pool.shutdown(wait=False, cancel_futures=True)
-            _terminate_workers(pool)
-            raise
-
-
-def _terminate_workers(pool: concurrent.futures.ProcessPoolExecutor) -> None:
-    if hasattr(pool, "terminate_workers"):  # Python >= 3.14
-        pool.terminate_workers()
-        return
-    for process in list((getattr(pool, "_processes", None) or {}).values()):  # older Pythons: no public API
-        process.terminate()
+        for future in concurrent.futures.as_completed(futures):
+            config = futures[future]
+            try:
+                finished(future.result()["run_id"])
+            except concurrent.futures.process.BrokenProcessPool:
+                # Which run killed its worker (out of memory?) is unknown, so none is marked failed.
+                raise RuntimeError(
+                    "a worker process died (killed, or out of memory?); unfinished runs have no result: "
+                    "re-run the sweep to resume, perhaps with fewer --workers"
+                ) from None
+            except Exception as e:  # the run could not even start in its worker: record it
+                write_result(out, failed_result(config, f"{type(e).__name__}: {e}"))
+                finished(config_run_id(config))
+    except BaseException:
+        # Interrupted (or broken): stop now rather than wait for the running runs (they leave no result and run on
+        # resume), and return only once no worker is left to write a result.
+        stop_workers(pool)
+        raise
+    pool.shutdown(wait=True)
 
 
 def make_submitit_executor(

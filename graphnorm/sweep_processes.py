@@ -1,0 +1,108 @@
+"""Process control of a local sweep: its workers never outlive the driver, and an interrupt stops them all.
+
+A local sweep's workers are forked by multiprocessing's forkserver, so their parent is the forkserver, not the
+driver: nothing in the kernel ties a worker's life to the driver's. Three pieces do:
+
+- :func:`signals_interrupt` turns SIGTERM and SIGHUP into ``KeyboardInterrupt`` (as SIGINT already is) while the
+  sweep runs, so every way of asking the driver to stop goes through the same cleanup.
+- :func:`stop_workers` (that cleanup) terminates the workers and waits until they are gone, so the sweep's lock is
+  released, and ``runs.csv`` written, only when no worker can write another result.
+- :func:`init_worker` (each worker's initializer) ignores SIGINT, so Ctrl-C on a terminal, which reaches the whole
+  process group, is handled by the driver alone, and starts a watchdog thread that ends the worker as soon as the
+  driver process is gone, whatever killed it (``kill -9`` included, where no cleanup code runs). The watchdog waits
+  on a pidfd of the driver (Linux >= 5.3): no polling, and no confusion with a later process given the same pid.
+  ``PR_SET_PDEATHSIG`` would not do: it fires on the death of the worker's parent, the forkserver, which is not the
+  driver. Elsewhere the watchdog polls the driver's pid twice a second.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import os
+import select
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator
+
+STOP_GRACE_S = 3.0  # a worker still alive this long after SIGTERM gets SIGKILL
+POLL_S = 0.5  # the watchdog's polling period where pidfds are not available
+
+
+class SweepInterrupted(KeyboardInterrupt):
+    """The driver was asked to stop by a signal other than SIGINT (``signum`` says which)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def signals_interrupt(signums: tuple[int, ...] = (signal.SIGTERM, signal.SIGHUP)) -> Iterator[None]:
+    """While inside, each of ``signums`` left at its default raises :class:`SweepInterrupted` in the main thread."""
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise SweepInterrupted(signum)
+
+    previous = {s: signal.getsignal(s) for s in signums}
+    for signum, handler in previous.items():
+        if handler == signal.SIG_DFL:  # a handler the caller installed stays theirs
+            signal.signal(signum, interrupt)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def init_worker(driver_pid: int) -> None:
+    """Pool initializer: Ctrl-C is the driver's to handle; end this worker when the driver is gone."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_exit_with_driver, args=(driver_pid,), name="driver-watchdog", daemon=True).start()
+
+
+def _exit_with_driver(driver_pid: int) -> None:
+    try:
+        pidfd = os.pidfd_open(driver_pid)
+    except ProcessLookupError:  # already gone
+        pidfd = None
+    except (AttributeError, OSError):  # no pidfd_open (not Linux, or a kernel before 5.3): poll
+        while _pid_alive(driver_pid):
+            time.sleep(POLL_S)
+        pidfd = None
+    if pidfd is not None:
+        select.select([pidfd], [], [])  # readable once the driver has exited
+    print(f"graphnorm sweep worker {os.getpid()}: driver {driver_pid} is gone; exiting", file=sys.stderr)
+    os._exit(1)  # now, from this thread, even while the main thread is inside a run
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def stop_workers(pool: concurrent.futures.ProcessPoolExecutor, grace_s: float = STOP_GRACE_S) -> None:
+    """Cancel the queued runs, terminate the running ones, and return only when every worker has exited."""
+    # Take the workers before shutdown(): on Python < 3.14 it forgets them (pool._processes = None), and there is
+    # no public way to reach them (3.14's terminate_workers() does not wait for them).
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    for process in processes:
+        with contextlib.suppress(Exception):
+            process.terminate()
+    pool.shutdown(wait=False, cancel_futures=True)
+    deadline = time.monotonic() + grace_s
+    for process in processes:
+        process.join(max(0.0, deadline - time.monotonic()))
+        if process.is_alive():
+            process.kill()
+            process.join(grace_s)

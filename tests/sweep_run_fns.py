@@ -1,0 +1,24 @@
+"""Run functions for the sweep's process tests, imported by the sweep's worker processes (``PYTHONPATH=tests``).
+
+``slow_run`` marks its start and end with files named after its process, so a test can tell which worker pids ran,
+whether they are still alive, and whether any run finished after the test interrupted the sweep.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from graphnorm.config import RunConfig
+
+MARK_DIR_ENV = "GRAPHNORM_TEST_MARK_DIR"  # slow_run writes <pid>-s<seed>.started / .finished here
+SLEEP_ENV = "GRAPHNORM_TEST_SLEEP"  # seconds slow_run sleeps
+
+
+def slow_run(config: RunConfig) -> dict:
+    marks = Path(os.environ[MARK_DIR_ENV])
+    (marks / f"{os.getpid()}-s{config.seed}.started").write_text(str(time.time()))
+    time.sleep(float(os.environ.get(SLEEP_ENV, "1")))
+    (marks / f"{os.getpid()}-s{config.seed}.finished").write_text(str(time.time()))
+    return {"test_acc": 0.5 + 0.01 * config.seed}

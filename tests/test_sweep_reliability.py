@@ -1,0 +1,264 @@
+"""Sweep reliability: interrupts stop the driver and its workers, results files are validated, bad input at the
+edges of ``graphnorm sweep`` / ``graphnorm train`` gets one line.
+
+The interrupt tests run the real command line (``python -m graphnorm.cli sweep``) in a subprocess whose runs are
+``tests/sweep_run_fns.py:slow_run``; each run leaves files named after its worker's pid, so the tests can check
+that no worker outlives its driver and that no run finishes after the interrupt.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from sweep_run_fns import MARK_DIR_ENV, SLEEP_ENV
+from test_sweep import LOG_ENV, SWEEP, executions, fake_run
+
+from graphnorm.cli import main
+from graphnorm.sweep import config_run_id, expand_grid, run_sweep
+
+TESTS = Path(__file__).resolve().parent
+STARTUP_S = 180  # the driver and its forkserver each import torch: slow on a loaded 2-core machine
+
+
+@pytest.fixture
+def run_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """fake_run appends a line per execution here."""
+    log = tmp_path / "executions.log"
+    monkeypatch.setenv(LOG_ENV, str(log))
+    return log
+
+
+def write_yaml(tmp_path: Path, sweep: dict, name: str = "sweep.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(sweep))
+    return path
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie, dead but not yet reaped, counts as gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live processes of process group ``pgid`` (the driver's session: driver, forkserver, workers)."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            members.append(int(stat.parent.name))
+    return members
+
+
+def wait_until(condition, timeout: float, what: str) -> float:
+    """Poll ``condition`` until true; return the seconds it took; fail naming ``what`` after ``timeout``."""
+    start = time.monotonic()
+    while not condition():
+        assert time.monotonic() - start < timeout, f"{what} (waited {timeout} s)"
+        time.sleep(0.05)
+    return time.monotonic() - start
+
+
+class SweepProcess:
+    """``graphnorm sweep`` in its own session, running ``slow_run`` over ``seeds`` with two workers."""
+
+    def __init__(self, tmp_path: Path, seeds: int = 6, sleep: float = 4.0, workers: int = 2):
+        self.out, self.marks = tmp_path / "out", tmp_path / "marks"
+        self.marks.mkdir()
+        self.config = tmp_path / "sweep.yaml"
+        self.config.write_text(
+            yaml.safe_dump(
+                {
+                    "name": "t",
+                    "run_fn": "sweep_run_fns:slow_run",
+                    "base": {"dataset": "cora", "epochs": 1},
+                    "grid": {"seed": list(range(seeds))},
+                }
+            )
+        )
+        pythonpath = os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])
+        env = {**os.environ, "PYTHONPATH": pythonpath, MARK_DIR_ENV: str(self.marks), SLEEP_ENV: str(sleep)}
+        command = [sys.executable, "-m", "graphnorm.cli", "sweep", str(self.config), "--out", str(self.out)]
+        command += ["--workers", str(workers), "--no-plots"]
+        self.stderr = tmp_path / "driver.err"
+        with open(self.stderr, "w") as err:
+            self.proc = subprocess.Popen(
+                command, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=err
+            )
+
+    def worker_pids(self) -> set[int]:
+        return {int(p.name.split("-")[0]) for p in self.marks.glob("*.started")}
+
+    def finished_at(self) -> list[float]:
+        return [float(p.read_text()) for p in self.marks.glob("*.finished")]
+
+    def result_ids(self) -> set[str]:
+        return {p.stem for p in (self.out / "results").glob("*.json")}
+
+    def kill_all(self) -> None:
+        """Test cleanup: whatever is left of the sweep's process group."""
+        for pid in self.worker_pids():
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+
+@pytest.fixture
+def sweep_process(tmp_path: Path):
+    process = SweepProcess(tmp_path)
+    yield process
+    process.kill_all()
+
+
+def lock_is_free(out: Path) -> bool:
+    with open(out / ".sweep.lock", "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        return True
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("signum", "whole_group", "code"),
+    [(signal.SIGINT, False, 130), (signal.SIGINT, True, 130), (signal.SIGTERM, False, 143)],
+    ids=["sigint-driver", "ctrl-c-group", "sigterm-driver"],
+)
+def test_interrupt_stops_driver_and_workers(sweep_process: SweepProcess, signum, whole_group: bool, code: int):
+    sweep = sweep_process
+    wait_until(lambda: len(sweep.finished_at()) >= 2, STARTUP_S, "the sweep finished no run")
+    wait_until(lambda: len(sweep.worker_pids()) >= 2 and len(sweep.result_ids()) >= 2, 10, "no second run started")
+    workers = sweep.worker_pids()
+    interrupted_at = time.time()
+    if whole_group:  # Ctrl-C on a terminal: the driver, its forkserver and its workers all get SIGINT
+        os.killpg(sweep.proc.pid, signum)
+    else:
+        os.kill(sweep.proc.pid, signum)
+    took = wait_until(lambda: sweep.proc.poll() is not None, 10, "the driver did not exit")
+    assert sweep.proc.returncode == code, sweep.stderr.read_text()
+    assert took < 5
+    assert not [pid for pid in workers if alive(pid)], "workers outlived their driver"
+    assert "interrupted" in sweep.stderr.read_text()
+    time.sleep(1.0)
+    assert all(t < interrupted_at for t in sweep.finished_at()), "a run finished after the interrupt"
+    finished = sweep.result_ids()
+    assert 2 <= len(finished) < 6
+    runs = pd.read_csv(sweep.out / "runs.csv")  # current: every finished run, nothing else
+    assert set(runs.run_id) == finished and (runs.status == "ok").all()
+    assert lock_is_free(sweep.out)
+
+
+@pytest.mark.slow
+def test_workers_exit_when_their_driver_is_killed(sweep_process: SweepProcess):
+    # kill -9 of the driver alone: no cleanup code runs in it, so each worker must notice on its own.
+    sweep = sweep_process
+    wait_until(lambda: len(sweep.worker_pids()) >= 2, STARTUP_S, "the sweep started no runs")
+    workers = sweep.worker_pids()
+    os.kill(sweep.proc.pid, signal.SIGKILL)
+    killed_at = time.time()
+    sweep.proc.wait()
+    wait_until(lambda: not any(alive(pid) for pid in workers), 5, "workers outlived their killed driver")
+    time.sleep(1.0)
+    assert all(t < killed_at for t in sweep.finished_at()), "a run finished after its driver was killed"
+    assert not any(alive(pid) for pid in sweep.worker_pids())
+    # The forkserver ends itself when its driver is gone (its interpreter's exit takes a few seconds under load).
+    wait_until(lambda: not group_members(sweep.proc.pid), 10, "the forkserver outlived its killed driver")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Results files are validated: an invalid one is named and its run redone, never silently dropped
+
+SMALL = {**SWEEP, "grid": {"norm": ["none"], "num_layers": [2], "seed": [0, 1, 2]}}
+INVALID_RESULTS = {
+    "null": ("null", "not a JSON object"),
+    "empty-object": ("{}", "lacks"),
+    "list": ("[]", "not a JSON object"),
+    "status-only": ('{"status": "ok"}', "lacks"),
+    "bad-status": (None, "status"),
+    "other-run-id": (None, "run_id"),
+    "config-list": (None, "config"),
+    "layers-mapping": (None, "layers"),
+    "history-rows-without-epoch": (None, "history"),
+    "record-list": (None, "record"),
+    "truncated": (None, "not valid JSON"),
+    "binary": (None, "not valid JSON"),
+}
+
+
+def corrupt(path: Path, case: str) -> None:
+    text, _ = INVALID_RESULTS[case]
+    if text is not None:
+        path.write_text(text)
+        return
+    valid = json.loads(path.read_text())
+    if case == "truncated":
+        path.write_text(path.read_text()[:40])
+    elif case == "binary":
+        path.write_bytes(bytes(range(256)))
+    else:
+        key, value = {
+            "bad-status": ("status", "done"),
+            "other-run-id": ("run_id", "none-L2-s9-0000000000"),
+            "config-list": ("config", []),
+            "layers-mapping": ("layers", {}),
+            "history-rows-without-epoch": ("history", [{"loss": 1.0}]),
+            "record-list": ("record", [0.5]),
+        }[case]
+        path.write_text(json.dumps({**valid, key: value}))
+
+
+@pytest.mark.parametrize("case", list(INVALID_RESULTS))
+def test_invalid_results_file_is_named_and_its_run_redone(tmp_path, run_log, capsys, case):
+    out = tmp_path / "out"
+    run_sweep(SMALL, out, run_fn=fake_run, executor="serial", make_plots=False)
+    victim = out / "results" / f"{config_run_id(expand_grid(SMALL)[1])}.json"
+    corrupt(victim, case)
+    capsys.readouterr()
+
+    # --dry-run names it, and calls its run invalid (to be run again).
+    assert main(["sweep", "--dry-run", str(write_yaml(tmp_path, SMALL)), "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert "1 invalid" in captured.out and "2 done" in captured.out
+    warnings = [line for line in captured.err.splitlines() if str(victim) in line]
+    assert len(warnings) == 1 and INVALID_RESULTS[case][1] in warnings[0], captured.err
+
+    # --retry-failed (a crash before) and a plain resume both run it again and keep every grid point.
+    runs = run_sweep(SMALL, out, run_fn=fake_run, executor="serial", make_plots=False, retry_failed=True)
+    assert len(executions(run_log)) == 4
+    assert str(victim) in capsys.readouterr().err
+    assert len(runs) == 3 and (runs.status == "ok").all()
+    assert len(pd.read_csv(out / "runs.csv")) == 3
+    assert json.loads(victim.read_text())["status"] == "ok"
+    run_sweep(SMALL, out, run_fn=fake_run, executor="serial", make_plots=False)
+    assert len(executions(run_log)) == 4 and capsys.readouterr().err == ""
+
+
+def test_valid_results_of_old_layout_still_resume(tmp_path, run_log):
+    # A results file without 'history' (written before learning curves were recorded) is valid.
+    out = tmp_path / "out"
+    run_sweep(SMALL, out, run_fn=fake_run, executor="serial", make_plots=False)
+    for path in (out / "results").glob("*.json"):
+        result = json.loads(path.read_text())
+        del result["history"]
+        path.write_text(json.dumps(result))
+    runs = run_sweep(SMALL, out, run_fn=fake_run, executor="serial", make_plots=False)
+    assert len(executions(run_log)) == 3 and len(runs) == 3
