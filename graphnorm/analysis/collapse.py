@@ -29,6 +29,7 @@ from torch import Tensor
 from torch_geometric.utils import to_dense_batch
 
 from graphnorm.analysis.cone import cone_from_unit_rows
+from graphnorm.analysis.magnitude import check_not_too_large
 from graphnorm.analysis.metrics import _check_edge_index
 
 __all__ = ["collapse_records", "collapse_records_layers", "collapse_metrics", "records_to_flat_dict", "METRIC_NAMES"]
@@ -156,10 +157,11 @@ class _Stack:
 
 
 def _stack(xs: Sequence[Tensor], rows: Tensor | None) -> _Stack:
-    """Stack the given rows of every layer as float64; rejects NaN / Inf.
+    """Stack the given rows of every layer as float64; rejects NaN / Inf and entries too large for float64 sums of
+    squares (:mod:`graphnorm.analysis.magnitude`).
 
-    Validation costs nothing extra: a row holding NaN or Inf has a non-finite norm, so the element-wise check
-    runs only when some norm is non-finite (then it names the count, or passes if finite rows overflowed)."""
+    Validation costs little: a row holding NaN or Inf has a non-finite norm, so the element-wise check runs only
+    when some norm is non-finite (then it names the count); the size check reads the [L, m] row norms."""
     x = torch.stack([layer.detach().to("cpu") for layer in xs]).to(torch.float64)
     if rows is not None:
         x = x.index_select(1, rows)
@@ -172,6 +174,8 @@ def _stack(xs: Sequence[Tensor], rows: Tensor | None) -> _Stack:
             raise ValueError(
                 f"collapse_metrics: x contains NaN or Inf ({int(bad[layer])} of {x[layer].numel()} entries)"
             )
+    if x.numel():
+        check_not_too_large(float(norms.square().sum(-1).max()), x.size(1), "collapse_metrics")
     nonzero = norms > 0
     units = x / torch.where(nonzero, norms, 1.0).unsqueeze(-1)
     return _Stack(x, norms, nonzero, units)

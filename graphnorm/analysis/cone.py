@@ -36,6 +36,8 @@ import torch
 from scipy.linalg import lapack
 from torch import Tensor
 
+from graphnorm.analysis.magnitude import check_not_too_large
+
 __all__ = ["ConeAngle", "cone_angle", "cone_angle_info"]
 
 
@@ -71,8 +73,13 @@ def _as_float64_rows(x: Tensor | np.ndarray, name: str) -> np.ndarray:
         array = np.asarray(x, dtype=np.float64)
         if array.ndim != 2:
             raise ValueError(f"{name}: x must have shape [n, d], got shape {array.shape}")
+    if array.shape[1] == 0:
+        raise ValueError(f"{name}: x has no columns (shape {array.shape})")
     if not np.isfinite(array).all():
         raise ValueError(f"{name}: x contains NaN or Inf ({int((~np.isfinite(array)).sum())} entries)")
+    with np.errstate(over="ignore"):  # an overflowing sum is what the check reports
+        squared_sum = float(np.square(array).sum())
+    check_not_too_large(squared_sum, array.shape[0], name)
     return array
 
 
@@ -207,7 +214,9 @@ def cone_angle_info(x: Tensor | np.ndarray, tol_deg: float = 1e-4, max_iter: int
     """Smallest enclosing cone of the non-zero rows of ``x`` [n, d]; see the module docstring.
 
     Computed in float64 whatever the input dtype. Zero rows (exactly zero) are excluded and counted in
-    ``num_zero_rows``. No non-zero row: angle NaN. ``tol_deg`` bounds |returned - optimal| in degrees.
+    ``num_zero_rows``. No non-zero row: angle NaN. ``ValueError`` for no rows, no columns, NaN / Inf, or entries
+    too large for float64 sums of squares (see :mod:`graphnorm.analysis.magnitude`). ``tol_deg`` bounds
+    |returned - optimal| in degrees.
     """
     rows = _as_float64_rows(x, "cone_angle")
     if tol_deg <= 0:

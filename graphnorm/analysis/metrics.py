@@ -1,7 +1,10 @@
 """Oversmoothing and dimensional-collapse metrics on a representation matrix x [n, d].
 
-Every function computes in float64 whatever the input dtype (fp16 / bf16 included), rejects NaN / Inf and
-empty input with a ``ValueError`` naming the problem, and treats zero rows as documented per function.
+Every function computes in float64 whatever the input dtype (float16 / bfloat16 values are exact there, so half
+input gives the same numbers as float32 input of the same values), rejects NaN / Inf, input without rows or
+without columns, and input too large for float64 sums of squares (entries of about 1e150 and above, see
+:mod:`graphnorm.analysis.magnitude`) with a ``ValueError`` naming the problem, and treats zero rows as documented
+per function. Rows whose entries are so small (below ~1e-154) that their squared norm underflows count as zero rows.
 "Undefined" values (e.g. a cosine with fewer than two non-zero rows) are NaN, never an exception, so a probe
 over a dead layer still yields a table.
 """
@@ -14,6 +17,7 @@ import torch
 from torch import Tensor
 
 from graphnorm.analysis.cone import cone_angle, cone_angle_info
+from graphnorm.analysis.magnitude import check_not_too_large
 
 __all__ = [
     "as_float64",
@@ -32,7 +36,8 @@ __all__ = [
 
 
 def as_float64(x: Tensor, name: str = "metric") -> Tensor:
-    """Validate ``x`` [n, d] (real, finite, at least one row) and return a detached float64 CPU copy."""
+    """Validate ``x`` [n, d] (real, finite, not too large, at least one row and one column) and return a detached
+    float64 CPU copy."""
     if not isinstance(x, Tensor):
         raise TypeError(f"{name}: x must be a torch.Tensor, got {type(x).__name__}")
     if x.dim() != 2:
@@ -47,6 +52,7 @@ def as_float64(x: Tensor, name: str = "metric") -> Tensor:
     if not torch.isfinite(x64).all():
         bad = int((~torch.isfinite(x64)).sum())
         raise ValueError(f"{name}: x contains NaN or Inf ({bad} of {x64.numel()} entries)")
+    check_not_too_large(float(x64.square().sum()), x64.size(0), name)
     return x64
 
 
