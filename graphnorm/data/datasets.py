@@ -6,11 +6,15 @@
 
 Root: the ``root`` argument, else ``$GRAPHNORM_DATA``, else the user cache (:func:`resolve_root`). Missing raw files
 are copied from ``$GRAPHNORM_DATA_MIRROR`` first (:func:`seed_from_mirror`); only then do the loaders try to download.
+Copying and processing run under a per-dataset file lock; a processing attempt that fails deletes the files it wrote
+under ``processed/``, and processed files that cannot be read are reported with the folder to delete.
 """
 
 from __future__ import annotations
 
+import errno
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.error import URLError
@@ -21,7 +25,16 @@ from torch_geometric.data import Data, Dataset
 from torch_geometric.data.data import DataEdgeAttr, DataTensorAttr
 from torch_geometric.data.storage import GlobalStorage
 
-from graphnorm.data.root import ENV_MIRROR, ENV_ROOT, mirror_root, resolve_root, seed_from_mirror
+from graphnorm.data.root import (
+    ENV_MIRROR,
+    ENV_ROOT,
+    DataRootError,
+    dataset_lock,
+    mirror_root,
+    resolve_root,
+    seed_from_mirror,
+    unwritable_root_error,
+)
 
 DATASET_NAMES = ("cora", "citeseer", "zinc", "molhiv")
 
@@ -31,6 +44,9 @@ OGB_RELEASE_FILE = "RELEASE_v1.txt"  # ogb asks an interactive input() when a da
 
 # The three PyG classes pickled in ogb's processed file: torch>=2.6 loads with weights_only=True by default.
 OGB_SAFE_GLOBALS = [DataEdgeAttr, DataTensorAttr, GlobalStorage]
+
+# A write under the data root failed for lack of space or permission (not a missing dataset).
+UNWRITABLE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM}
 
 
 class DatasetNotFoundError(FileNotFoundError):
@@ -95,8 +111,7 @@ def _load_planetoid(name: str, root: Path) -> GraphTask:
     title = {"cora": "Cora", "citeseer": "CiteSeer"}[name]
     relative = f"Planetoid/{title}"
     required = [f"raw/ind.{name}.{part}" for part in ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")]
-    _ensure_raw(root, relative, required)
-    dataset = _download_guard(name, root, relative, lambda: Planetoid(root=str(root / "Planetoid"), name=title))
+    dataset = _prepare(name, root, relative, required, lambda: Planetoid(root=str(root / "Planetoid"), name=title))
     data = dataset[0]
     return GraphTask(
         name=name,
@@ -113,11 +128,11 @@ def _load_zinc(root: Path) -> GraphTask:
     from torch_geometric.datasets import ZINC
 
     required = [f"raw/{split}.{ext}" for split in ("train", "val", "test") for ext in ("pickle", "index")]
-    _ensure_raw(root, "ZINC", required)
-    splits = {
-        split: _download_guard("zinc", root, "ZINC", lambda s=split: ZINC(str(root / "ZINC"), subset=True, split=s))
-        for split in ("train", "val", "test")
-    }
+
+    def construct() -> dict[str, ZINC]:
+        return {split: ZINC(str(root / "ZINC"), subset=True, split=split) for split in ("train", "val", "test")}
+
+    splits = _prepare("zinc", root, "ZINC", required, construct)
     return GraphTask(
         name="zinc",
         level="graph",
@@ -137,21 +152,20 @@ def _load_molhiv(root: Path) -> GraphTask:
 
     relative = "ogb/ogbg_molhiv"
     required = [OGB_RELEASE_FILE, "raw/edge.csv.gz", "raw/node-feat.csv.gz", "raw/edge-feat.csv.gz"]
-    _ensure_raw(root, relative, required)
     folder = root / relative
-    if folder.is_dir() and not (folder / OGB_RELEASE_FILE).exists():
-        # ogb would stop at an interactive input() here and may delete the folder.
-        raise DatasetNotFoundError(
-            f"{folder} exists but has no {OGB_RELEASE_FILE}, so ogb would ask an interactive question. "
-            f"Delete that folder, or copy the full ogbg_molhiv folder (with {OGB_RELEASE_FILE}) there."
-        )
 
     def construct() -> PygGraphPropPredDataset:
+        if folder.is_dir() and not (folder / OGB_RELEASE_FILE).exists():
+            # ogb would stop at an interactive input() here and may delete the folder.
+            raise DatasetNotFoundError(
+                f"{folder} exists but has no {OGB_RELEASE_FILE}, so ogb would ask an interactive question. "
+                f"Delete that folder, or copy the full ogbg_molhiv folder (with {OGB_RELEASE_FILE}) there."
+            )
         # Scoped allow-list: ogb 1.3.6 calls torch.load without weights_only on its own processed file.
         with torch.serialization.safe_globals(OGB_SAFE_GLOBALS):
             return PygGraphPropPredDataset(name="ogbg-molhiv", root=str(root / "ogb"))
 
-    dataset = _download_guard("molhiv", root, relative, construct)
+    dataset = _prepare("molhiv", root, relative, required, construct)
     split = dataset.get_idx_split()  # train/valid/test index tensors (scaffold split)
     return GraphTask(
         name="molhiv",
@@ -168,29 +182,64 @@ def _load_molhiv(root: Path) -> GraphTask:
     )
 
 
-def _ensure_raw(root: Path, relative: str, required: list[str]) -> None:
-    """Copy ``relative`` from the mirror when any of its ``required`` raw files is missing under ``root``."""
-    seed_from_mirror(root, relative, required)
+def _prepare(name: str, root: Path, relative: str, required: list[str], construct):
+    """Under the dataset's lock: copy missing raw files from the mirror, then run the loader (which processes them
+    the first time). A failure is reported as one clear error, and leaves no partial processed file behind."""
+    with dataset_lock(root, relative):
+        seed_from_mirror(root, relative, required)
+        folder = root / relative
+        existed, had_processed = folder.exists(), _processed_files(folder)
+        started = time.time_ns()
+        try:
+            return construct()
+        except DatasetNotFoundError:
+            raise
+        except Exception as error:
+            _remove_written_since(folder, started)
+            if not all((folder / r).exists() for r in required):
+                if isinstance(error, (URLError, OSError)):
+                    raise _not_found(name, root, relative, existed, error) from error
+                raise
+            if isinstance(error, OSError) and error.errno in UNWRITABLE_ERRNOS:
+                raise unwritable_root_error(root, f"processing {name!r}", error) from error
+            if had_processed:
+                # ``from None``: torch's message may advise weights_only=False, unsafe for a damaged file.
+                folders = sorted({str(path.parent) for path in had_processed})
+                raise DataRootError(
+                    f"cannot read the processed files of {name!r} in {', '.join(folders)} ({type(error).__name__}): "
+                    "they are damaged (e.g. a process killed while writing them) or from another library version; "
+                    "delete that folder and load again to rebuild it from raw/"
+                ) from None
+            raise
 
 
-def _download_guard(name: str, root: Path, relative: str, construct):
-    """Run a loader; if it has to download and cannot, raise one clear error saying where we looked."""
+def _processed_files(folder: Path) -> list[Path]:
+    return [path for path in folder.glob("**/processed/*") if path.is_file()] if folder.exists() else []
+
+
+def _remove_written_since(folder: Path, started_ns: int) -> None:
+    """Delete processed files written since ``started_ns`` (by a failed attempt, maybe half-written), and the
+    processed folders this leaves empty, so that the next load processes afresh."""
+    for path in _processed_files(folder):
+        if path.stat().st_mtime_ns >= started_ns:
+            path.unlink(missing_ok=True)
+    for processed in folder.glob("**/processed") if folder.exists() else []:
+        if processed.is_dir() and not any(processed.iterdir()):
+            processed.rmdir()
+
+
+def _not_found(name: str, root: Path, relative: str, existed: bool, error: Exception) -> DatasetNotFoundError:
+    """The raw files are missing and could not be downloaded: say where we looked."""
     folder = root / relative
-    existed = folder.exists()
-    try:
-        return construct()
-    except (URLError, OSError) as error:
-        if isinstance(error, FileNotFoundError) and folder.exists() and any(folder.rglob("*.*")):
-            raise  # a genuine missing file inside a present dataset, not a failed download
-        if not existed and folder.exists():
-            shutil.rmtree(folder)  # only the empty folders the failed download created
-        mirror = mirror_root()
-        looked = f"{folder}" + (f" and the mirror {mirror / relative}" if mirror else f" (${ENV_MIRROR} is unset)")
-        raise DatasetNotFoundError(
-            f"dataset {name!r} not found: looked in {looked}, and the download failed ({error}). "
-            f"Provide it by setting ${ENV_MIRROR} to a folder holding {relative}/ (e.g. ../shared/data), "
-            f"or ${ENV_ROOT} to a data root that already holds it, or run once with internet access."
-        ) from error
+    if not existed and folder.exists():
+        shutil.rmtree(folder)  # only the empty folders the failed download created
+    mirror = mirror_root()
+    looked = f"{folder}" + (f" and the mirror {mirror / relative}" if mirror else f" (${ENV_MIRROR} is unset)")
+    return DatasetNotFoundError(
+        f"dataset {name!r} not found: looked in {looked}, and the download failed ({error}). "
+        f"Provide it by setting ${ENV_MIRROR} to a folder holding {relative}/ (e.g. ../shared/data), "
+        f"or ${ENV_ROOT} to a data root that already holds it, or run once with internet access."
+    )
 
 
 def _check_finite(task: GraphTask) -> None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import copy
 import os
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -36,6 +37,7 @@ from torch_geometric.transforms import BaseTransform
 UNREACHABLE = -1  # spatial_pos value of pairs with no path
 NO_EDGE = -1  # edge_path value past the end of a path
 PAIR_KEYS = ("spatial_pos", "edge_path", "in_degree", "out_degree")
+CACHE_CHECK_KEYS = ("multi_hop_max_dist", "node_counts", "edge_counts")  # what a cache was made for
 
 
 def _check_graph(data: Data, where: str) -> tuple[int, Tensor]:
@@ -220,37 +222,19 @@ def preprocess_dataset(
     With ``cache_path`` the results are saved there (plain tensors, ``torch.save``) and reused on the next call
     when they were made for the same graphs (same count, node and edge counts) and the same ``multi_hop_max_dist``.
     Put the cache next to the dataset's processed files, e.g. ``Path(dataset.processed_dir) / "graphormer_train.pt"``.
+    The cache is written atomically (processes that write it at once never read a partial file); an unreadable
+    cache is recomputed and an unwritable one skipped, each with a warning naming the file.
     """
     transform = GraphormerPreprocess(multi_hop_max_dist, max_nodes)
     graphs = [dataset[i] for i in range(len(dataset))]
     node_counts = torch.tensor([g.num_nodes for g in graphs], dtype=torch.long)
     edge_counts = torch.tensor([0 if g.edge_index is None else g.edge_index.size(1) for g in graphs], dtype=torch.long)
 
-    if cache_path is not None and Path(cache_path).exists():
-        cached = torch.load(cache_path, weights_only=True)
-        same_graphs = (
-            int(cached["multi_hop_max_dist"]) == multi_hop_max_dist
-            and torch.equal(cached["node_counts"], node_counts)
-            and torch.equal(cached["edge_counts"], edge_counts)
-        )
-        if same_graphs:
-            if max_nodes is not None and len(graphs) > 0 and int(node_counts.max()) > max_nodes:
-                transform(graphs[int(node_counts.argmax())].clone())  # raises the max_nodes error
-            pair_sizes = (node_counts * node_counts).tolist()
-            node_sizes = node_counts.tolist()
-            per_key = {
-                "spatial_pos": cached["spatial_pos"].split(pair_sizes),
-                "edge_path": cached["edge_path"].split(pair_sizes),
-                "in_degree": cached["in_degree"].split(node_sizes),
-                "out_degree": cached["out_degree"].split(node_sizes),
-            }
-            out = []
-            for index, graph in enumerate(graphs):
-                graph = graph.clone()
-                for key in PAIR_KEYS:
-                    graph[key] = per_key[key][index]
-                out.append(graph)
-            return out
+    cached = _read_cache(cache_path)
+    if cached is not None and _cache_matches(cached, multi_hop_max_dist, node_counts, edge_counts):
+        if max_nodes is not None and len(graphs) > 0 and int(node_counts.max()) > max_nodes:
+            transform(graphs[int(node_counts.argmax())].clone())  # raises the max_nodes error
+        return _attach_cached(graphs, cached, node_counts)
 
     out = transform.process_many(graphs)
     if cache_path is not None:
@@ -260,9 +244,66 @@ def preprocess_dataset(
         payload.update(
             multi_hop_max_dist=torch.tensor(multi_hop_max_dist), node_counts=node_counts, edge_counts=edge_counts
         )
-        Path(cache_path).parent.mkdir(parents=True, exist_ok=True)
-        torch.save(payload, cache_path)
+        _write_cache(Path(cache_path), payload)
     return out
+
+
+def _read_cache(cache_path: str | os.PathLike | None) -> dict[str, Tensor] | None:
+    """The cached tensors (``weights_only=True``: tensors only, never code), or None when absent or unreadable."""
+    if cache_path is None or not Path(cache_path).exists():
+        return None
+    try:
+        cached = torch.load(cache_path, weights_only=True)
+        if isinstance(cached, dict) and all(key in cached for key in (*PAIR_KEYS, *CACHE_CHECK_KEYS)):
+            return cached
+        reason = "not a Graphormer cache"
+    except Exception as error:
+        reason = f"torch.load raised {type(error).__name__}"
+    warnings.warn(f"ignoring the unreadable Graphormer cache {cache_path} ({reason}); recomputing it", stacklevel=3)
+    return None
+
+
+def _cache_matches(cached: dict[str, Tensor], hops: int, node_counts: Tensor, edge_counts: Tensor) -> bool:
+    """Whether the cache was made for these graphs (node and edge counts) with this many hops."""
+    return (
+        int(cached["multi_hop_max_dist"]) == hops
+        and torch.equal(cached["node_counts"], node_counts)
+        and torch.equal(cached["edge_counts"], edge_counts)
+    )
+
+
+def _attach_cached(graphs: list[Data], cached: dict[str, Tensor], node_counts: Tensor) -> list[Data]:
+    """Copies of ``graphs`` carrying their slices of the cached per-graph tensors."""
+    pair_sizes = (node_counts * node_counts).tolist()
+    node_sizes = node_counts.tolist()
+    per_key = {
+        "spatial_pos": cached["spatial_pos"].split(pair_sizes),
+        "edge_path": cached["edge_path"].split(pair_sizes),
+        "in_degree": cached["in_degree"].split(node_sizes),
+        "out_degree": cached["out_degree"].split(node_sizes),
+    }
+    out = []
+    for index, graph in enumerate(graphs):
+        graph = graph.clone()
+        for key in PAIR_KEYS:
+            graph[key] = per_key[key][index]
+        out.append(graph)
+    return out
+
+
+def _write_cache(path: Path, payload: dict[str, Tensor]) -> None:
+    """Save to a temporary file, then rename: readers see the old cache, the new one or none, never a partial one.
+    A cache that cannot be written (read-only or full data root) only costs the recomputation next time."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        torch.save(payload, tmp)
+        os.replace(tmp, path)
+    except OSError as error:
+        reason = error.strerror or error
+        warnings.warn(f"could not write the Graphormer cache {path} ({reason}); continuing without it", stacklevel=3)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 @dataclass

@@ -7,17 +7,32 @@ Offline machines can point ``$GRAPHNORM_DATA_MIRROR`` at a read-only folder laid
 loaders expect (``Planetoid/Cora/raw``, ``ZINC/raw``, ``ogb/ogbg_molhiv``...). Missing dataset folders
 are copied from it into the writable root before loading, so the loaders' ``processed/`` files are never
 written into the mirror.
+
+Trust: only raw input files are copied from a mirror, never ``processed/`` folders or ``.pt`` files, so every
+file that PyG or ogb ``torch.load`` s is made locally (PyG retries a processed file with ``weights_only=False``
+and always loads ``pre_transform.pt`` that way). The raw files of Planetoid and ZINC are pickles themselves, so the
+mirror must still be trusted, and so must the root: processed files found there are unpickled.
+
+Two processes preparing one dataset at once take turns (:func:`dataset_lock`), and each file copied from the
+mirror appears whole or not at all.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import shutil
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 ENV_ROOT = "GRAPHNORM_DATA"
 ENV_MIRROR = "GRAPHNORM_DATA_MIRROR"
+
+
+class DataRootError(OSError):
+    """The data root cannot be used: not a directory, not writable, full, or holding damaged processed files."""
 
 
 def default_root() -> Path:
@@ -29,8 +44,46 @@ def resolve_root(root: str | os.PathLike | None = None) -> Path:
     """The data root: ``root`` argument, else ``$GRAPHNORM_DATA``, else the user cache directory."""
     path = Path(root) if root is not None else Path(os.environ.get(ENV_ROOT) or default_root())
     path = path.expanduser().resolve()
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        problem = "is not a directory" if path.exists() else f"cannot be created ({error.strerror})"
+        raise DataRootError(f"data root {path} {problem}; {_root_advice(root)}") from None
     return path
+
+
+def _root_advice(root: str | os.PathLike | None) -> str:
+    source = "the root argument" if root is not None else f"${ENV_ROOT}" if os.environ.get(ENV_ROOT) else "the default"
+    return f"it comes from {source}: set ${ENV_ROOT} (or data_root) to a writable directory"
+
+
+def unwritable_root_error(root: Path, doing: str, error: OSError) -> DataRootError:
+    """The one-line error for a write that failed under the data root (read-only, full disk, no permission)."""
+    where, reason = error.filename or root, error.strerror or error
+    if isinstance(error, shutil.Error) and error.args and isinstance(error.args[0], list):
+        _, where, reason = error.args[0][0]  # copytree gathers (source, target, reason) per failed file
+    return DataRootError(
+        f"cannot write {where} while {doing} ({reason}): the data root {root} must be writable "
+        f"and have free space; free space there, or set ${ENV_ROOT} to another directory"
+    )
+
+
+@contextlib.contextmanager
+def dataset_lock(root: Path, relative: str) -> Iterator[None]:
+    """Hold an exclusive lock on dataset ``relative`` under ``root`` while it is copied and processed.
+
+    Two processes preparing one dataset at once would otherwise read each other's half-written files (measured: 6
+    of 10 simultaneous first loads of Cora failed). A root where the lock file cannot be created is read-only, so
+    nobody writes there and nothing needs guarding.
+    """
+    with contextlib.ExitStack() as stack:
+        try:
+            handle = stack.enter_context(open(root / f".{relative.replace('/', '_')}.lock", "a"))
+        except OSError:
+            handle = None
+        if handle is not None:
+            fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file is closed, also when the process dies
+        yield
 
 
 def mirror_root() -> Path | None:
@@ -53,10 +106,27 @@ def _make_writable(path: Path) -> None:
     path.chmod(path.stat().st_mode | stat.S_IWUSR | stat.S_IRUSR | stat.S_IXUSR)
 
 
-def seed_from_mirror(root: Path, relative: str, required: list[str]) -> bool:
-    """Copy ``mirror/relative`` into ``root/relative`` when files in ``required`` are missing there.
+def _not_raw(folder: str, names: list[str]) -> set[str]:
+    """What a mirror copy skips: processed output and torch files, which the loaders would unpickle."""
+    return {name for name in names if name == "processed" or name.endswith(".pt")}
 
-    ``required`` are paths relative to ``root/relative``. Returns True if a copy was made.
+
+def _copy_whole(source: str, target: str) -> None:
+    """Copy one file so that it appears whole or not at all (a kill mid-copy leaves only a ``.tmp``)."""
+    tmp = f"{target}.{os.getpid()}.tmp"
+    try:
+        shutil.copyfile(source, tmp)
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def seed_from_mirror(root: Path, relative: str, required: list[str]) -> bool:
+    """Copy the raw files of ``mirror/relative`` into ``root/relative`` when files in ``required`` are missing there.
+
+    ``required`` are paths relative to ``root/relative``. Returns True if a copy was made. ``processed/`` folders and
+    ``.pt`` files are never copied (see the module docs). Call it under :func:`dataset_lock`.
     """
     target = root / relative
     if all((target / r).exists() for r in required):
@@ -64,6 +134,9 @@ def seed_from_mirror(root: Path, relative: str, required: list[str]) -> bool:
     mirror = mirror_root()
     if mirror is None or not (mirror / relative).exists():
         return False
-    shutil.copytree(mirror / relative, target, dirs_exist_ok=True, copy_function=shutil.copyfile)
-    _make_writable(target)
+    try:
+        shutil.copytree(mirror / relative, target, dirs_exist_ok=True, ignore=_not_raw, copy_function=_copy_whole)
+        _make_writable(target)
+    except OSError as error:
+        raise unwritable_root_error(root, f"copying {relative} from the mirror {mirror}", error) from None
     return True
