@@ -172,3 +172,27 @@ def test_metrics_of_half_input_equal_the_float32_answer(dtype, offset, std):
         for key, value in half_flat.items():
             assert value == pytest.approx(float_flat[key], rel=1e-12, abs=1e-12, nan_ok=True), key
             assert not math.isinf(value), key
+
+
+@pytest.mark.parametrize(
+    ("input_dtype", "module_dtype"),
+    [(torch.float64, torch.float32), (torch.float32, torch.float16), (torch.float32, torch.float64)],
+    ids=str,
+)
+@pytest.mark.parametrize("name", available_norms())
+def test_module_of_another_dtype_computes_in_the_input_dtype(name, input_dtype, module_dtype):
+    """Parameters and running statistics are cast to the input's dtype: the output is the input-dtype module's.
+
+    Before: BatchNorm, ContraNorm, DiffGroupNorm, LayerNorm and SepNorm raised a dtype RuntimeError for all three
+    pairs; GraphNorm, LearnableScaler and RMSNorm returned float64 for float32 input to a float64 module.
+    """
+    x, batch, edge_index, token_mask = graph_batch(8, 1.0, 3.0, input_dtype)
+    torch.manual_seed(1)
+    norm = build_norm(name, 8).to(module_dtype).train()
+    same_dtype = copy.deepcopy(norm).to(input_dtype)  # the module's values, held in the input's dtype
+    out = run(norm, x, batch, edge_index, token_mask)
+    assert out.dtype == input_dtype
+    torch.testing.assert_close(out, run(same_dtype, x, batch, edge_index, token_mask), rtol=0, atol=0)
+    for key, value in norm.state_dict().items():  # running statistics stay in the module's dtype, updated
+        assert value.dtype == module_dtype or not value.is_floating_point(), key
+        torch.testing.assert_close(value, same_dtype.state_dict()[key].to(value.dtype), rtol=0, atol=0)
