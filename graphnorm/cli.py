@@ -146,11 +146,18 @@ def cmd_train(args: argparse.Namespace) -> int:
         config = RunConfig.from_dict(sweeps.apply_overrides(values, args.overrides))
     except (ValueError, TypeError) as e:
         raise CommandError(str(e)) from None
+    out = Path(args.out) if args.out else None
+    if out is not None:  # before training: a run whose record cannot be saved is lost
+        if out.is_dir():
+            raise CommandError(f"--out {out} is a directory; give a file name, e.g. {out / 'record.json'}")
+        try:
+            sweeps.ensure_writable_dir(out.parent, f"--out {out}")
+        except ValueError as e:
+            raise CommandError(str(e)) from None
     # Errors of the run itself keep their traceback.
     record = sweeps.resolve_run_fn(None)(config)
     curve = None
-    if args.out:
-        out = Path(args.out)
+    if out is not None:
         sweeps.atomic_write_text(out, json.dumps(record, indent=1))
         if record.get("history"):
             curve = out.with_name(out.name + ".learning_curve.png")

@@ -34,6 +34,7 @@ import os
 import pickle
 import socket
 import sys
+import tempfile
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -238,6 +239,20 @@ def atomic_write_text(path: Path, text: str) -> None:
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
+
+
+def ensure_writable_dir(path: Path, what: str) -> None:
+    """Create folder ``path`` (and its parents) and write a probe file in it, before any long work whose output
+    would be lost; ``ValueError`` in one line naming ``what`` (e.g. ``--out OUT``) otherwise."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{what} cannot be written: {path} is a file, not a folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".write-check.", suffix=".tmp"):
+            pass
+    except OSError as e:
+        raise ValueError(f"{what} cannot be written: {e.strerror or e} ({path})") from None
 
 
 def atomic_write_csv(path: Path, frame: pd.DataFrame) -> None:
@@ -575,7 +590,7 @@ def run_sweep(
         except (pickle.PicklingError, AttributeError, TypeError) as e:
             raise ValueError(f"run function cannot be sent to worker processes ({e}); use executor 'serial'") from None
     out = Path(out_dir) if out_dir is not None else Path("runs") / sweep["name"]
-    out.mkdir(parents=True, exist_ok=True)
+    ensure_writable_dir(out, f"--out {out}")
     with _sweep_lock(out), signals_interrupt():  # SIGTERM/SIGHUP: the same cleanup as Ctrl-C
         atomic_write_text(out / "sweep.yaml", yaml.safe_dump(sweep, sort_keys=False))
         results = load_results(out, [config_run_id(c) for c in configs])

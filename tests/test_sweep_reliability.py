@@ -27,6 +27,7 @@ from graphnorm.cli import main
 from graphnorm.sweep import config_run_id, expand_grid, run_sweep
 
 TESTS = Path(__file__).resolve().parent
+FAKE = ["--run-fn", "test_sweep:fake_run", "--executor", "serial", "--no-plots"]
 STARTUP_S = 180  # the driver and its forkserver each import torch: slow on a loaded 2-core machine
 
 
@@ -262,3 +263,41 @@ def test_valid_results_of_old_layout_still_resume(tmp_path, run_log):
         path.write_text(json.dumps(result))
     runs = run_sweep(SMALL, out, run_fn=fake_run, executor="serial", make_plots=False)
     assert len(executions(run_log)) == 3 and len(runs) == 3
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Output paths are checked before any work
+
+
+def one_line_error(capsys: pytest.CaptureFixture) -> str:
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    return err
+
+
+def test_train_out_creates_missing_folders(tmp_path: Path, data_root: Path, capsys):
+    config = write_yaml(tmp_path, {"dataset": "cora", "num_layers": 2, "hidden_channels": 8, "epochs": 1}, "run.yaml")
+    record = tmp_path / "new" / "folders" / "record.json"
+    assert main(["train", str(config), "probe=false", "--out", str(record)]) == 0
+    assert json.loads(record.read_text())["test_acc"] == json.loads(capsys.readouterr().out.split("\n(")[0])["test_acc"]
+
+
+@pytest.mark.parametrize("where", ["under-a-file", "a-directory"])
+def test_train_out_that_cannot_be_written_fails_before_training(tmp_path: Path, capsys, where: str):
+    config = write_yaml(tmp_path, {"dataset": "cora", "num_layers": 2, "epochs": 1}, "run.yaml")
+    (tmp_path / "file").write_text("")
+    out = tmp_path / "file" / "record.json" if where == "under-a-file" else tmp_path
+    # The data root is a file: training would fail loudly, so exit 2 with this one line means it never started.
+    assert main(["train", str(config), f"data_root={tmp_path / 'file'}", "--out", str(out)]) == 2
+    err = one_line_error(capsys)
+    assert f"--out {out}" in err and ("is a directory" in err or "cannot be written" in err)
+    assert capsys.readouterr().out == ""
+
+
+def test_sweep_out_that_cannot_be_written_is_one_line(tmp_path: Path, run_log: Path, capsys):
+    (tmp_path / "file").write_text("")
+    for out in (tmp_path / "file", tmp_path / "file" / "out"):
+        assert main(["sweep", str(write_yaml(tmp_path, SMALL)), "--out", str(out), *FAKE]) == 2
+        err = one_line_error(capsys)
+        assert f"--out {out}" in err and "cannot be written" in err
+    assert executions(run_log) == []
