@@ -37,6 +37,7 @@ import functools
 import math
 import os
 import random
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -428,10 +429,12 @@ def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
     try:
         torch.save(state, tmp)
         os.replace(tmp, path)
-    except OSError as error:  # a full disk, a folder made read-only during the run
+    except (OSError, RuntimeError) as error:  # a full disk (torch's zip writer raises RuntimeError), a read-only folder
+        tmp.unlink(missing_ok=True)
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else type(error).__name__
         raise CheckpointError(
-            f"cannot write checkpoint {path} ({error.strerror or error}); the previous checkpoint is intact: "
-            "free space or make checkpoint_dir writable, then run again to resume"
+            f"cannot write checkpoint {path} ({reason}; {shutil.disk_usage(path.parent).free} bytes free there); "
+            "the previous checkpoint is intact: free space or make checkpoint_dir writable, then run again to resume"
         ) from error
     finally:
         tmp.unlink(missing_ok=True)

@@ -9,6 +9,7 @@ import os
 import random
 import shutil
 import signal
+import subprocess
 import time
 import traceback
 from pathlib import Path
@@ -179,3 +180,24 @@ def test_unwritable_checkpoint_dir_fails_before_training(
     message = str(error.value)
     assert len(message.splitlines()) == 1 and "checkpoint_dir" in message and str(blocker) in message
     assert "epoch" not in capsys.readouterr().out  # no epoch was trained (and lost)
+
+
+def test_full_disk_while_checkpointing_names_the_file(data_root: Path, tmp_path: Path) -> None:
+    """torch.save on a full disk raises a RuntimeError from its zip writer ('unexpected pos 128 vs 0'): the run
+    stops with one line naming the checkpoint and the free space, and no partial checkpoint or .tmp is left."""
+    small = tmp_path / "small"
+    small.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(small)]).returncode:
+        pytest.skip("needs a small tmpfs (root with mount rights) to fill a disk")
+    try:
+        usage = shutil.disk_usage(small)
+        (small / "filler").write_bytes(b"x" * (usage.free - 8192))  # room for the writability check, not a save
+        config = tiny_zinc(data_root, small / "checkpoints")
+        with pytest.raises(CheckpointError) as error:
+            run(config)
+        left = sorted(p.name for p in (small / "checkpoints").iterdir())
+    finally:
+        subprocess.run(["umount", "--lazy", str(small)], check=True)  # lazy: the failed writer may hold a file
+    message = str(error.value)
+    assert len(message.splitlines()) == 1 and str(checkpoint_path(config)) in message and "free" in message
+    assert left == []

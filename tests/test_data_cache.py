@@ -132,7 +132,7 @@ def read_only_folder(path: Path) -> Iterator[Path]:
     try:
         yield path
     finally:
-        subprocess.run(["umount", str(path)], check=True)
+        subprocess.run(["umount", "--lazy", str(path)], check=True)
 
 
 def test_read_only_data_root(tmp_path: Path, mirror: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -163,7 +163,7 @@ def test_full_disk_while_processing_leaves_no_partial_file(
             load_dataset("cora", root)
         written = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
     finally:
-        subprocess.run(["umount", str(root)], check=True)
+        subprocess.run(["umount", "--lazy", str(root)], check=True)
     message = str(error.value)
     assert len(message.splitlines()) == 1 and "No space left" in message and str(root) in message
     assert "not found" not in message

@@ -299,8 +299,8 @@ def _write_cache(path: Path, payload: dict[str, Tensor]) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         torch.save(payload, tmp)
         os.replace(tmp, path)
-    except OSError as error:
-        reason = error.strerror or error
+    except (OSError, RuntimeError) as error:  # on a full disk torch's zip writer raises RuntimeError
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else type(error).__name__
         warnings.warn(f"could not write the Graphormer cache {path} ({reason}); continuing without it", stacklevel=3)
     finally:
         tmp.unlink(missing_ok=True)
