@@ -16,9 +16,8 @@ import signal
 import sys
 from pathlib import Path
 
-import yaml
-
 from graphnorm import sweep as sweeps
+from graphnorm.yaml_io import load_yaml_file
 
 
 class CommandError(Exception):
@@ -94,6 +93,8 @@ def _sweep(args: argparse.Namespace) -> int:
         configs = sweeps.expand_grid(sweep)  # validates every run, exactly as a real sweep would
         sweeps.resolve_run_fn(args.run_fn or sweep.get("run_fn"))  # and that the run function exists
         table = sweeps.status_table(sweep, configs, out)
+        quiet = sweeps.load_results(out, list(table["run_id"]), warn=lambda message: None)  # status_table warned
+        sweeps.check_metric(sweep.get("metric"), quiet)
         counts = table["state"].value_counts()
         print(table.to_string(index=False))
         states = ("done", "failed", "missing", "invalid")[: 4 if counts.get("invalid") else 3]
@@ -136,15 +137,13 @@ def cmd_train(args: argparse.Namespace) -> int:
     from graphnorm.config import RunConfig
 
     path = Path(args.config)
-    if not path.is_file():
-        raise CommandError(f"config {path} does not exist")
-    with open(path) as f:
-        values = yaml.safe_load(f) or {}
-    if not isinstance(values, dict):
-        raise CommandError(f"config {path} must be a YAML mapping of RunConfig keys, got {type(values).__name__}")
     try:
+        values = load_yaml_file(path, "config")
+        values = {} if values is None else values  # an empty file: every key at its default
+        if not isinstance(values, dict):
+            raise ValueError(f"config {path} must be a YAML mapping of RunConfig keys, got {type(values).__name__}")
         config = RunConfig.from_dict(sweeps.apply_overrides(values, args.overrides))
-    except (ValueError, TypeError) as e:
+    except (ValueError, TypeError, FileNotFoundError) as e:
         raise CommandError(str(e)) from None
     out = Path(args.out) if args.out else None
     if out is not None:  # before training: a run whose record cannot be saved is lost
@@ -185,8 +184,22 @@ def _save_learning_curve(history: list[dict], config: sweeps.RunConfig, path: Pa
     plt.close(figure)
 
 
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Like ``parse_args``, but a command's key=value overrides may also follow its options
+    (``graphnorm sweep cfg.yaml --workers 2 base.epochs=3``): argparse alone stops collecting positionals there."""
+    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    command = argv[0] if argv else None
+    if command not in commands:  # --help, a typo, or no command: argparse's own messages
+        return parser.parse_args(argv)
+    args = commands[command].parse_intermixed_args(argv[1:])
+    args.command = command
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_args(argv)
     try:
         if args.command == "sweep":
             return cmd_sweep(args)

@@ -49,6 +49,7 @@ from tqdm import tqdm
 from graphnorm.config import RunConfig
 from graphnorm.sweep_processes import init_worker, signals_interrupt, stop_workers
 from graphnorm.sweep_results import check_history, check_layers, load_results
+from graphnorm.yaml_io import load_yaml_file, parse_yaml
 
 RunFn = Callable[[RunConfig], dict[str, Any]]
 
@@ -68,10 +69,9 @@ CSV_REFRESH_S = 2.0  # regenerate the CSVs at most this often while runs finish 
 def load_sweep_config(path: str | os.PathLike, overrides: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
     """Read a sweep YAML and apply ``key.path=value`` overrides (values parsed with ``yaml.safe_load``)."""
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"sweep config {path} does not exist")
-    with open(path) as f:
-        sweep = yaml.safe_load(f)
+    sweep = load_yaml_file(path, "sweep config")
+    if sweep is None:
+        raise ValueError(f"sweep config {path} is empty; it needs at least a grid, e.g. grid: {{seed: [0, 1]}}")
     if not isinstance(sweep, dict):
         raise ValueError(f"sweep config {path} must be a YAML mapping, got {type(sweep).__name__}")
     sweep = apply_overrides(sweep, overrides)
@@ -88,10 +88,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     parts = key.strip().split(".")
     if any(not p for p in parts):
         raise ValueError(f"override {text!r} has an empty key component")
-    try:
-        parsed = yaml.safe_load(value)
-    except yaml.YAMLError as e:
-        raise ValueError(f"override {text!r}: value is not valid YAML ({e})") from None
+    parsed = parse_yaml(value, f"override {text!r}")
     return parts, parsed
 
 
@@ -122,6 +119,11 @@ def check_sweep_config(sweep: dict[str, Any]) -> None:
         raise ValueError(f"sweep 'name' must be a non-empty string, got {sweep.get('name')!r}")
     if "/" in sweep["name"] or sweep["name"].startswith("."):
         raise ValueError(f"sweep 'name' is used as a directory name; got {sweep['name']!r}")
+    if not sweep.get("grid"):  # not one silent base run
+        raise ValueError(
+            f"sweep 'grid' is {'missing' if 'grid' not in sweep else repr(sweep['grid'])}; give the values to run, "
+            "e.g. grid: {seed: [0]}"
+        )
     for key in ("base", "grid", "norm_settings"):
         if sweep.get(key) is not None and not isinstance(sweep[key], dict):
             raise ValueError(f"sweep '{key}' must be a mapping, got {type(sweep[key]).__name__}")
@@ -160,11 +162,13 @@ def _grid_values(key: str, values: Any) -> list[Any]:
     return values if isinstance(values, list) else [values]
 
 
-def expand_grid(sweep: dict[str, Any]) -> list[RunConfig]:
+def expand_grid(sweep: dict[str, Any], log: Callable[[str], None] | None = print) -> list[RunConfig]:
     """Every grid point as a validated RunConfig, in grid order (last grid key varies fastest).
 
     Raises ``ValueError`` naming the grid point for the first invalid config, and for duplicate points,
-    so nothing starts unless every run is valid.
+    so nothing starts unless every run is valid. ``norm: all`` leaves out the norms that cannot run on the
+    config's model (:func:`graphnorm.config.unsupported_norm_reason`), saying which and why in one ``log`` line;
+    a norm listed by name is checked like any other value.
     """
     from graphnorm.norms import norm_class
 
@@ -180,26 +184,49 @@ def expand_grid(sweep: dict[str, Any]) -> list[RunConfig]:
     keys = list(grid)
     configs: list[RunConfig] = []
     seen: dict[str, dict[str, Any]] = {}
+    left_out: dict[str, str] = {}  # norm -> why, for norm: all
     for values in itertools.product(*(_grid_values(k, grid[k]) for k in keys)):
         point = dict(zip(keys, values))
         merged = {**copy.deepcopy(base), **copy.deepcopy(point)}
         norm = str(merged.get("norm", RunConfig.norm)).lower()
         merged.update(copy.deepcopy(norm_settings.get(norm, {})))
-        try:
-            config = RunConfig.from_dict(merged)
-        except (ValueError, TypeError) as e:
-            where = ", ".join(f"{k}={v!r}" for k, v in point.items()) or "base"
-            # A TypeError here is a value of the wrong type; PyYAML's classic trap is 5e-4, read as a string.
-            hint = " (a value has the wrong type; note YAML reads 5e-4 as a string: write 5.0e-4)" * isinstance(
-                e, TypeError
-            )
-            raise ValueError(f"invalid run ({where}): {e}{hint}") from None
+        reason = _unsupported_reason(merged) if grid.get("norm") == "all" else None
+        if reason:
+            left_out.setdefault(norm, reason)
+            continue
+        config = _point_config(merged, point)
         run_id = config_run_id(config)
         if run_id in seen:
             raise ValueError(f"grid point {point} duplicates {seen[run_id]}: the grid lists a value twice")
         seen[run_id] = point
         configs.append(config)
+    if left_out and log is not None:
+        log("norm: all leaves out " + "; ".join(f"{norm} ({why})" for norm, why in left_out.items()))
     return configs
+
+
+def _unsupported_reason(values: dict[str, Any]) -> str | None:
+    """Why these config values' norm cannot run on their model; ``None`` also when the values are invalid
+    otherwise (:func:`_point_config` then names the problem)."""
+    from graphnorm.config import unsupported_norm_reason
+
+    try:
+        return unsupported_norm_reason(RunConfig(**values))
+    except (TypeError, ValueError, AttributeError):
+        return None
+
+
+def _point_config(values: dict[str, Any], point: dict[str, Any]) -> RunConfig:
+    """The validated RunConfig of one grid point; ``ValueError`` naming the point otherwise."""
+    try:
+        return RunConfig.from_dict(values)
+    except (ValueError, TypeError) as e:
+        where = ", ".join(f"{k}={v!r}" for k, v in point.items()) or "base"
+        # A TypeError here is a value of the wrong type; PyYAML's classic trap is 5e-4, read as a string.
+        hint = " (a value has the wrong type; note YAML reads 5e-4 as a string: write 5.0e-4)" * isinstance(
+            e, TypeError
+        )
+        raise ValueError(f"invalid run ({where}): {e}{hint}") from None
 
 
 def config_run_id(config: RunConfig) -> str:
@@ -389,6 +416,25 @@ def epochs_table(configs: list[RunConfig], results: dict[str, dict[str, Any]]) -
             rows.append({"run_id": result["run_id"], **epoch_row})
             columns.update((key, None) for key in epoch_row)
     return pd.DataFrame(rows, columns=list(columns))
+
+
+def recorded_metrics(results: dict[str, dict[str, Any]]) -> list[str]:
+    """The numeric record keys of the ok runs in ``results``: the metrics a summary can show."""
+    names = {
+        key
+        for result in results.values()
+        if result["status"] == "ok"
+        for key, value in result["record"].items()
+        if isinstance(value, (int, float)) and not isinstance(value, bool)
+    }
+    return sorted(names)
+
+
+def check_metric(metric: str | None, results: dict[str, dict[str, Any]]) -> None:
+    """A summary metric chosen by name must be one the finished runs recorded (when there are any yet)."""
+    valid = recorded_metrics(results)
+    if metric is not None and valid and metric not in valid:
+        raise ValueError(f"metric {metric!r} is not in the runs' records; valid: {', '.join(valid)}")
 
 
 def pick_metric(runs_df: pd.DataFrame, metric: str | None = None) -> str | None:
@@ -582,7 +628,7 @@ def run_sweep(
         raise ValueError(f"workers must be >= 1, got {workers}")
     if threads is not None and threads < 1:
         raise ValueError(f"threads must be >= 1, got {threads}")
-    configs = expand_grid(sweep)  # every run is validated before anything starts
+    configs = expand_grid(sweep, log)  # every run is validated before anything starts
     run_fn = resolve_run_fn(run_fn if run_fn is not None else sweep.get("run_fn"))
     if executor == "local":
         try:
@@ -592,8 +638,10 @@ def run_sweep(
     out = Path(out_dir) if out_dir is not None else Path("runs") / sweep["name"]
     ensure_writable_dir(out, f"--out {out}")
     with _sweep_lock(out), signals_interrupt():  # SIGTERM/SIGHUP: the same cleanup as Ctrl-C
-        atomic_write_text(out / "sweep.yaml", yaml.safe_dump(sweep, sort_keys=False))
         results = load_results(out, [config_run_id(c) for c in configs])
+        check_metric(sweep.get("metric"), results)
+        _note_config_change(out, sweep, log)
+        atomic_write_text(out / "sweep.yaml", yaml.safe_dump(sweep, sort_keys=False))
         todo = [
             c
             for c in configs
@@ -633,6 +681,21 @@ def run_sweep(
     if make_plots:
         make_report(out, log)
     return runs
+
+
+def _note_config_change(out: Path, sweep: dict[str, Any], log: Callable[[str], None]) -> None:
+    """Say so when ``sweep`` differs from the config of the last sweep into ``out`` (edited since, or another)."""
+    try:
+        previous = yaml.safe_load((out / "sweep.yaml").read_text())
+    except (OSError, ValueError, yaml.YAMLError):
+        return
+    if not isinstance(previous, dict) or previous == sweep:
+        return
+    changed = sorted(str(k) for k in {*previous, *sweep} if previous.get(k) != sweep.get(k))
+    log(
+        f"note: the sweep config differs from the one last run in {out} ({', '.join(changed)}); the results of "
+        "grid points no longer in it stay in results/ but leave runs.csv"
+    )
 
 
 def _run_process_pool(
@@ -750,7 +813,11 @@ def write_summary(sweep: dict[str, Any], runs: pd.DataFrame, out: Path, log: Cal
     """Print the metric by norm x depth and write it to ``summary.md``."""
     metric = pick_metric(runs, sweep.get("metric"))
     if runs.empty or metric is None or metric not in runs.columns:
-        log("no finished runs with a metric to summarize yet")
+        metrics = [
+            c for c in runs.columns if c not in {"run_id", "status", "elapsed_s", "error", *RunConfig.field_names()}
+        ]
+        named = f" (metric {metric!r} is not among the recorded {', '.join(metrics) or 'none'})" if metric else ""
+        log(f"no finished runs with a metric to summarize yet{named}")
         return
     varying = [k for k in grid_keys(sweep) if k not in ("num_layers", "seed")]
     rows = [k for k in ["norm", *varying] if k in runs.columns and (k == "norm" or runs[k].nunique() > 1)]

@@ -301,3 +301,112 @@ def test_sweep_out_that_cannot_be_written_is_one_line(tmp_path: Path, run_log: P
         err = one_line_error(capsys)
         assert f"--out {out}" in err and "cannot be written" in err
     assert executions(run_log) == []
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Sweep and train inputs: YAML files, grids, overrides, metrics, norm: all
+
+
+@pytest.mark.parametrize("command", ["sweep", "train"])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("base:\n  epochs: 3\n  lr: 0.1\n  epochs: 4\n", r"config.yaml:4:3: duplicate key 'epochs'"),
+        ("name: a\nname: b\n", r"config.yaml:2:1: duplicate key 'name'"),
+        ("base: {epochs: 3\ngrid: [", r"config.yaml:\d+:\d+: YAML syntax error: "),
+        ("base:\n\tepochs: 3\n", r"config.yaml:2:1: YAML syntax error: found character '\\t'"),
+        (b"\xff\xfe\x00bin", "cannot be read"),
+    ],
+    ids=["duplicate-nested", "duplicate-top", "unclosed", "tab", "binary"],
+)
+def test_yaml_errors_name_file_line_and_column(tmp_path, capsys, command, text, message):
+    path = tmp_path / "config.yaml"
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    assert main([command, str(path), "--dry-run"] if command == "sweep" else [command, str(path)]) == 2
+    err = one_line_error(capsys)
+    assert str(path) in err
+    assert __import__("re").search(message, err), err
+
+
+@pytest.mark.parametrize("command", ["sweep", "train"])
+def test_config_path_that_is_a_directory_or_empty(tmp_path, capsys, command):
+    assert main([command, str(tmp_path)]) == 2
+    assert "is a directory" in one_line_error(capsys)
+    if command == "sweep":  # (an empty train config is all defaults, as before)
+        (tmp_path / "empty.yaml").write_text("# nothing yet\n")
+        assert main([command, str(tmp_path / "empty.yaml")]) == 2
+        assert "is empty" in one_line_error(capsys)
+
+
+@pytest.mark.parametrize("grid", ["grid: {}", "grid: null", ""], ids=["empty", "null", "missing"])
+def test_sweep_without_grid_is_an_error(tmp_path, run_log, capsys, grid):
+    path = tmp_path / "sweep.yaml"
+    path.write_text(f"name: t\nbase: {{dataset: cora, epochs: 1}}\n{grid}\n")
+    assert main(["sweep", str(path), "--out", str(tmp_path / "out"), *FAKE]) == 2
+    assert "grid" in one_line_error(capsys)
+    assert executions(run_log) == [] and not (tmp_path / "out").exists()
+
+
+def test_overrides_after_options(tmp_path, run_log, capsys):
+    path, out = write_yaml(tmp_path, SMALL), tmp_path / "out"
+    assert main(["sweep", str(path), "--out", str(out), *FAKE, "base.epochs=5", "--workers", "1", "grid.seed=[7]"]) == 0
+    runs = pd.read_csv(out / "runs.csv")
+    assert runs.epochs.tolist() == [5] and runs.seed.tolist() == [7] and len(executions(run_log)) == 1
+    dry_run = ["sweep", "--dry-run", str(path), "--out", str(out), "grid.seed=[7]", "--metric", "test_acc"]
+    assert main([*dry_run, "base.epochs=5"]) == 0
+    assert "1 runs (1 done, 0 failed, 0 missing)" in capsys.readouterr().out
+
+
+def test_unknown_metric_names_the_valid_ones(tmp_path, run_log, capsys):
+    path, out = write_yaml(tmp_path, SMALL), tmp_path / "out"
+    assert main(["sweep", str(path), "--out", str(out), *FAKE]) == 0
+    capsys.readouterr()
+    for extra in (["--dry-run"], FAKE):
+        assert main(["sweep", str(path), "--out", str(out), "--metric", "test_acc_typo", *extra]) == 2
+        err = one_line_error(capsys)
+        assert "metric 'test_acc_typo'" in err and "test_acc" in err and "val_acc" in err
+    assert len(executions(run_log)) == 3
+
+
+def test_norm_all_leaves_out_norms_the_model_cannot_run(tmp_path, capsys):
+    from graphnorm.config import RunConfig, unsupported_norm_reason
+    from graphnorm.norms import available_norms
+
+    sweep = {"name": "all", "base": {"dataset": "cora", "epochs": 1}, "grid": {"norm": "all", "num_layers": [2]}}
+    path = write_yaml(tmp_path, sweep)
+    assert main(["sweep", "--dry-run", str(path), "--out", str(tmp_path / "out")]) == 0
+    printed = capsys.readouterr().out
+    left_out = {n for n in available_norms() if unsupported_norm_reason(RunConfig(dataset="cora", norm=n))}
+    assert left_out == {"sepnorm"}  # the norms this test is about; a new one extends it
+    notes = [line for line in printed.splitlines() if "leaves out" in line]
+    assert len(notes) == 1 and "sepnorm" in notes[0] and "graph-token rows" in notes[0]
+    assert f"{len(available_norms()) - 1} runs" in printed and "sepnorm-L2" not in printed
+    # Listed by name, the same norm is an error before any run.
+    assert main(["sweep", "--dry-run", str(path), "grid.norm=[none, sepnorm]"]) == 2
+    assert "sepnorm needs graph-token rows" in one_line_error(capsys)
+
+
+@pytest.mark.slow
+def test_second_sweep_in_one_out_and_config_edited_while_running(tmp_path: Path, monkeypatch, capsys):
+    sweep = SweepProcess(tmp_path, seeds=2, sleep=3.0)
+    try:
+        wait_until(lambda: len(sweep.worker_pids()) >= 1, STARTUP_S, "the sweep started no run")
+        # A second sweep into the same --out (another process) is refused while the first runs.
+        assert main(["sweep", str(sweep.config), "--out", str(sweep.out), "--no-plots"]) == 2
+        assert "another sweep is running" in one_line_error(capsys)
+        # Editing the config does not change the running sweep: it read its grid once, at start.
+        edited = yaml.safe_load(sweep.config.read_text())
+        sweep.config.write_text(yaml.safe_dump({**edited, "grid": {"seed": [0, 1, 2]}}))
+        wait_until(lambda: sweep.proc.poll() is not None, 60, "the sweep did not finish")
+    finally:
+        sweep.kill_all()
+    assert sweep.proc.returncode == 0, sweep.stderr.read_text()
+    assert pd.read_csv(sweep.out / "runs.csv").seed.tolist() == [0, 1]
+    # The next invocation says the config changed since the last sweep into OUT, and runs only the new point.
+    monkeypatch.setenv(MARK_DIR_ENV, str(sweep.marks))
+    monkeypatch.setenv(SLEEP_ENV, "0")
+    monkeypatch.syspath_prepend(str(TESTS))
+    assert main(["sweep", str(sweep.config), "--out", str(sweep.out), "--executor", "serial", "--no-plots"]) == 0
+    printed = capsys.readouterr().out
+    assert "differs from the one last run" in printed and "grid" in printed
+    assert "3 runs, 2 already done, 1 to run" in printed
