@@ -430,14 +430,21 @@ def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
         torch.save(state, tmp)
         os.replace(tmp, path)
     except (OSError, RuntimeError) as error:  # a full disk (torch's zip writer raises RuntimeError), a read-only folder
-        tmp.unlink(missing_ok=True)
         reason = error.strerror if isinstance(error, OSError) and error.strerror else type(error).__name__
         raise CheckpointError(
-            f"cannot write checkpoint {path} ({reason}; {shutil.disk_usage(path.parent).free} bytes free there); "
+            f"cannot write checkpoint {path} ({reason}; {_free_bytes(path.parent, tmp)} bytes free there); "
             "the previous checkpoint is intact: free space or make checkpoint_dir writable, then run again to resume"
         ) from error
     finally:
-        tmp.unlink(missing_ok=True)
+        if tmp.exists():  # (unlink of a missing file still fails on a read-only file system)
+            tmp.unlink()
+
+
+def _free_bytes(folder: Path, partial: Path) -> int:
+    """Free space in ``folder`` once the ``partial`` file of a failed save is removed."""
+    if partial.exists():
+        partial.unlink()
+    return shutil.disk_usage(folder).free
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:

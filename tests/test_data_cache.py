@@ -212,3 +212,14 @@ def test_unreadable_graphormer_cache_is_rebuilt(data_root: Path, tmp_path: Path)
         again = preprocess_dataset(zinc.val, 3, cache_path=cache)
     assert all(torch.equal(a.edge_path, b.edge_path) for a, b in zip(fresh, again))
     torch.load(cache, weights_only=True)  # rewritten whole
+
+
+def test_graphormer_cache_in_a_read_only_folder_is_skipped(data_root: Path, tmp_path: Path) -> None:
+    """A read-only data root that already holds the processed dataset still serves Graphormer runs: the cache that
+    cannot be written is skipped with a warning naming it (it used to raise from torch's zip writer)."""
+    zinc = prepare_task(RunConfig(dataset="zinc", limit_graphs=30, data_root=str(data_root)))
+    expected = preprocess_dataset(zinc.val, 3)
+    written = "could not write the Graphormer cache .*graphormer_val.pt"
+    with read_only_folder(tmp_path / "readonly") as folder, pytest.warns(UserWarning, match=written):
+        graphs = preprocess_dataset(zinc.val, 3, cache_path=folder / "graphormer_val.pt")
+    assert all(torch.equal(a.spatial_pos, b.spatial_pos) for a, b in zip(expected, graphs))

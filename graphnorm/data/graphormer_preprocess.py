@@ -303,7 +303,8 @@ def _write_cache(path: Path, payload: dict[str, Tensor]) -> None:
         reason = error.strerror if isinstance(error, OSError) and error.strerror else type(error).__name__
         warnings.warn(f"could not write the Graphormer cache {path} ({reason}); continuing without it", stacklevel=3)
     finally:
-        tmp.unlink(missing_ok=True)
+        if tmp.exists():  # (unlink of a missing file still fails on a read-only file system)
+            tmp.unlink()
 
 
 @dataclass
