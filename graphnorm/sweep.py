@@ -282,6 +282,20 @@ def ensure_writable_dir(path: Path, what: str) -> None:
         raise ValueError(f"{what} cannot be written: {e.strerror or e} ({path})") from None
 
 
+def remove_leftover_temporary_files(folder: Path) -> list[Path]:
+    """Delete what interrupted :func:`atomic_write_text` calls left in ``folder`` (``.<name>.<pid>.tmp``).
+
+    Call it only while holding the folder's sweep lock, when no writer of the sweep can be running.
+    """
+    removed = []
+    for path in Path(folder).glob(".*.*.tmp"):
+        if path.is_file() and path.name.rsplit(".", 2)[-2].isdigit():
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+                removed.append(path)
+    return removed
+
+
 def atomic_write_csv(path: Path, frame: pd.DataFrame) -> None:
     atomic_write_text(path, frame.to_csv(index=False))
 
@@ -312,7 +326,9 @@ def execute_run(run_fn: RunFn, config_values: dict[str, Any], out_dir: str, thre
     result["pid"] = os.getpid()
     start = time.perf_counter()
     # A run's own prints go to its log file: parallel runs would otherwise interleave on one terminal.
-    with open(out / "logs" / f"{run_id}.log", "w") as log, contextlib.redirect_stdout(log):
+    # Appended: a run executed again (after an interrupt, or --retry-failed) keeps the log of its earlier attempts.
+    with open(out / "logs" / f"{run_id}.log", "a") as log, contextlib.redirect_stdout(log):
+        print(f"==== attempt started {time.strftime('%Y-%m-%dT%H:%M:%S')} on {result['host']} (pid {os.getpid()}) ====")
         try:
             record = run_fn(config)
             if not isinstance(record, dict):
@@ -638,6 +654,8 @@ def run_sweep(
     out = Path(out_dir) if out_dir is not None else Path("runs") / sweep["name"]
     ensure_writable_dir(out, f"--out {out}")
     with _sweep_lock(out), signals_interrupt():  # SIGTERM/SIGHUP: the same cleanup as Ctrl-C
+        for folder in (out, out / "results"):  # the lock is ours: no writer of this folder is left running
+            remove_leftover_temporary_files(folder)
         results = load_results(out, [config_run_id(c) for c in configs])
         check_metric(sweep.get("metric"), results)
         _note_config_change(out, sweep, log)

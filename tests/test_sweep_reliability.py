@@ -410,3 +410,35 @@ def test_second_sweep_in_one_out_and_config_edited_while_running(tmp_path: Path,
     printed = capsys.readouterr().out
     assert "differs from the one last run" in printed and "grid" in printed
     assert "3 runs, 2 already done, 1 to run" in printed
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Resume after an interrupt: leftover temporary files, logs of earlier attempts
+
+
+def test_resume_removes_leftover_temporary_files(tmp_path, run_log):
+    out = tmp_path / "out"
+    run_sweep(SMALL, out, run_fn=fake_run, executor="serial", make_plots=False)
+    victim = config_run_id(expand_grid(SMALL)[2])
+    (out / "results" / f"{victim}.json").unlink()
+    # What a kill between writing and renaming leaves (atomic_write_text's names), here and in results/.
+    leftovers = [out / "results" / f".{victim}.json.4242.tmp", out / ".runs.csv.4242.tmp", out / ".layers.csv.7.tmp"]
+    for path in leftovers:
+        path.write_text('{"run_id": "half')
+    unrelated = out / "results" / "notes.tmp"  # not an atomic write's file: left alone
+    unrelated.write_text("mine")
+    run_sweep(SMALL, out, run_fn=fake_run, executor="serial", make_plots=False)
+    assert not [p for p in leftovers if p.exists()] and unrelated.exists()
+    assert len(executions(run_log)) == 4
+
+
+def test_rerun_appends_to_the_log_of_the_earlier_attempt(tmp_path, run_log):
+    out = tmp_path / "out"
+    run_sweep(SMALL, out, run_fn=fake_run, executor="serial", make_plots=False)
+    run_id = config_run_id(expand_grid(SMALL)[0])
+    (out / "results" / f"{run_id}.json").unlink()  # as if the first attempt had been interrupted
+    run_sweep(SMALL, out, run_fn=fake_run, executor="serial", make_plots=False)
+    lines = (out / "logs" / f"{run_id}.log").read_text().splitlines()
+    # Two attempts, each under its own line saying when it started: the first one's output is kept.
+    assert len(lines) == 4 and lines[1] == lines[3] == "training output that belongs in the run's log"
+    assert lines[0].startswith("==== attempt started ") and lines[2].startswith("==== attempt started ")
