@@ -6,7 +6,7 @@ from torch import Tensor, nn
 from torch_geometric.nn.norm import BatchNorm as PyGBatchNorm
 
 from graphnorm.norms.registry import register_norm
-from graphnorm.norms.utils import call_in_dtype, check_batch, check_features, check_positive, compute_dtype, upcast
+from graphnorm.norms.utils import call_in_dtype, check_batch, check_features, check_positive, upcast
 
 
 @register_norm("batchnorm")
@@ -58,7 +58,10 @@ class BatchNorm(nn.Module):
         check_batch(x, batch, "batchnorm")
         if x.size(0) == 0:
             return x.clone()
-        return call_in_dtype(self.module, compute_dtype(x), upcast(x)).to(x.dtype)
+        wide = upcast(x)
+        if self.module.module.running_mean.dtype == wide.dtype:  # the usual case: no parameter to cast
+            return self.module(wide).to(x.dtype)
+        return call_in_dtype(self.module, wide.dtype, wide).to(x.dtype)
 
     def extra_repr(self) -> str:
         return f"{self.channels}, eps={self.module.module.eps}, momentum={self.module.module.momentum}"

@@ -73,6 +73,8 @@ class DiffGroupNorm(nn.Module):
             return x.clone()
         wide, dtype = upcast(x), compute_dtype(x)  # float32 for half precision, in every parameter too
         if not (self.training and x.size(0) == 1):
+            if self.module.norm.running_mean.dtype == dtype:  # the usual case: no parameter to cast
+                return self.module(wide).to(x.dtype)
             return call_in_dtype(self.module, dtype, wide).to(x.dtype)
         # One row in training: no batch variance exists; use the running statistics without updating them.
         groups, channels, bn = self.module.groups, self.channels, self.module.norm
