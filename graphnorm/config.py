@@ -28,8 +28,10 @@ budget; the record says so (``stopped_by_time``).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import UnionType
 from typing import Any, Union, get_args, get_origin, get_type_hints
@@ -125,7 +127,8 @@ class RunConfig:
         """Build and validate from a mapping; unknown keys raise ``ValueError`` listing the valid ones."""
         if not isinstance(values, dict):
             raise ValueError(f"a run config must be a mapping of RunConfig keys, got {shown(values)}")
-        unknown = sorted((key for key in values if key not in cls.field_names()), key=str)
+        valid = set(cls.field_names())
+        unknown = sorted((key for key in values if key not in valid), key=str)
         if unknown:
             raise ValueError(f"unknown config key(s) {unknown}; valid keys: {', '.join(cls.field_names())}")
         config = cls(**values)
@@ -157,6 +160,9 @@ class RunConfig:
 # --- types: one check over every field, driven by its annotation ----------------------------------------------
 MAX_INT = 2**63 - 1  # torch's int64; also the largest count tqdm and range() take
 MAX_SEED = 2**32 - 1  # numpy's seed range (the run seeds numpy too)
+# Typo guards on the model's size, far beyond any model that fits in memory (a 65536 x 65536 weight is 16 GiB):
+# larger values would only fail inside torch (an overflowing allocation) or spend hours building layers.
+MAX_SIZES = {"num_layers": 10_000, "hidden_channels": 65_536, "ffn_channels": 65_536}
 SHOWN_CHARS = 80  # a value quoted in an error message is cut to this many characters
 # A number written without a dot or without an exponent sign, which YAML 1.1 (PyYAML) reads as a string.
 YAML_STRING_NUMBER = re.compile(r"([-+]?)(\d*)(\.\d*)?([eE])([-+]?)(\d+)")
@@ -234,21 +240,34 @@ def check_value_type(key: str, value: Any, expected: Any) -> None:
         raise ValueError(f"{key} must be at most 2**63 - 1 in size, got {shown(value)}")
 
 
+@functools.cache
+def annotations(function_or_class: Any) -> dict[str, Any]:
+    """``typing.get_type_hints``, evaluated once per function or class."""
+    return get_type_hints(function_or_class)
+
+
 def check_keyword_types(where: str, keywords: dict[str, Any], function: Any) -> None:
     """Check each keyword's value against ``function``'s annotation for it (``where.key`` names it)."""
-    hints = get_type_hints(function)
+    hints = annotations(function)
     for key, value in keywords.items():
         if key in hints:
             check_value_type(f"{where}.{key}", value, hints[key])
 
 
 def check_types(config: RunConfig) -> None:
-    hints = get_type_hints(RunConfig)
+    hints = annotations(RunConfig)
     for f in dataclasses.fields(RunConfig):
         check_value_type(f.name, getattr(config, f.name), hints[f.name])
 
 
 # --- ranges of single values --------------------------------------------------------------------------------------
+def check_size(key: str, value: Any) -> None:
+    """``ValueError`` if ``value`` is above the typo guard ``MAX_SIZES`` of ``key`` (the last part of a dotted key)."""
+    limit = MAX_SIZES[key.rsplit(".", 1)[-1]]
+    if isinstance(value, int) and value > limit:
+        raise ValueError(f"{key} must be <= {limit} (a guard against typos), got {value}")
+
+
 def check_choices(config: RunConfig) -> None:
     choices = {
         "dataset": DATASETS,
@@ -273,6 +292,8 @@ def check_ranges(config: RunConfig) -> None:
     for key in at_least_one:
         if getattr(config, key) < 1:
             raise ValueError(f"{key} must be >= 1, got {getattr(config, key)}")
+    for key in ("num_layers", "hidden_channels"):
+        check_size(key, getattr(config, key))
     for key in ("limit_graphs", "max_nodes"):
         if getattr(config, key) is not None and getattr(config, key) < 1:
             raise ValueError(f"{key} must be >= 1 or null, got {getattr(config, key)}")
@@ -350,6 +371,10 @@ def check_model_kwargs(config: RunConfig) -> None:
     if unknown:
         raise ValueError(f"unknown model_kwargs {unknown} for {config.model}; valid: {', '.join(valid)}")
     check_keyword_types("model_kwargs", config.model_kwargs, model_class.__init__)
+    if not config.model_kwargs:  # the config's own keys are checked already
+        return
+    if "ffn_channels" in config.model_kwargs:
+        check_size("model_kwargs.ffn_channels", config.model_kwargs["ffn_channels"])
     keywords = dict(config.model_kwargs)
     if config.model == "graphormer":  # one layer, no norm: the keywords' checks, not the model, are wanted here
         arguments = dict(
@@ -362,11 +387,9 @@ def check_model_kwargs(config: RunConfig) -> None:
         )
     else:
         arguments = dict(in_channels=1, hidden_channels=1, num_layers=1)
-    try:
-        with torch_meta_device():
-            model_class(**arguments, out_channels=1, norm="none", **keywords)
-    except Exception as e:  # noqa: BLE001 -- any failure of the constructor on these values is the config's
-        raise ValueError(f"model_kwargs for model {config.model!r} are invalid: {one_line(e)}") from None
+    error = construction_error(model_class, **arguments, out_channels=1, norm="none", **keywords)
+    if error is not None:
+        raise ValueError(f"model_kwargs for model {config.model!r} are invalid: {error}")
 
 
 def check_dataset_rules(config: RunConfig) -> None:
@@ -405,12 +428,10 @@ def check_norm_rules(config: RunConfig) -> None:
     if unknown:
         raise ValueError(f"unknown norm_kwargs {unknown} for norm {config.norm!r}; valid: {', '.join(valid)}")
     check_keyword_types("norm_kwargs", config.norm_kwargs, norm_class(config.norm).__init__)
-    try:
-        with torch_meta_device():
-            build_norm(config.norm, config.hidden_channels, **config.norm_kwargs)
-    except Exception as e:  # noqa: BLE001 -- any failure of the constructor on these values is the config's
+    error = construction_error(build_norm, config.norm, config.hidden_channels, **config.norm_kwargs)
+    if error is not None:
         where = f"norm {config.norm!r} (hidden_channels={config.hidden_channels})"
-        raise ValueError(f"norm_kwargs for {where} are invalid: {one_line(e)}") from None
+        raise ValueError(f"norm_kwargs for {where} are invalid: {error}")
     reason = unsupported_norm_reason(config)
     if reason is not None:
         raise ValueError(reason)
@@ -423,11 +444,29 @@ def check_device_available(config: RunConfig) -> None:
         raise ValueError("device='cuda' but CUDA is not available on this machine; use device='cpu' or 'auto'")
 
 
-def torch_meta_device() -> Any:
-    """Context in which new tensors live on the meta device: shapes only, no memory, no initialization cost."""
+_CONSTRUCTION_ERRORS: dict[str, str | None] = {}  # construction_error's memo
+
+
+def construction_error(build: Callable[..., Any], *args: Any, **kwargs: Any) -> str | None:
+    """The one-line message of the error ``build(*args, **kwargs)`` raises, or ``None`` if it succeeds.
+
+    It runs on the meta device (shapes only: no memory, so absurd sizes cost nothing) and is memoized, since a sweep
+    checks the same keywords for each of its grid points. Any exception counts: these constructors receive the
+    config's values, so whatever they raise on them is the config's error.
+    """
     import torch
 
-    return torch.device("meta")
+    key = repr((build, args, sorted(kwargs.items())))
+    if key not in _CONSTRUCTION_ERRORS:
+        if len(_CONSTRUCTION_ERRORS) >= 4096:
+            _CONSTRUCTION_ERRORS.clear()
+        try:
+            with torch.device("meta"):
+                build(*args, **kwargs)
+            _CONSTRUCTION_ERRORS[key] = None
+        except Exception as e:  # noqa: BLE001
+            _CONSTRUCTION_ERRORS[key] = one_line(e)
+    return _CONSTRUCTION_ERRORS[key]
 
 
 def one_line(error: BaseException) -> str:

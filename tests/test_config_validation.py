@@ -49,6 +49,8 @@ def rejection(values: dict) -> str:
         ({"seed": -1}, r"^seed must be in \[0, 2\*\*32 - 1\]"),
         ({"seed": 2**32}, r"^seed must be in \[0, 2\*\*32 - 1\]"),
         ({"epochs": 10**30}, r"^epochs must be at most 2\*\*63 - 1"),
+        ({"hidden_channels": 2**31}, r"^hidden_channels must be <= 65536 \(a guard against typos\), got 2147483648$"),
+        ({"num_layers": 10**5}, r"^num_layers must be <= 10000"),
         ({"lr": math.nan}, r"^lr must be a finite number, got nan$"),
         ({"lr": math.inf}, r"^lr must be a finite number, got inf$"),
         ({"weight_decay": math.nan}, r"^weight_decay must be a finite number, got nan$"),
@@ -175,6 +177,7 @@ def test_invalid_norm_kwargs_values_are_rejected_at_validation(norm: str, norm_k
         ({**GRAPHORMER, "model_kwargs": {"pre_ln": "no"}}, r"^model_kwargs\.pre_ln must be true or false, got 'no'$"),
         ({**GRAPHORMER, "model_kwargs": {"attention_dropout": 2.0}}, r"invalid: attention_dropout must be in \[0, 1\)"),
         ({**GRAPHORMER, "model_kwargs": {"activation_dropout": math.nan}}, r"^model_kwargs\.activation_dropout must"),
+        ({**GRAPHORMER, "model_kwargs": {"ffn_channels": 2**20}}, r"^model_kwargs\.ffn_channels must be <= 65536"),
         ({**GRAPHORMER, "num_heads": "2"}, r"^num_heads must be an integer, got '2'"),
     ],
 )
