@@ -1,7 +1,14 @@
 """One run's configuration: a plain dataclass (nanoGPT style), shared by training, sweeps and the CLI.
 
 A sweep expands a YAML grid into many ``RunConfig``s; each is executed by ``graphnorm.train.run``.
-Unknown keys and impossible values are errors *before* anything runs.
+Unknown keys and impossible values are errors *before* anything runs: ``RunConfig.validate`` raises a one-line
+``ValueError`` naming the key. Types follow the field annotations strictly: an ``int`` key takes an integer only
+(``2.0``, ``"2"`` and ``true`` are rejected, as YAML writes an integer without a dot or quotes), a ``float`` key takes
+an integer or a finite float (given ``lr: 1``, the config keeps the int 1), ``X | None`` also takes ``null``. A number
+PyYAML reads as a string (``5e-4``, ``1e5``: YAML 1.1 wants a dot and a signed exponent) is named as such, with its
+fix (``5.0e-4``). ``norm_kwargs`` and ``model_kwargs`` values are checked against the constructors' annotations and
+by the constructors themselves (run on the meta device), and :func:`unsupported_norm_reason` rejects a norm the model
+cannot run.
 
 Protocol presets in words (the YAML files set exactly these keys):
 
@@ -123,8 +130,9 @@ class RunConfig:
         return [f.name for f in dataclasses.fields(cls)]
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> RunConfig:
-        """Build and validate from a mapping; unknown keys raise ``ValueError`` listing the valid ones."""
+    def from_dict(cls, values: dict[str, Any], check_device: bool = True) -> RunConfig:
+        """Build and validate from a mapping; unknown keys raise ``ValueError`` listing the valid ones.
+        ``check_device``: see :meth:`validate`."""
         if not isinstance(values, dict):
             raise ValueError(f"a run config must be a mapping of RunConfig keys, got {shown(values)}")
         valid = set(cls.field_names())
@@ -132,7 +140,7 @@ class RunConfig:
         if unknown:
             raise ValueError(f"unknown config key(s) {unknown}; valid keys: {', '.join(cls.field_names())}")
         config = cls(**values)
-        config.validate()
+        config.validate(check_device=check_device)
         return config
 
     def to_dict(self) -> dict[str, Any]:
@@ -160,8 +168,8 @@ class RunConfig:
 # --- types: one check over every field, driven by its annotation ----------------------------------------------
 MAX_INT = 2**63 - 1  # torch's int64; also the largest count tqdm and range() take
 MAX_SEED = 2**32 - 1  # numpy's seed range (the run seeds numpy too)
-# Typo guards on the model's size, far beyond any model that fits in memory (a 65536 x 65536 weight is 16 GiB):
-# larger values would only fail inside torch (an overflowing allocation) or spend hours building layers.
+# Typo guards on the model's size, far beyond this project's models (at most 64 layers, 80 channels; a 65536 x 65536
+# weight alone is 16 GiB): larger values fail inside torch (an overflowing allocation) or spend hours building layers.
 MAX_SIZES = {"num_layers": 10_000, "hidden_channels": 65_536, "ffn_channels": 65_536}
 SHOWN_CHARS = 80  # a value quoted in an error message is cut to this many characters
 # A number written without a dot or without an exponent sign, which YAML 1.1 (PyYAML) reads as a string.

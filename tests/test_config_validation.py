@@ -125,6 +125,7 @@ def test_cuda_without_cuda_is_rejected_before_any_work() -> None:
         assert message.startswith("device='cuda' but CUDA is not available"), message
     # A driver that only plans runs for other machines (a SLURM sweep) can skip the check.
     RunConfig(device="cuda").validate(check_device=False)
+    assert RunConfig.from_dict({"device": "cuda"}, check_device=False).device == "cuda"
 
 
 @pytest.mark.parametrize(
