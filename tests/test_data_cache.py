@@ -223,3 +223,15 @@ def test_graphormer_cache_in_a_read_only_folder_is_skipped(data_root: Path, tmp_
     with read_only_folder(tmp_path / "readonly") as folder, pytest.warns(UserWarning, match=written):
         graphs = preprocess_dataset(zinc.val, 3, cache_path=folder / "graphormer_val.pt")
     assert all(torch.equal(a.spatial_pos, b.spatial_pos) for a, b in zip(expected, graphs))
+
+
+def test_incomplete_mirror_names_the_missing_raw_file(
+    tmp_path: Path, mirror: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    planted = cora_mirror(tmp_path, mirror)
+    (planted / CORA_RAW / "ind.cora.graph").unlink()
+    monkeypatch.setenv(ENV_MIRROR, str(planted))
+    with pytest.raises(FileNotFoundError) as error:
+        load_dataset("cora", tmp_path / "root")
+    message = str(error.value)
+    assert len(message.splitlines()) == 1 and "raw/ind.cora.graph" in message and str(planted) in message

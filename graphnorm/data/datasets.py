@@ -198,7 +198,7 @@ def _prepare(name: str, root: Path, relative: str, required: list[str], construc
             _remove_written_since(folder, started)
             if not all((folder / r).exists() for r in required):
                 if isinstance(error, (URLError, OSError)):
-                    raise _not_found(name, root, relative, existed, error) from error
+                    raise _not_found(name, root, relative, required, existed, error) from error
                 raise
             if isinstance(error, OSError) and error.errno in UNWRITABLE_ERRNOS:
                 raise unwritable_root_error(root, f"processing {name!r}", error) from error
@@ -228,15 +228,19 @@ def _remove_written_since(folder: Path, started_ns: int) -> None:
             processed.rmdir()
 
 
-def _not_found(name: str, root: Path, relative: str, existed: bool, error: Exception) -> DatasetNotFoundError:
-    """The raw files are missing and could not be downloaded: say where we looked."""
+def _not_found(
+    name: str, root: Path, relative: str, required: list[str], existed: bool, error: Exception
+) -> DatasetNotFoundError:
+    """The raw files are missing and could not be downloaded: say which, and where we looked."""
     folder = root / relative
+    missing = [r for r in required if not (folder / r).exists()]
     if not existed and folder.exists():
         shutil.rmtree(folder)  # only the empty folders the failed download created
     mirror = mirror_root()
     looked = f"{folder}" + (f" and the mirror {mirror / relative}" if mirror else f" (${ENV_MIRROR} is unset)")
+    lacking = "" if len(missing) == len(required) else f" (missing {', '.join(missing)})"
     return DatasetNotFoundError(
-        f"dataset {name!r} not found: looked in {looked}, and the download failed ({error}). "
+        f"dataset {name!r} not found{lacking}: looked in {looked}, and the download failed ({error}). "
         f"Provide it by setting ${ENV_MIRROR} to a folder holding {relative}/ (e.g. ../shared/data), "
         f"or ${ENV_ROOT} to a data root that already holds it, or run once with internet access."
     )
