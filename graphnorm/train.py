@@ -541,7 +541,7 @@ def resume_from_checkpoint(
         set_rng_state(saved["rng"], generator)
     except (RuntimeError, KeyError, ValueError, TypeError, IndexError) as error:
         # Checkpoints written before the config was saved, or by a graphnorm version with another model.
-        first_line = (str(error).splitlines() or [type(error).__name__])[0]
+        first_line = (str(error).splitlines() or [type(error).__name__])[0].rstrip(":")
         raise CheckpointError(
             f"checkpoint {path} does not match this run's model or optimizer ({first_line.strip()}): it was written "
             f"by another config or graphnorm version; {advice}"
