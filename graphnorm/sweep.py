@@ -340,7 +340,7 @@ def execute_run(run_fn: RunFn, config_values: dict[str, Any], out_dir: str, thre
             check_history(history)
             json.dumps([record, layers, history])  # fail here, as this run's error, if not JSON-serializable
             result.update(status="ok", record=record, layers=layers, history=history, error=None, traceback=None)
-        except Exception as e:
+        except (Exception, SystemExit) as e:  # sys.exit() in a run function is that run's failure, not the sweep's
             tb = traceback.format_exc()
             log.write(tb)
             result.update(
@@ -554,6 +554,11 @@ def resolve_run_fn(spec: str | RunFn | None) -> RunFn:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as e:
         raise ValueError(f"run function {spec!r}: {e}") from None
+    except Exception as e:  # the module itself raises while importing (a syntax error, a missing dependency...)
+        first_line = (str(e).splitlines() or [""])[0]
+        raise ValueError(
+            f"run function {spec!r}: importing {module_name} failed: {type(e).__name__}: {first_line}"
+        ) from None
     fn = getattr(module, attr, None)
     if not callable(fn):
         raise ValueError(f"{module_name} has no function {attr!r}")
@@ -689,16 +694,30 @@ def run_sweep(
                 _run_process_pool(run_fn, todo, out, workers, threads, finished)
             else:
                 _run_submitit(run_fn, todo, out, executor, workers, threads, slurm or SlurmOptions(), finished)
+        except OSError as e:  # a result that cannot be saved: every further run would be lost too
+            raise RuntimeError(
+                f"cannot write the sweep's files in {out}: {e.strerror or e} ({e.filename or out}); finished runs "
+                "are saved: make room (or fix the folder) and run the same command to resume"
+            ) from None
         finally:
             bar.close()
-            tables.reread([config_run_id(c) for c in todo])
-            runs = tables.write()
+            runs = _final_tables(tables, todo, log)
         if failures:
             log(f"{failures} run(s) failed; errors in runs.csv, tracebacks in {out / 'results'}")
         write_summary(sweep, runs, out, log)
     if make_plots:
         make_report(out, log)
     return runs
+
+
+def _final_tables(tables: _Tables, todo: list[RunConfig], log: Callable[[str], None]) -> pd.DataFrame:
+    """runs.csv & co. from every result on disk, at the end of a sweep (finished, interrupted or failed)."""
+    tables.reread([config_run_id(c) for c in todo])
+    try:
+        return tables.write()
+    except OSError as e:  # already failing (a full disk?): keep the error that stopped the sweep
+        log(f"warning: cannot rewrite the CSVs in {tables.out_dir}: {e.strerror or e}")
+        return runs_table(tables.configs, tables.results)
 
 
 def _note_config_change(out: Path, sweep: dict[str, Any], log: Callable[[str], None]) -> None:
@@ -748,6 +767,8 @@ def _run_process_pool(
                     "a worker process died (killed, or out of memory?); unfinished runs have no result: "
                     "re-run the sweep to resume, perhaps with fewer --workers"
                 ) from None
+            except OSError:  # the worker could not write the result (disk full, read-only): the sweep stops
+                raise
             except Exception as e:  # the run could not even start in its worker: record it
                 write_result(out, failed_result(config, f"{type(e).__name__}: {e}"))
                 finished(config_run_id(config))

@@ -22,3 +22,10 @@ def slow_run(config: RunConfig) -> dict:
     time.sleep(float(os.environ.get(SLEEP_ENV, "1")))
     (marks / f"{os.getpid()}-s{config.seed}.finished").write_text(str(time.time()))
     return {"test_acc": 0.5 + 0.01 * config.seed}
+
+
+def exiting_run(config: RunConfig) -> dict:
+    """A run function that ends its process the polite way, as some training scripts do on an error."""
+    if config.seed == 1:
+        raise SystemExit(3)
+    return {"test_acc": 0.5}

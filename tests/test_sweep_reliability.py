@@ -442,3 +442,46 @@ def test_rerun_appends_to_the_log_of_the_earlier_attempt(tmp_path, run_log):
     # Two attempts, each under its own line saying when it started: the first one's output is kept.
     assert len(lines) == 4 and lines[1] == lines[3] == "training output that belongs in the run's log"
     assert lines[0].startswith("==== attempt started ") and lines[2].startswith("==== attempt started ")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# What else users and broken machines do
+
+
+def test_run_function_that_fails_to_import_is_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.syspath_prepend(str(TESTS))
+    path = write_yaml(tmp_path, {**SMALL, "run_fn": "sweep_import_error_fns:run"})
+    assert main(["sweep", str(path), "--out", str(tmp_path / "out"), "--dry-run"]) == 2
+    err = one_line_error(capsys)
+    assert "sweep_import_error_fns" in err and "RuntimeError: this module is broken on purpose" in err
+
+
+def test_run_function_calling_sys_exit_is_a_failed_run(tmp_path, capsys, monkeypatch):
+    monkeypatch.syspath_prepend(str(TESTS))
+    out = tmp_path / "out"
+    args = ["sweep", str(write_yaml(tmp_path, SMALL)), "--out", str(out), "--executor", "serial", "--no-plots"]
+    assert main([*args, "--run-fn", "sweep_run_fns:exiting_run"]) == 1  # finished, with a failed run
+    runs = pd.read_csv(out / "runs.csv")
+    assert runs.status.tolist() == ["ok", "failed", "ok"] and runs.error.iloc[1] == "SystemExit: 3"
+
+
+@pytest.mark.parametrize("workers", ["0", "-2"])
+def test_workers_below_one_is_one_line(tmp_path, run_log, capsys, workers):
+    assert (
+        main(["sweep", str(write_yaml(tmp_path, SMALL)), "--out", str(tmp_path / "out"), *FAKE, "--workers", workers])
+        == 2
+    )
+    assert f"workers must be >= 1, got {workers}" in one_line_error(capsys)
+    assert executions(run_log) == []
+
+
+def test_results_that_cannot_be_written_stop_the_sweep_in_one_line(tmp_path, run_log, capsys):
+    # results/ taken by a file: every results write fails, as on a full or read-only disk.
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "results").write_text("not a folder")
+    assert main(["sweep", str(write_yaml(tmp_path, SMALL)), "--out", str(out), *FAKE]) == 2
+    err = one_line_error(capsys)
+    assert "cannot write" in err and "results" in err
+    assert len(executions(run_log)) == 1  # stopped at the first run whose result was lost, not after the grid
+    assert pd.read_csv(out / "runs.csv").empty
