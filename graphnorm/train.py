@@ -9,7 +9,9 @@
   (shortest paths, edge paths, degrees; cached next to the dataset's processed files) and collated by
   ``collate_graphormer``. ``scheduler="polynomial"`` is the Graphormer optimizer (AdamW, linear warmup, polynomial
   decay, stepped after every optimizer step). Graph-level runs can checkpoint every epoch and resume
-  (``checkpoint_dir``) and stop on a time budget (``max_train_minutes``); see :mod:`graphnorm.config`.
+  (``checkpoint_dir``) and stop on a time budget (``max_train_minutes``); see :mod:`graphnorm.config`. Only the
+  run that wrote a checkpoint resumes it: its saved config must match (``data_root`` and ``checkpoint_dir`` aside),
+  else :class:`CheckpointError` names the file and the differing keys (:func:`config_differences`).
 
 ``train(config) -> (model, task, record)`` leaves the model at its best-validation weights (in eval mode) so the
 collapse probe can run on it; ``run(config)`` returns only the JSON-serializable record, with flat keys
@@ -418,8 +420,8 @@ class CheckpointError(RuntimeError):
     """A checkpoint that cannot be resumed or written; the one-line message names the file and what to do."""
 
 
-# What a graphnorm checkpoint holds (``ema`` too when the run averages its weights).
-CHECKPOINT_KEYS = ("config", "model", "schedule", "rng", "state")
+# What every graphnorm checkpoint holds; newer ones add "config", and "ema" when the run averages its weights.
+CHECKPOINT_KEYS = ("model", "schedule", "rng", "state")
 
 
 def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
@@ -525,11 +527,11 @@ def resume_from_checkpoint(
     """Load the checkpoint of this very run into the model, optimizer, EMA and RNGs; return its loop state."""
     saved = load_checkpoint(path)
     advice = "delete it to start the run over, or set checkpoint_dir to another folder"
-    if not isinstance(saved, dict) or not all(key in saved for key in CHECKPOINT_KEYS[1:]):
+    if not isinstance(saved, dict) or not all(key in saved for key in CHECKPOINT_KEYS):
         raise CheckpointError(
             f"checkpoint {path} is unreadable or not a graphnorm checkpoint (no model state); {advice}"
         )
-    if "config" in saved:
+    if isinstance(saved.get("config"), dict):
         differences = config_differences(saved["config"], config)
         if differences:
             raise CheckpointError(f"checkpoint {path} belongs to another run: {', '.join(differences)}; {advice}")
