@@ -659,17 +659,7 @@ def run_sweep(
     out = Path(out_dir) if out_dir is not None else Path("runs") / sweep["name"]
     ensure_writable_dir(out, f"--out {out}")
     with _sweep_lock(out), signals_interrupt():  # SIGTERM/SIGHUP: the same cleanup as Ctrl-C
-        for folder in (out, out / "results"):  # the lock is ours: no writer of this folder is left running
-            remove_leftover_temporary_files(folder)
-        results = load_results(out, [config_run_id(c) for c in configs])
-        check_metric(sweep.get("metric"), results)
-        _note_config_change(out, sweep, log)
-        atomic_write_text(out / "sweep.yaml", yaml.safe_dump(sweep, sort_keys=False))
-        todo = [
-            c
-            for c in configs
-            if config_run_id(c) not in results or (retry_failed and results[config_run_id(c)]["status"] != "ok")
-        ]
+        results, todo = _prepare_out(out, sweep, configs, retry_failed, log)
         tables = _Tables(out, configs, results)
         tables.write()
         done = len(configs) - len(todo)
@@ -687,13 +677,7 @@ def run_sweep(
             bar.update(1)
 
         try:
-            if executor == "serial":
-                for config in todo:
-                    finished(execute_run(run_fn, config.to_dict(), str(out), threads)["run_id"])
-            elif executor == "local":
-                _run_process_pool(run_fn, todo, out, workers, threads, finished)
-            else:
-                _run_submitit(run_fn, todo, out, executor, workers, threads, slurm or SlurmOptions(), finished)
+            _execute(executor, run_fn, todo, out, workers, threads, slurm or SlurmOptions(), finished)
         except OSError as e:  # a result that cannot be saved: every further run would be lost too
             raise RuntimeError(
                 f"cannot write the sweep's files in {out}: {e.strerror or e} ({e.filename or out}); finished runs "
@@ -708,6 +692,44 @@ def run_sweep(
     if make_plots:
         make_report(out, log)
     return runs
+
+
+def _prepare_out(
+    out: Path, sweep: dict[str, Any], configs: list[RunConfig], retry_failed: bool, log: Callable[[str], None]
+) -> tuple[dict[str, dict[str, Any]], list[RunConfig]]:
+    """With the sweep lock held: tidy ``out``, read its results, record the config; the results and runs to do."""
+    for folder in (out, out / "results"):  # the lock is ours: no writer of this folder is left running
+        remove_leftover_temporary_files(folder)
+    results = load_results(out, [config_run_id(c) for c in configs])
+    check_metric(sweep.get("metric"), results)
+    _note_config_change(out, sweep, log)
+    atomic_write_text(out / "sweep.yaml", yaml.safe_dump(sweep, sort_keys=False))
+    todo = [
+        c
+        for c in configs
+        if config_run_id(c) not in results or (retry_failed and results[config_run_id(c)]["status"] != "ok")
+    ]
+    return results, todo
+
+
+def _execute(
+    executor: str,
+    run_fn: RunFn,
+    todo: list[RunConfig],
+    out: Path,
+    workers: int | None,
+    threads: int | None,
+    slurm: SlurmOptions,
+    finished: Callable[[str], None],
+) -> None:
+    """Run ``todo`` on ``executor``, calling ``finished(run_id)`` as each run's result is written."""
+    if executor == "serial":
+        for config in todo:
+            finished(execute_run(run_fn, config.to_dict(), str(out), threads)["run_id"])
+    elif executor == "local":
+        _run_process_pool(run_fn, todo, out, workers, threads, finished)
+    else:
+        _run_submitit(run_fn, todo, out, executor, workers, threads, slurm, finished)
 
 
 def _final_tables(tables: _Tables, todo: list[RunConfig], log: Callable[[str], None]) -> pd.DataFrame:
