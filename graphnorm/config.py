@@ -43,8 +43,12 @@ from dataclasses import dataclass, field
 from types import UnionType
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
-DATASETS = ("cora", "citeseer", "zinc", "molhiv")
-NODE_DATASETS = ("cora", "citeseer")
+# Heterophilic node classification (graphnorm.data.heterophilic), each with 10 standard splits chosen by `split`.
+HETEROPHILIC_DATASETS = ("actor", "cornell", "texas", "wisconsin")
+DATASETS = ("cora", "citeseer", "zinc", "molhiv", *HETEROPHILIC_DATASETS)
+NODE_DATASETS = ("cora", "citeseer", *HETEROPHILIC_DATASETS)
+# Datasets with several standard splits and how many; every other dataset has one (and `split` stays null).
+DATASET_SPLITS = {name: 10 for name in HETEROPHILIC_DATASETS}
 GRAPH_DATASETS = tuple(name for name in DATASETS if name not in NODE_DATASETS)
 MODELS = ("gcn", "graphormer")
 ADJACENCIES = ("sym", "row")
@@ -72,7 +76,10 @@ GRAPHORMER_KWARGS = (
 @dataclass
 class RunConfig:
     # --- data ---
-    dataset: str = "cora"  # cora | citeseer | zinc | molhiv
+    dataset: str = "cora"  # cora | citeseer | zinc | molhiv | actor | cornell | texas | wisconsin
+    # which standard split, for datasets with several (DATASET_SPLITS: the 10 geom-gcn splits of actor, cornell,
+    # texas, wisconsin); None: split 0 there, and the only split of every other dataset
+    split: int | None = None
     data_root: str | None = None  # None: $GRAPHNORM_DATA, else the user cache
     feature_norm: str = "none"  # none | row_l1 (row-L1-normalized node features, Kipf/PairNorm/ContraNorm protocol)
     eval_nodes: str = "test"  # node-level only: test (public test mask) | rest (all nodes outside train+val)
@@ -400,7 +407,25 @@ def check_model_kwargs(config: RunConfig) -> None:
         raise ValueError(f"model_kwargs for model {config.model!r} are invalid: {error}")
 
 
+def check_split(config: RunConfig) -> None:
+    """``split`` names one of the dataset's standard splits; a dataset with a single split takes none."""
+    if config.split is None:
+        return
+    num_splits = DATASET_SPLITS.get(config.dataset, 1)
+    if num_splits == 1:
+        raise ValueError(
+            f"split={config.split} is for datasets with several standard splits ({', '.join(DATASET_SPLITS)}); "
+            f"dataset={config.dataset!r} has one: leave split null"
+        )
+    if not 0 <= config.split < num_splits:
+        raise ValueError(
+            f"split must be in [0, {num_splits - 1}] for dataset={config.dataset!r} ({num_splits} standard splits), "
+            f"got {config.split}"
+        )
+
+
 def check_dataset_rules(config: RunConfig) -> None:
+    check_split(config)
     if config.is_node_level:
         for key in ("max_train_minutes", "checkpoint_dir", "ema_decay"):
             if getattr(config, key) is not None:

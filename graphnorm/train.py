@@ -161,7 +161,7 @@ def resolve_device(name: str) -> torch.device:
 
 def prepare_task(config: RunConfig) -> GraphTask:
     """Load the dataset and apply the config's data options (feature normalization, graph subsets)."""
-    task = load_dataset(config.dataset, config.data_root)
+    task = load_dataset(config.dataset, config.data_root, split=config.split)
     if config.feature_norm == "row_l1":
         # PyG's NormalizeFeatures: each row divided by its sum (exact row-L1 for the non-negative Planetoid features).
         task.data = T.NormalizeFeatures()(task.data.clone())

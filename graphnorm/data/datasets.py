@@ -1,6 +1,8 @@
-"""The four benchmark datasets behind one loader: ``load_dataset(name, root=None) -> GraphTask``.
+"""The benchmark datasets behind one loader: ``load_dataset(name, root=None, split=None) -> GraphTask``.
 
 * ``cora``, ``citeseer``: PyG ``Planetoid``, public split (node classification, accuracy).
+* ``actor``, ``cornell``, ``texas``, ``wisconsin``: heterophilic node classification (PyG ``Actor`` / ``WebKB``),
+  10 standard geom-gcn splits, one chosen by ``split`` (default 0); see :mod:`graphnorm.data.heterophilic`.
 * ``zinc``: PyG ``ZINC(subset=True)``, 10000/1000/1000 graphs (graph regression, MAE).
 * ``molhiv``: OGB ``PygGraphPropPredDataset('ogbg-molhiv')``, scaffold split, ROC-AUC by OGB's ``Evaluator``.
 
@@ -36,7 +38,9 @@ from graphnorm.data.root import (
     unwritable_root_error,
 )
 
-DATASET_NAMES = ("cora", "citeseer", "zinc", "molhiv")
+HETEROPHILIC_NAMES = ("actor", "cornell", "texas", "wisconsin")  # loaded by graphnorm.data.heterophilic
+NUM_HETEROPHILIC_SPLITS = 10  # the geom-gcn splits
+DATASET_NAMES = ("cora", "citeseer", "zinc", "molhiv", *HETEROPHILIC_NAMES)
 
 ZINC_NUM_ATOM_TYPES = 28  # benchmarking-gnns atom_dict: ids 0..27
 ZINC_NUM_BOND_TYPES = 4  # NONE, SINGLE, DOUBLE, TRIPLE
@@ -62,6 +66,9 @@ class GraphTask:
 
     ``num_features`` is the width of ``x`` for float features; with an ``atom_encoder`` it is the atom vocabulary
     size (``"zinc"``: 28 atom types, ``x`` ``[N, 1]`` long) or the 9 OGB atom feature columns (``"ogb"``).
+
+    ``num_splits``: how many standard splits the dataset has (10 for the heterophilic graphs, else 1); ``split``:
+    which one the masks hold (``None`` for a dataset with a single split).
     """
 
     name: str
@@ -76,6 +83,8 @@ class GraphTask:
     val: Dataset | None = None
     test: Dataset | None = None
     evaluator: object | None = None  # ogb.graphproppred.Evaluator for molhiv
+    num_splits: int = 1
+    split: int | None = None
 
     @property
     def higher_is_better(self) -> bool:
@@ -84,18 +93,30 @@ class GraphTask:
     def __repr__(self) -> str:
         if self.level == "node":
             sizes = f"nodes={self.data.num_nodes}"
+            if self.split is not None:
+                sizes += f", split={self.split} of {self.num_splits}"
         else:
             sizes = f"graphs={len(self.train)}/{len(self.val)}/{len(self.test)}"
         return f"GraphTask({self.name}, {self.level}, {self.task_type}, metric={self.metric}, {sizes})"
 
 
-def load_dataset(name: str, root: str | Path | None = None) -> GraphTask:
-    """Load ``name`` (cora | citeseer | zinc | molhiv) with its standard split."""
+def load_dataset(name: str, root: str | Path | None = None, split: int | None = None) -> GraphTask:
+    """Load ``name`` (one of ``DATASET_NAMES``) with its standard split; for the heterophilic graphs, standard split
+    number ``split`` of 10 (None: split 0). ``split`` on a dataset with a single split is an error."""
     if not isinstance(name, str) or name.lower() not in DATASET_NAMES:
         raise ValueError(f"unknown dataset {name!r}; valid choices: {', '.join(DATASET_NAMES)}")
     name = name.lower()
+    if split is not None and name not in HETEROPHILIC_NAMES:
+        raise ValueError(
+            f"split={split!r} selects one of several standard splits, but dataset {name!r} has one; leave split "
+            f"unset (datasets with splits: {', '.join(HETEROPHILIC_NAMES)})"
+        )
     data_root = resolve_root(root)
-    if name in ("cora", "citeseer"):
+    if name in HETEROPHILIC_NAMES:
+        from graphnorm.data.heterophilic import load_heterophilic
+
+        task = load_heterophilic(name, data_root, split)
+    elif name in ("cora", "citeseer"):
         task = _load_planetoid(name, data_root)
     elif name == "zinc":
         task = _load_zinc(data_root)
