@@ -5,6 +5,7 @@ graphnorm sweep experiments/cora_depth.yaml base.epochs=50 grid.seed=[0,1] --wor
 graphnorm sweep --dry-run experiments/cora_depth.yaml                # the grid, done/missing, runs nothing
 graphnorm sweep experiments/cora_depth.yaml --executor slurm --slurm-partition gpu --slurm-time 30
 graphnorm train run.yaml epochs=5 norm=pairnorm                      # one run, prints its record
+graphnorm predict ckpt/<run_id>.model.pt new.csv --out predictions.csv  # score new molecules (SMILES CSV)
 """
 
 from __future__ import annotations
@@ -68,11 +69,49 @@ def _train_parser(sub: argparse._SubParsersAction) -> None:
     )
 
 
+def _predict_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "predict",
+        help="score the molecules of a SMILES CSV with a trained model",
+        description="Write one prediction row per input row, in input order: line, the SMILES, valid (false for an "
+        "invalid SMILES, with empty predictions) and one column per target (probability or value).",
+    )
+    p.add_argument("model", help="model file <checkpoint_dir>/<run_id>.model.pt, written by a run with checkpoint_dir")
+    p.add_argument("input", help="CSV file with a SMILES column")
+    p.add_argument("--out", required=True, help="predictions CSV to write")
+    p.add_argument("--smiles-column", help="column holding the SMILES (default: the training CSV's, else 'smiles')")
+    p.add_argument("--batch-size", type=int, default=256, help="molecules per forward pass (default: 256)")
+    p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    from graphnorm.model_file import ModelFileError
+    from graphnorm.predict import predict_csv
+
+    out = Path(args.out)
+    try:
+        if out.is_dir():
+            raise ValueError(f"--out {out} is a directory; give a file name, e.g. {out / 'predictions.csv'}")
+        if args.batch_size < 1:
+            raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
+        sweeps.ensure_writable_dir(out.parent, f"--out {out}")
+        summary = predict_csv(args.model, args.input, out, args.smiles_column, args.batch_size, args.device)
+    except (ModelFileError, ValueError, FileNotFoundError) as e:
+        raise CommandError(str(e)) from None
+    rate = 1000 * summary["seconds"] / max(summary["rows"], 1)
+    print(
+        f"{summary['rows']} rows ({summary['invalid']} invalid SMILES, marked valid=false) -> {out}; "
+        f"{summary['seconds']:.2f} s ({rate:.2f} s per 1000 molecules)"
+    )
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="graphnorm", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     _sweep_parser(sub)
     _train_parser(sub)
+    _predict_parser(sub)
     sub.add_parser("norms", help="list the registered norms")
     return parser
 
@@ -205,6 +244,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_sweep(args)
         if args.command == "train":
             return cmd_train(args)
+        if args.command == "predict":
+            return cmd_predict(args)
         from graphnorm.norms import available_norms
 
         print("\n".join(available_norms()))

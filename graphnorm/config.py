@@ -45,7 +45,7 @@ from typing import Any, Union, get_args, get_origin, get_type_hints
 
 # Heterophilic node classification (graphnorm.data.heterophilic), each with 10 standard splits chosen by `split`.
 HETEROPHILIC_DATASETS = ("actor", "cornell", "texas", "wisconsin")
-DATASETS = ("cora", "citeseer", "zinc", "molhiv", *HETEROPHILIC_DATASETS)
+DATASETS = ("cora", "citeseer", "zinc", "molhiv", *HETEROPHILIC_DATASETS, "smiles")
 NODE_DATASETS = ("cora", "citeseer", *HETEROPHILIC_DATASETS)
 # Datasets with several standard splits and how many; every other dataset has one (and `split` stays null).
 DATASET_SPLITS = {name: 10 for name in HETEROPHILIC_DATASETS}
@@ -80,6 +80,9 @@ class RunConfig:
     # which standard split, for datasets with several (DATASET_SPLITS: the 10 geom-gcn splits of actor, cornell,
     # texas, wisconsin); None: split 0 there, and the only split of every other dataset
     split: int | None = None
+    # keywords of the dataset's loader; dataset=smiles: path (required), smiles_column, target_columns, task, split,
+    # invalid, split_seed (see graphnorm.data.smiles)
+    dataset_kwargs: dict[str, Any] = field(default_factory=dict)
     data_root: str | None = None  # None: $GRAPHNORM_DATA, else the user cache
     feature_norm: str = "none"  # none | row_l1 (row-L1-normalized node features, Kipf/PairNorm/ContraNorm protocol)
     eval_nodes: str = "test"  # node-level only: test (public test mask) | rest (all nodes outside train+val)
@@ -424,8 +427,32 @@ def check_split(config: RunConfig) -> None:
         )
 
 
+def check_dataset_kwargs(config: RunConfig) -> None:
+    """``dataset_kwargs`` are the loader's keywords: only ``smiles`` takes any, and needs ``path``."""
+    if config.dataset != "smiles":
+        if config.dataset_kwargs:
+            raise ValueError(f"dataset_kwargs are for dataset='smiles', not dataset={config.dataset!r}: leave it empty")
+        return
+    import inspect
+
+    from graphnorm.data.smiles import check_options, load_smiles
+
+    valid = [name for name, p in inspect.signature(load_smiles).parameters.items() if p.kind == p.KEYWORD_ONLY]
+    unknown = sorted(set(config.dataset_kwargs) - set(valid))
+    if unknown:
+        raise ValueError(f"unknown dataset_kwargs {unknown} for dataset 'smiles'; valid: {', '.join(valid)}")
+    if "path" not in config.dataset_kwargs:
+        raise ValueError("dataset='smiles' needs dataset_kwargs.path: the CSV file of SMILES")
+    check_keyword_types("dataset_kwargs", config.dataset_kwargs, load_smiles)
+    try:
+        check_options(**config.dataset_kwargs)
+    except ValueError as error:
+        raise ValueError(f"dataset_kwargs for dataset 'smiles' are invalid: {error}") from None
+
+
 def check_dataset_rules(config: RunConfig) -> None:
     check_split(config)
+    check_dataset_kwargs(config)
     if config.is_node_level:
         for key in ("max_train_minutes", "checkpoint_dir", "ema_decay"):
             if getattr(config, key) is not None:

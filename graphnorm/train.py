@@ -161,7 +161,8 @@ def resolve_device(name: str) -> torch.device:
 
 def prepare_task(config: RunConfig) -> GraphTask:
     """Load the dataset and apply the config's data options (feature normalization, graph subsets)."""
-    task = load_dataset(config.dataset, config.data_root, split=config.split)
+    # dataset_kwargs (dataset=smiles) may name the SMILES loader's own split rule; config.split is null there
+    task = load_dataset(config.dataset, config.data_root, **{"split": config.split, **config.dataset_kwargs})
     if config.feature_norm == "row_l1":
         # PyG's NormalizeFeatures: each row divided by its sum (exact row-L1 for the non-negative Planetoid features).
         task.data = T.NormalizeFeatures()(task.data.clone())
@@ -269,20 +270,46 @@ def train_node_level(
 
 # --- graph level ------------------------------------------------------------------------------------------------
 def graph_loss(task: GraphTask, outputs: Tensor, y: Tensor) -> Tensor:
+    """L1 (regression) or BCE with logits over the labelled entries only: a NaN target is a missing label (OGB, a
+    blank cell of a multi-task CSV). A batch without any label gives a zero loss that still has a gradient."""
     y = y.view(outputs.shape).to(outputs.dtype)  # [B, out]
+    labelled = ~torch.isnan(y)
+    if not labelled.any():
+        return outputs.sum() * 0.0
     if task.task_type == "regression":
-        return F.l1_loss(outputs, y)
-    labelled = ~torch.isnan(y)  # OGB marks missing labels with NaN
+        return F.l1_loss(outputs[labelled], y[labelled])
     return F.binary_cross_entropy_with_logits(outputs[labelled], y[labelled])
 
 
 def graph_metric(task: GraphTask, outputs: Tensor, y: Tensor) -> float:
+    """MAE over the labelled entries, or ROC-AUC: OGB's ``Evaluator`` when the task has one (MolHIV), else
+    :func:`masked_rocauc` (the same rule: per target, over its labelled rows, averaged over targets)."""
     y = y.view(outputs.shape)
     if task.metric == "mae":
-        return float((outputs - y).abs().mean())
+        labelled = ~torch.isnan(y)
+        return float((outputs[labelled] - y[labelled]).abs().mean())
     if task.metric == "rocauc":
-        return float(task.evaluator.eval({"y_true": y, "y_pred": outputs})["rocauc"])
+        if task.evaluator is not None:
+            return float(task.evaluator.eval({"y_true": y, "y_pred": outputs})["rocauc"])
+        return masked_rocauc(y, outputs)
     raise ValueError(f"no graph-level metric {task.metric!r}")
+
+
+def masked_rocauc(y: Tensor, scores: Tensor) -> float:
+    """ROC-AUC per target over its labelled (non-NaN) rows, averaged over the targets that have both classes there:
+    the rule of OGB's ``Evaluator``, for any number of targets."""
+    from sklearn.metrics import roc_auc_score
+
+    y, scores = y.double().cpu().numpy(), scores.double().cpu().numpy()
+    aucs = []
+    for target in range(y.shape[1]):
+        labelled = ~np.isnan(y[:, target])
+        labels = y[labelled, target]
+        if (labels == 1).any() and (labels == 0).any():
+            aucs.append(roc_auc_score(labels, scores[labelled, target]))
+    if not aucs:
+        raise ValueError("ROC-AUC is undefined: no target has both classes among the labelled graphs of this split")
+    return float(np.mean(aucs))
 
 
 @torch.no_grad()
@@ -758,10 +785,15 @@ def train(config: RunConfig) -> tuple[nn.Module, GraphTask, dict[str, Any]]:
         record, best_state = train_graph_level(model, task, config, device)
     model.load_state_dict(best_state)
     model.eval()
+    if task.level == "graph" and config.checkpoint_dir is not None:
+        from graphnorm.model_file import model_file_path, save_model_file
+
+        save_model_file(model_file_path(config), config, task, model, record)
     record.update(
         {
             "metric": task.metric,
             "num_params": sum(p.numel() for p in model.parameters()),
+            **task.stats,
             "wall_time_s": time.perf_counter() - start,
         }
     )

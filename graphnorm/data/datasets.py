@@ -5,6 +5,8 @@
   10 standard geom-gcn splits, one chosen by ``split`` (default 0); see :mod:`graphnorm.data.heterophilic`.
 * ``zinc``: PyG ``ZINC(subset=True)``, 10000/1000/1000 graphs (graph regression, MAE).
 * ``molhiv``: OGB ``PygGraphPropPredDataset('ogbg-molhiv')``, scaffold split, ROC-AUC by OGB's ``Evaluator``.
+* ``smiles``: your own molecules from a CSV (``load_dataset("smiles", path=..., target_columns=[...])``), featurized
+  like OGB's molecule datasets; see :mod:`graphnorm.data.smiles` for its keywords.
 
 Root: the ``root`` argument, else ``$GRAPHNORM_DATA``, else the user cache (:func:`resolve_root`). Missing raw files
 are copied from ``$GRAPHNORM_DATA_MIRROR`` first (:func:`seed_from_mirror`); only then do the loaders try to download.
@@ -15,10 +17,12 @@ under ``processed/``, and processed files that cannot be read are reported with 
 from __future__ import annotations
 
 import errno
+import math
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.error import URLError
 
 import torch
@@ -40,7 +44,7 @@ from graphnorm.data.root import (
 
 HETEROPHILIC_NAMES = ("actor", "cornell", "texas", "wisconsin")  # loaded by graphnorm.data.heterophilic
 NUM_HETEROPHILIC_SPLITS = 10  # the geom-gcn splits
-DATASET_NAMES = ("cora", "citeseer", "zinc", "molhiv", *HETEROPHILIC_NAMES)
+DATASET_NAMES = ("cora", "citeseer", "zinc", "molhiv", *HETEROPHILIC_NAMES, "smiles")
 
 ZINC_NUM_ATOM_TYPES = 28  # benchmarking-gnns atom_dict: ids 0..27
 ZINC_NUM_BOND_TYPES = 4  # NONE, SINGLE, DOUBLE, TRIPLE
@@ -67,6 +71,8 @@ class GraphTask:
     ``num_features`` is the width of ``x`` for float features; with an ``atom_encoder`` it is the atom vocabulary
     size (``"zinc"``: 28 atom types, ``x`` ``[N, 1]`` long) or the 9 OGB atom feature columns (``"ogb"``).
 
+    Missing graph-level labels are NaN in ``y``; the loss and the metric leave them out.
+
     ``num_splits``: how many standard splits the dataset has (10 for the heterophilic graphs, else 1); ``split``:
     which one the masks hold (``None`` for a dataset with a single split).
     """
@@ -85,6 +91,8 @@ class GraphTask:
     evaluator: object | None = None  # ogb.graphproppred.Evaluator for molhiv
     num_splits: int = 1
     split: int | None = None
+    target_names: list[str] | None = None  # graph level: names of the output columns (SMILES CSV target columns)
+    stats: dict[str, Any] = field(default_factory=dict)  # loading facts the run's record carries (invalid SMILES)
 
     @property
     def higher_is_better(self) -> bool:
@@ -100,19 +108,31 @@ class GraphTask:
         return f"GraphTask({self.name}, {self.level}, {self.task_type}, metric={self.metric}, {sizes})"
 
 
-def load_dataset(name: str, root: str | Path | None = None, split: int | None = None) -> GraphTask:
+def load_dataset(
+    name: str, root: str | Path | None = None, split: int | str | None = None, **options: Any
+) -> GraphTask:
     """Load ``name`` (one of ``DATASET_NAMES``) with its standard split; for the heterophilic graphs, standard split
-    number ``split`` of 10 (None: split 0). ``split`` on a dataset with a single split is an error."""
+    number ``split`` of 10 (None: split 0). ``split`` on a dataset with a single split is an error. ``options``:
+    the ``smiles`` dataset's keywords (:func:`graphnorm.data.smiles.load_smiles`; its ``split`` is "scaffold",
+    "random" or a split column); other datasets take none."""
     if not isinstance(name, str) or name.lower() not in DATASET_NAMES:
         raise ValueError(f"unknown dataset {name!r}; valid choices: {', '.join(DATASET_NAMES)}")
     name = name.lower()
+    if name == "smiles" and split is not None:
+        options["split"], split = split, None  # the SMILES loader's own split rule
     if split is not None and name not in HETEROPHILIC_NAMES:
         raise ValueError(
             f"split={split!r} selects one of several standard splits, but dataset {name!r} has one; leave split "
             f"unset (datasets with splits: {', '.join(HETEROPHILIC_NAMES)})"
         )
+    if options and name != "smiles":
+        raise ValueError(f"dataset {name!r} takes no options, got {', '.join(sorted(options))}")
     data_root = resolve_root(root)
-    if name in HETEROPHILIC_NAMES:
+    if name == "smiles":
+        from graphnorm.data.smiles import load_smiles
+
+        task = load_smiles(data_root, **options)
+    elif name in HETEROPHILIC_NAMES:
         from graphnorm.data.heterophilic import load_heterophilic
 
         task = load_heterophilic(name, data_root, split)
@@ -281,10 +301,13 @@ def _check_finite(task: GraphTask) -> None:
                 tensors[f"{split}.x"] = storage.x
                 tensors[f"{split}.y"] = storage.y
     for key, tensor in tensors.items():
-        _reject_non_finite(tensor, f"{task.name} {key}")
+        # Graph-level targets may be NaN: a missing label (a blank cell of a multi-task CSV), masked in training.
+        _reject_non_finite(tensor, f"{task.name} {key}", nan_ok=key.endswith(".y"))
 
 
-def _reject_non_finite(tensor: Tensor, what: str) -> None:
+def _reject_non_finite(tensor: Tensor, what: str, nan_ok: bool = False) -> None:
+    if nan_ok and tensor.is_floating_point():
+        tensor = tensor.nan_to_num(nan=0.0, posinf=math.inf, neginf=-math.inf)
     if tensor.is_floating_point() and not torch.isfinite(tensor).all():
         bad = int((~torch.isfinite(tensor)).sum())
         raise ValueError(f"{what} has {bad} NaN/inf values; clean or impute the features before training")
