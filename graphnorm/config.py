@@ -50,7 +50,7 @@ NODE_DATASETS = ("cora", "citeseer", *HETEROPHILIC_DATASETS)
 # Datasets with several standard splits and how many; every other dataset has one (and `split` stays null).
 DATASET_SPLITS = {name: 10 for name in HETEROPHILIC_DATASETS}
 GRAPH_DATASETS = tuple(name for name in DATASETS if name not in NODE_DATASETS)
-MODELS = ("gcn", "graphormer")
+MODELS = ("gcn", "graphormer", "gcnii")
 ADJACENCIES = ("sym", "row")
 FEATURE_NORMS = ("none", "row_l1")
 LAYER_ORDERS = ("conv-norm-act-dropout", "dropout-conv-norm-act")
@@ -61,6 +61,8 @@ SCHEDULERS = ("none", "cosine", "plateau", "polynomial")
 DEVICES = ("cpu", "cuda", "auto")
 # DeepGCN constructor keywords a config may pass through model_kwargs (the rest are config keys).
 GCN_KWARGS = ("init",)
+# GCNII constructor keywords a config may pass through model_kwargs (theta is the paper's lambda).
+GCNII_KWARGS = ("alpha", "theta", "shared_weights", "conv_weight_decay")
 # Graphormer constructor keywords a config may pass through model_kwargs (see Graphormer.from_config).
 GRAPHORMER_KWARGS = (
     "ffn_channels",
@@ -90,7 +92,7 @@ class RunConfig:
     max_nodes: int | None = None  # graphormer: largest graph allowed (dense [n, n] inputs); larger ones -> error
     drop_large_graphs: bool = False  # graphormer: drop graphs above max_nodes instead (counted in the record)
     # --- model ---
-    model: str = "gcn"  # gcn | graphormer
+    model: str = "gcn"  # gcn | graphormer | gcnii
     num_layers: int = 2  # number of graph convolutions (or transformer layers)
     hidden_channels: int = 64
     norm: str = "none"
@@ -120,6 +122,9 @@ class RunConfig:
     # scheduler=polynomial, graphormer: lr multiplier of the attention-bias tables (see graphormer_optimizer)
     attention_bias_lr_scale: float = 1.0
     grad_clip: float = 0.0  # max gradient norm; 0 disables clipping
+    # early stopping: end the run once the best-validation epoch is this many epochs old (GCNII paper: 100);
+    # None: run all epochs
+    patience: int | None = None
     # graph level: evaluate, select and keep an exponential moving average of the weights (and buffers), updated
     # after every optimizer step: ema = decay * ema + (1 - decay) * weights; None: the weights themselves
     ema_decay: float | None = None
@@ -312,7 +317,7 @@ def check_ranges(config: RunConfig) -> None:
             raise ValueError(f"{key} must be >= 1, got {getattr(config, key)}")
     for key in ("num_layers", "hidden_channels"):
         check_size(key, getattr(config, key))
-    for key in ("limit_graphs", "max_nodes"):
+    for key in ("limit_graphs", "max_nodes", "patience"):
         if getattr(config, key) is not None and getattr(config, key) < 1:
             raise ValueError(f"{key} must be >= 1 or null, got {getattr(config, key)}")
     if config.bucket_batches < 1:
@@ -376,15 +381,35 @@ def check_model_rules(config: RunConfig) -> None:
             raise ValueError("bucket_batches groups graphs by size against Graphormer's padding: set model=graphormer")
     if config.drop_large_graphs and config.max_nodes is None:
         raise ValueError("drop_large_graphs needs max_nodes")
+    if config.model == "gcnii":
+        check_gcnii_rules(config)
     check_model_kwargs(config)
+
+
+def check_gcnii_rules(config: RunConfig) -> None:
+    """GCNII has its own fixed layer (sym adjacency, initial residual, dropout before each conv and before the
+    output, so both ``layer_order`` values describe it): DeepGCN's other layer options would be silently ignored,
+    so they are errors."""
+    defaults = RunConfig()
+    for key in ("residual", "adjacency", "shared_layernorm", "virtual_node"):
+        if getattr(config, key) != getattr(defaults, key):
+            raise ValueError(
+                f"{key}={getattr(config, key)!r} is a DeepGCN option; model='gcnii' has its own layer: leave {key} "
+                f"at {getattr(defaults, key)!r}"
+            )
+    if config.readout == "virtual":
+        raise ValueError("model='gcnii' reads out with readout=mean or sum, not 'virtual'")
 
 
 def check_model_kwargs(config: RunConfig) -> None:
     """Unknown keys, then value types (from the model constructor's annotations), then the constructor's own checks,
     run on the meta device so that nothing is allocated."""
-    from graphnorm.models import DeepGCN, Graphormer
+    from graphnorm.models import GCNII, DeepGCN, Graphormer
 
-    valid, model_class = (GRAPHORMER_KWARGS, Graphormer) if config.model == "graphormer" else (GCN_KWARGS, DeepGCN)
+    valid, model_class = {
+        "graphormer": (GRAPHORMER_KWARGS, Graphormer),
+        "gcnii": (GCNII_KWARGS, GCNII),
+    }.get(config.model, (GCN_KWARGS, DeepGCN))
     unknown = sorted(set(config.model_kwargs) - set(valid))
     if unknown:
         raise ValueError(f"unknown model_kwargs {unknown} for {config.model}; valid: {', '.join(valid)}")

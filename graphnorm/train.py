@@ -4,6 +4,8 @@
   evaluated; the best-validation weights (highest val accuracy, ties -> lower val loss) are kept in memory.
   ``eval_nodes="test"`` scores the public 1000 test nodes, ``"rest"`` every node outside train+val (2068 on Cora,
   the ContraNorm/PairNorm protocol, which reports the last epoch: ``test_acc_last``).
+* Early stopping (both levels): with ``patience``, training ends once the best-validation epoch is ``patience``
+  epochs old (``epochs_run`` in the record says how many ran); the best-validation weights are evaluated as always.
 * Graph level (ZINC, MolHIV): PyG ``DataLoader`` mini-batches; ZINC: L1 loss and MAE; MolHIV: BCE with logits and
   ROC-AUC from OGB's ``Evaluator``. Graphormer runs on its own batches instead: every split is preprocessed once
   (shortest paths, edge paths, degrees; cached next to the dataset's processed files) and collated by
@@ -65,6 +67,7 @@ from graphnorm.data.graphormer_preprocess import (
 )
 from graphnorm.data.size_buckets import SizeBucketBatchSampler
 from graphnorm.models import DeepGCN, Graphormer, graphormer_optimizer
+from graphnorm.models.gcnii import GCNII
 
 SPLITS = ("train", "val", "test")
 GRAPHORMER_DEFAULT_HOPS = 5  # Graphormer's multi_hop_max_dist default
@@ -94,20 +97,44 @@ def build_model(config: RunConfig, task: GraphTask) -> nn.Module:
         )
     if config.model == "graphormer":
         return Graphormer.from_config(config, task)
+    if config.model == "gcnii":
+        return GCNII(
+            in_channels=task.num_features,
+            hidden_channels=config.hidden_channels,
+            out_channels=task.num_outputs,
+            num_layers=config.num_layers,
+            norm=config.norm,
+            norm_kwargs=config.norm_kwargs,
+            dropout=config.dropout,
+            readout=config.readout if task.level == "graph" else None,
+            atom_encoder=task.atom_encoder,
+            **config.model_kwargs,
+        )
     raise ValueError(f"unknown model {config.model!r}")
 
 
 def model_outputs(model: nn.Module, data) -> Tensor:
-    """Run ``model`` on a PyG ``Data``/``Batch``: DeepGCN by tensors, other models on the whole batch object."""
-    if isinstance(model, DeepGCN):
+    """Run ``model`` on a PyG ``Data``/``Batch``: DeepGCN and GCNII by tensors, other models on the whole batch
+    object."""
+    if isinstance(model, (DeepGCN, GCNII)):
         batch = getattr(data, "batch", None)
         return model(data.x, data.edge_index, batch=batch, batch_size=data.num_graphs if batch is not None else None)
     return model(data)
 
 
 def build_optimizer(config: RunConfig, model: nn.Module) -> torch.optim.Optimizer:
+    """Adam(W) over the model's parameters with ``config.weight_decay``; a model with a ``parameter_groups(
+    weight_decay) -> [{"params": ..., "weight_decay": ...}, ...]`` method sets its own decay per group (GCNII: the
+    convs' decay differs from the dense layers')."""
     optimizer_class = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}[config.optimizer]
-    return optimizer_class(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    groups = getattr(model, "parameter_groups", None)
+    params = groups(config.weight_decay) if callable(groups) else model.parameters()
+    return optimizer_class(params, lr=config.lr, weight_decay=config.weight_decay)
+
+
+def patience_exhausted(config: RunConfig, epoch: int, best_epoch: int | None) -> bool:
+    """Early stopping: whether ``config.patience`` epochs have passed since the best-validation epoch."""
+    return config.patience is not None and best_epoch is not None and epoch - best_epoch >= config.patience
 
 
 class EpochSchedule:
@@ -198,8 +225,13 @@ def _clip(model: nn.Module, config: RunConfig) -> None:
 
 # --- node classification --------------------------------------------------------------------------------------
 def sparse_features_help(model: nn.Module, x: Tensor) -> bool:
-    """Whether ``model`` takes ``x`` as raw features that are sparse enough (<= 10% nonzero) to pass as COO."""
-    if not isinstance(model, DeepGCN) or model.input_layer.encoder is not None or model.virtual_node:
+    """Whether ``model`` takes ``x`` as raw features that are sparse enough (<= 10% nonzero) to pass as COO.
+    Other models than DeepGCN say so by an optional ``takes_sparse_features`` attribute (GCNII)."""
+    if isinstance(model, DeepGCN):
+        takes_sparse = model.input_layer.encoder is None and not model.virtual_node
+    else:
+        takes_sparse = getattr(model, "takes_sparse_features", False)
+    if not takes_sparse:
         return False
     return x.is_floating_point() and x.numel() > 0 and int(torch.count_nonzero(x)) <= 0.1 * x.numel()
 
@@ -254,6 +286,8 @@ def train_node_level(
             {"epoch": epoch, "train_loss": loss.item(), "val_loss": val_loss, "val_acc": val_acc, "test_acc": test_acc}
         )
         bar.set_postfix(loss=f"{loss.item():.3f}", val=f"{val_acc:.3f}", test=f"{test_acc:.3f}")
+        if patience_exhausted(config, epoch, best.get("best_epoch")):
+            break
     record = {
         "val_acc": best["val_acc"],
         "test_acc": best["test_acc"],
@@ -263,6 +297,7 @@ def train_node_level(
         "train_loss": loss.item(),
         "train_loss_first": first_loss,
         "num_eval_nodes": int(eval_mask.sum()),
+        "epochs_run": len(history),
         "history": history,
     }
     return record, best_state
@@ -717,7 +752,11 @@ def train_graph_level(
             state["last"] = {"train_loss": train_loss, "val": val_value, "test": test_value}
             state["epoch"] = epoch + 1
             state["train_time_s"] += time.perf_counter() - epoch_start
-            state["done"] = state["stopped_by_time"] or epoch + 1 == config.epochs
+            state["done"] = (
+                state["stopped_by_time"]
+                or epoch + 1 == config.epochs
+                or patience_exhausted(config, epoch, state["best"].get("best_epoch"))
+            )
             state["history"].append(
                 {
                     "epoch": epoch,
@@ -780,7 +819,6 @@ def train(config: RunConfig) -> tuple[nn.Module, GraphTask, dict[str, Any]]:
     model = build_model(config, task).to(device)
     if task.level == "node":
         record, best_state = train_node_level(model, task, config, device)
-        record["epochs_run"] = config.epochs
     else:
         record, best_state = train_graph_level(model, task, config, device)
     model.load_state_dict(best_state)
