@@ -50,7 +50,7 @@ NODE_DATASETS = ("cora", "citeseer", *HETEROPHILIC_DATASETS)
 # Datasets with several standard splits and how many; every other dataset has one (and `split` stays null).
 DATASET_SPLITS = {name: 10 for name in HETEROPHILIC_DATASETS}
 GRAPH_DATASETS = tuple(name for name in DATASETS if name not in NODE_DATASETS)
-MODELS = ("gcn", "graphormer", "gcnii")
+MODELS = ("gcn", "graphormer", "gcnii", "gat")
 ADJACENCIES = ("sym", "row")
 FEATURE_NORMS = ("none", "row_l1")
 LAYER_ORDERS = ("conv-norm-act-dropout", "dropout-conv-norm-act")
@@ -61,6 +61,8 @@ SCHEDULERS = ("none", "cosine", "plateau", "polynomial")
 DEVICES = ("cpu", "cuda", "auto")
 # DeepGCN constructor keywords a config may pass through model_kwargs (the rest are config keys).
 GCN_KWARGS = ("init",)
+# DeepGAT constructor keywords a config may pass through model_kwargs (heads: the num_heads key).
+GAT_KWARGS = ("concat", "output_heads", "attention_dropout", "negative_slope")
 # GCNII constructor keywords a config may pass through model_kwargs (theta is the paper's lambda).
 GCNII_KWARGS = ("alpha", "theta", "shared_weights", "conv_weight_decay")
 # Graphormer constructor keywords a config may pass through model_kwargs (see Graphormer.from_config).
@@ -92,7 +94,7 @@ class RunConfig:
     max_nodes: int | None = None  # graphormer: largest graph allowed (dense [n, n] inputs); larger ones -> error
     drop_large_graphs: bool = False  # graphormer: drop graphs above max_nodes instead (counted in the record)
     # --- model ---
-    model: str = "gcn"  # gcn | graphormer | gcnii
+    model: str = "gcn"  # gcn | graphormer | gcnii | gat
     num_layers: int = 2  # number of graph convolutions (or transformer layers)
     hidden_channels: int = 64
     norm: str = "none"
@@ -104,7 +106,7 @@ class RunConfig:
     shared_layernorm: bool = False  # one LayerNorm shared by all hidden layers, after the norm (ContraNorm code)
     readout: str = "mean"  # graph-level datasets: mean | sum (pool node rows) | virtual (read the virtual node)
     virtual_node: bool = False  # graph-level datasets: add one virtual node per graph, linked to all its nodes
-    num_heads: int = 4  # attention heads (graphormer)
+    num_heads: int = 4  # attention heads (graphormer; gat: of every hidden layer)
     model_kwargs: dict[str, Any] = field(default_factory=dict)  # extra model-specific constructor keywords
     # --- training ---
     epochs: int = 200
@@ -383,6 +385,8 @@ def check_model_rules(config: RunConfig) -> None:
         raise ValueError("drop_large_graphs needs max_nodes")
     if config.model == "gcnii":
         check_gcnii_rules(config)
+    if config.model == "gat":
+        check_gat_rules(config)
     check_model_kwargs(config)
 
 
@@ -401,14 +405,31 @@ def check_gcnii_rules(config: RunConfig) -> None:
         raise ValueError("model='gcnii' reads out with readout=mean or sum, not 'virtual'")
 
 
+def check_gat_rules(config: RunConfig) -> None:
+    """GATConv weighs neighbours by attention (self loops included), so there is no adjacency to choose; its hidden
+    heads are concatenated to hidden_channels unless model_kwargs sets concat=false."""
+    if config.adjacency != "sym":
+        raise ValueError(
+            f"adjacency={config.adjacency!r} is a DeepGCN option: model='gat' weighs neighbours by attention; "
+            "leave adjacency at 'sym'"
+        )
+    concat = config.model_kwargs.get("concat", True)
+    if concat is True and config.hidden_channels % config.num_heads != 0:
+        raise ValueError(
+            f"num_heads={config.num_heads} must divide hidden_channels={config.hidden_channels} for model='gat' "
+            "(its heads are concatenated), or set model_kwargs concat: false"
+        )
+
+
 def check_model_kwargs(config: RunConfig) -> None:
     """Unknown keys, then value types (from the model constructor's annotations), then the constructor's own checks,
     run on the meta device so that nothing is allocated."""
-    from graphnorm.models import GCNII, DeepGCN, Graphormer
+    from graphnorm.models import GCNII, DeepGAT, DeepGCN, Graphormer
 
     valid, model_class = {
         "graphormer": (GRAPHORMER_KWARGS, Graphormer),
         "gcnii": (GCNII_KWARGS, GCNII),
+        "gat": (GAT_KWARGS, DeepGAT),
     }.get(config.model, (GCN_KWARGS, DeepGCN))
     unknown = sorted(set(config.model_kwargs) - set(valid))
     if unknown:
@@ -428,6 +449,8 @@ def check_model_kwargs(config: RunConfig) -> None:
             atom_feature_dims=[1],
             bond_feature_dims=[1],
         )
+    elif config.model == "gat":  # the heads must fit the width
+        arguments = dict(in_channels=1, hidden_channels=config.hidden_channels, num_layers=1, heads=config.num_heads)
     else:
         arguments = dict(in_channels=1, hidden_channels=1, num_layers=1)
     error = construction_error(model_class, **arguments, out_channels=1, norm="none", **keywords)

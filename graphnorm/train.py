@@ -66,7 +66,7 @@ from graphnorm.data.graphormer_preprocess import (
     preprocess_dataset,
 )
 from graphnorm.data.size_buckets import SizeBucketBatchSampler
-from graphnorm.models import DeepGCN, Graphormer, graphormer_optimizer
+from graphnorm.models import DeepGAT, DeepGCN, Graphormer, graphormer_optimizer
 from graphnorm.models.gcnii import GCNII
 
 SPLITS = ("train", "val", "test")
@@ -97,6 +97,24 @@ def build_model(config: RunConfig, task: GraphTask) -> nn.Module:
         )
     if config.model == "graphormer":
         return Graphormer.from_config(config, task)
+    if config.model == "gat":  # DeepGCN's layout with attention convolutions (no adjacency option)
+        return DeepGAT(
+            in_channels=task.num_features,
+            hidden_channels=config.hidden_channels,
+            out_channels=task.num_outputs,
+            num_layers=config.num_layers,
+            norm=config.norm,
+            norm_kwargs=config.norm_kwargs,
+            dropout=config.dropout,
+            residual=config.residual,
+            layer_order=config.layer_order,
+            shared_layernorm=config.shared_layernorm,
+            readout=config.readout if task.level == "graph" else None,
+            virtual_node=config.virtual_node,
+            atom_encoder=task.atom_encoder,
+            heads=config.num_heads,
+            **config.model_kwargs,
+        )
     if config.model == "gcnii":
         return GCNII(
             in_channels=task.num_features,

@@ -1,0 +1,121 @@
+"""A deep GAT (Veličković et al., ICLR 2018) with a pluggable norm per layer: DeepGCN with attention convolutions.
+
+:class:`DeepGAT` is :class:`~graphnorm.models.gcn.DeepGCN` with every ``GCNConv`` replaced by PyG's ``GATConv``, so
+everything else is DeepGCN's and behaves the same: the block layout and the two layer orders, the norm after each
+hidden convolution (optionally followed by the shared LayerNorm), residuals, node- and graph-level readouts, the
+virtual node and its ``token_mask``, the atom encoders, the sparse-input dropout, the input checks, and the probe
+contract (``collapse_layers`` / ``probe_context``), which the trainer and :class:`~graphnorm.analysis.CollapseProbe`
+use unchanged.
+
+Convolutions:
+
+* hidden layers: ``GATConv(width, hidden_channels // heads, heads=heads, concat=True)``, the heads concatenated
+  back to ``hidden_channels`` (the GAT paper, PyG's ``GAT``, the PairNorm/ContraNorm ``GraphAttConv``); with
+  ``concat=False`` each head is ``hidden_channels`` wide and the heads are averaged;
+* node-level classifier: ``GATConv(width, out_channels, heads=output_heads, concat=False)`` (heads averaged; the
+  PairNorm/ContraNorm code uses 1 head, PyG's ``GAT`` uses ``heads``).
+
+Attention runs over each row's neighbours and itself. The self loops are added once per forward in
+:meth:`DeepGAT.graph_rows` (``GATConv(add_self_loops=False)``), not in every layer as a default ``GATConv`` does;
+the attention weights replace the fixed normalized adjacency, so DeepGCN's ``adjacency`` option has no meaning here
+and ``DeepGAT`` has none. ``attention_dropout`` drops attention coefficients during training (default: ``dropout``,
+as PyG's ``GAT`` and the PairNorm/ContraNorm code do). The activation is DeepGCN's ReLU (the GAT paper: ELU).
+"""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+from torch_geometric.nn import GATConv
+from torch_geometric.utils import add_self_loops
+
+from graphnorm.models.gcn import DeepGCN
+
+
+class DeepGAT(DeepGCN):
+    """Deep GAT with a norm per hidden layer; see the module docstring and :class:`DeepGCN` for the layout.
+
+    Args (besides DeepGCN's, which mean the same; there is no ``adjacency`` and no ``init``):
+        heads: attention heads of every hidden layer (``hidden_channels`` must be divisible by it when ``concat``).
+        concat: concatenate the hidden heads (each ``hidden_channels // heads`` wide) or average them (each
+            ``hidden_channels`` wide).
+        output_heads: heads of the node-level classifier, averaged.
+        attention_dropout: dropout on the attention coefficients in training; ``None``: the same as ``dropout``.
+        negative_slope: LeakyReLU slope of the attention scores (GAT: 0.2).
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        hidden_channels: int,
+        out_channels: int,
+        num_layers: int,
+        norm: str | nn.Module = "none",
+        norm_kwargs: dict | None = None,
+        dropout: float = 0.6,
+        residual: bool = False,
+        layer_order: str = "conv-norm-act-dropout",
+        shared_layernorm: bool = False,
+        readout: str | None = None,
+        virtual_node: bool = False,
+        atom_encoder: str | None = None,
+        heads: int = 4,
+        concat: bool = True,
+        output_heads: int = 1,
+        attention_dropout: float | None = None,
+        negative_slope: float = 0.2,
+    ) -> None:
+        for value, name in ((heads, "heads (num_heads)"), (output_heads, "output_heads")):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if concat and isinstance(hidden_channels, int) and hidden_channels % heads != 0:
+            raise ValueError(
+                f"hidden_channels={hidden_channels} must be divisible by heads={heads} when concat=True "
+                "(the heads are concatenated to hidden_channels); or set concat=False"
+            )
+        if attention_dropout is not None and not 0.0 <= attention_dropout < 1.0:
+            raise ValueError(f"attention_dropout must be in [0, 1) or None, got {attention_dropout}")
+        if not negative_slope >= 0.0:
+            raise ValueError(f"negative_slope must be >= 0, got {negative_slope}")
+        # DeepGCN builds and checks everything (input layer, norms, blocks, head); its GCNConvs are swapped below.
+        super().__init__(
+            in_channels,
+            hidden_channels,
+            out_channels,
+            num_layers,
+            norm=norm,
+            norm_kwargs=norm_kwargs,
+            dropout=dropout,
+            residual=residual,
+            layer_order=layer_order,
+            shared_layernorm=shared_layernorm,
+            readout=readout,
+            virtual_node=virtual_node,
+            atom_encoder=atom_encoder,
+        )
+        self.adjacency = None  # attention weights replace the normalized adjacency
+        self.heads = heads
+        self.concat = concat
+        self.output_heads = output_heads
+        self.attention_dropout = dropout if attention_dropout is None else attention_dropout
+        self.negative_slope = negative_slope
+        for block in self.blocks:
+            block.conv = self.attention_conv(block.conv.in_channels, block.conv.out_channels, block.is_output)
+
+    def attention_conv(self, in_channels: int, out_channels: int, is_output: bool) -> GATConv:
+        """The ``GATConv`` mapping ``in_channels`` to ``out_channels`` (heads concatenated or averaged)."""
+        heads = self.output_heads if is_output else self.heads
+        concat = self.concat and not is_output
+        return GATConv(
+            in_channels,
+            out_channels // heads if concat else out_channels,
+            heads=heads,
+            concat=concat,
+            negative_slope=self.negative_slope,
+            dropout=self.attention_dropout,
+            add_self_loops=False,  # added once per forward in graph_rows
+        )
+
+    def _normalized_adjacency(self, edge_index: Tensor, num_rows: int) -> tuple[Tensor, None]:
+        """Every row's edges plus its self loop, and no weights: ``GATConv`` computes its own (``edge_attr=None``)."""
+        index, _ = add_self_loops(edge_index, num_nodes=num_rows)  # edge_index comes without self loops
+        return index, None
