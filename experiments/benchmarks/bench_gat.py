@@ -1,0 +1,95 @@
+"""Benchmark 8: training epoch time of ``DeepGAT`` against PyG's ``torch_geometric.nn.models.GAT`` on Cora.
+
+Config (both models): ``num_layers`` GAT convolutions (2, 16, 64), hidden 64 as 8 heads of 8 channels concatenated,
+dropout 0.5 on the features and on the attention coefficients, ReLU, no norm, layer structure conv -> ReLU ->
+dropout for every hidden layer and a bare ``GATConv`` as the classifier with its 8 heads averaged (PyG ``GAT``'s
+last layer; ``DeepGAT(output_heads=8)``), no residuals. With the same weights the two compute the same outputs
+(``tests/test_gat.py``). One epoch = full batch: zero_grad, forward, cross-entropy on the training nodes, backward,
+one Adam step (lr 0.01, weight decay 5e-4). Timed in the same process, interleaved (one epoch of each per round),
+median; target ``DeepGAT / PyG GAT <= 1.1``. ``DeepGAT`` adds the self loops once per forward, PyG's ``GATConv``
+in every layer.
+
+    python -m experiments.benchmarks.bench_gat [--quick] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch_geometric.data import Data
+from torch_geometric.nn.models import GAT
+
+from experiments.benchmarks import _common
+from experiments.benchmarks import run_all as common
+from experiments.benchmarks.bench_gcn import epoch_fn, load_cora, synthetic_graph
+from graphnorm.models.gat import DeepGAT
+
+TARGET = 1.1
+HIDDEN = 64
+HEADS = 8
+DROPOUT = 0.5
+
+
+def build_models(data: Data, num_layers: int) -> dict[str, nn.Module]:
+    """DeepGAT and PyG's GAT with the same depth, width, heads and dropout, no norm."""
+    in_channels, out_channels = data.num_features, int(data.y.max()) + 1
+    torch.manual_seed(0)
+    ours = DeepGAT(in_channels, HIDDEN, out_channels, num_layers, dropout=DROPOUT, heads=HEADS, output_heads=HEADS)
+    torch.manual_seed(0)
+    pyg = GAT(in_channels, HIDDEN, num_layers, out_channels, dropout=DROPOUT, heads=HEADS)
+    return {"DeepGAT": ours, "PyG GAT": pyg}
+
+
+def run(quick: bool = False, out_dir: Path | None = None, repeats: int | None = None) -> common.BenchReport:
+    data = synthetic_graph() if quick else load_cora()
+    depths = (2, 4) if quick else (2, 16, 64)
+    repeats = repeats or (3 if quick else 7)
+    min_seconds = 0.002 if quick else 0.02  # a candidate faster than this is looped within a round
+    rows: list[dict] = []
+    targets: list[common.Target] = []
+    for depth in depths:
+        fns = {name: epoch_fn(model, data) for name, model in build_models(data, depth).items()}
+        times = _common.time_interleaved(fns, repeats=repeats, min_seconds=min_seconds)
+        peak = {name: _common.peak_memory(fn) for name, fn in fns.items()}
+        ratio = times["DeepGAT"] / times["PyG GAT"]
+        row = {
+            "layers": depth,
+            "DeepGAT (ms)": times["DeepGAT"] * 1e3,
+            "PyG GAT (ms)": times["PyG GAT"] * 1e3,
+            "DeepGAT / PyG GAT": ratio,
+            "peak MB DeepGAT": _common.megabytes(peak["DeepGAT"]),
+            "peak MB PyG GAT": _common.megabytes(peak["PyG GAT"]),
+        }
+        rows.append(row)
+        print(common.format_row(row), flush=True)
+        targets.append(common.Target(f"{depth} layers: DeepGAT / PyG GAT", f"<= {TARGET}", ratio, ratio <= TARGET))
+    graph = "random graph" if quick else "Cora"
+    setup = (
+        f"{graph} ({data.num_nodes} nodes, {data.edge_index.size(1)} directed edges, {data.num_features} features), "
+        f"hidden {HIDDEN} = {HEADS} heads x {HIDDEN // HEADS}, dropout {DROPOUT} (features and attention), no norm, "
+        f"conv -> ReLU -> dropout, GATConv classifier with {HEADS} averaged heads, Adam; one full-batch epoch incl. "
+        f"backward and step; {repeats} interleaved rounds, median; {_common.load_summary()}. "
+        "Peak MB: extra resident memory during one epoch."
+    )
+    return common.BenchReport(
+        name="gat",
+        title="8. DeepGAT training epoch vs PyG GAT",
+        setup=setup,
+        tables=[common.markdown_table(rows)],
+        targets=targets,
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    print(run(quick=args.quick, out_dir=args.out).to_markdown())
+
+
+if __name__ == "__main__":
+    main()
