@@ -22,7 +22,7 @@ def test_run_all_quick_writes_one_report(tmp_path, data_root):
     assert path == tmp_path / run_all.REPORT_NAME
     text = path.read_text()
     assert "## Summary" in text
-    for title in ("3. Per-graph", "4. DeepGCN", "5. Collapse probe", "6. Whole-model cost"):
+    for title in ("3. Per-graph", "4. DeepGCN", "5. Collapse probe", "6. Whole-model cost", "7. GCNII"):
         assert title in text
     assert "Load average" in text
     assert text.count("![") >= 2  # the GCN and ContraNorm-model scaling plots
@@ -30,7 +30,7 @@ def test_run_all_quick_writes_one_report(tmp_path, data_root):
         assert (tmp_path / png).stat().st_size > 0
     sections = {section.split("\n", 1)[0]: section for section in text.split("\n## ")[1:]}
     for title, section in sections.items():
-        if title[:2] in ("3.", "4.", "5.", "6."):  # this suite's benchmarks (bench_contranorm is another module's)
+        if title[:2] in ("3.", "4.", "5.", "6.", "7."):  # this suite's (bench_contranorm is another module's)
             assert "**Failed:**" not in section, section
     assert torch.get_num_threads() >= 1  # thread setting restored
 

@@ -10,6 +10,7 @@ Benchmarks (see each module's docstring for its setup and target):
 * ``probe``: CollapseProbe on a 64-layer GCN vs one forward pass (``bench_probe``);
 * ``contranorm_model``: DeepGCN + ContraNorm on Cora vs a dense-reference ContraNorm, epoch time and peak RSS
   (``bench_contranorm_model``).
+* ``gcnii``: GCNII training epoch vs a PyG-only GCNII (PyG's ``examples/gcn2_cora.py``) on Cora (``bench_gcnii``).
 * ``gat``: DeepGAT training epoch vs PyG's ``GAT`` of the same depth, width and heads on Cora (``bench_gat``).
 
 Every benchmark compares against a baseline run in the same process (interleaved rounds, median) and notes the
@@ -44,6 +45,7 @@ BENCHMARKS: dict[str, str] = {
     "gcn": "bench_gcn",
     "probe": "bench_probe",
     "contranorm_model": "bench_contranorm_model",
+    "gcnii": "bench_gcnii",
     "gat": "bench_gat",
 }
 

@@ -1,0 +1,194 @@
+"""Benchmark 7: training epoch time of graphnorm's ``GCNII`` against a PyG-only GCNII on Cora.
+
+Config (both models, the paper's Cora settings): input Linear -> ReLU, ``num_layers`` ``GCN2Conv`` (hidden 64,
+alpha 0.1, theta = lambda 0.5, shared weights) each followed by ReLU, dropout 0.6 before the input Linear, before
+every conv and before the output Linear; Adam (lr 0.01) with weight decay 0.01 on the convs and 5e-4 on the two
+Linear layers; no norm. One epoch = full batch: zero_grad, forward, cross-entropy on the training nodes, backward,
+one Adam step. Same dense, row-normalized features for both.
+
+Baseline, timed in the same process, interleaved with ``GCNII`` (one epoch of each per round, median):
+
+* ``PyG GCNII``: the model of PyG's ``examples/gcn2_cora.py``, built from ``GCN2Conv`` and ``Linear`` only, on the
+  adjacency the example prepares once before training (``ToSparseTensor`` + ``gcn_norm``: a normalized sparse
+  ``adj_t``). ``GCNII`` takes ``edge_index`` and normalizes the adjacency in every forward (target:
+  ``GCNII / PyG GCNII <= 1.1``).
+* ``GCNII sparse x``: ``GCNII`` on the features as sparse COO, as the trainer passes Cora's (reported).
+
+    python -m experiments.benchmarks.bench_gcnii [--quick] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+import torch_geometric.transforms as T
+from torch import Tensor, nn
+from torch_geometric.data import Data
+from torch_geometric.nn import GCN2Conv
+from torch_geometric.nn.conv.gcn_conv import gcn_norm
+from torch_geometric.utils import coalesce, remove_self_loops
+
+from experiments.benchmarks import _common
+from experiments.benchmarks import run_all as common
+from experiments.benchmarks.bench_gcn import load_cora, synthetic_graph
+from graphnorm.models import GCNII
+
+TARGET = 1.1
+HIDDEN = 64
+DROPOUT = 0.6
+ALPHA = 0.1
+THETA = 0.5
+CONV_DECAY = 0.01
+DENSE_DECAY = 5e-4
+OUR_KWARGS = dict(dropout=DROPOUT, alpha=ALPHA, theta=THETA, conv_weight_decay=CONV_DECAY)
+
+
+class PyGGCNII(nn.Module):
+    """The GCNII of PyG's ``examples/gcn2_cora.py``: ``forward(x, adj_t)`` on a pre-normalized sparse adjacency."""
+
+    def __init__(self, in_channels: int, hidden: int, out_channels: int, num_layers: int) -> None:
+        super().__init__()
+        self.lins = nn.ModuleList([nn.Linear(in_channels, hidden), nn.Linear(hidden, out_channels)])
+        self.convs = nn.ModuleList(
+            GCN2Conv(hidden, ALPHA, THETA, layer + 1, shared_weights=True, normalize=False)
+            for layer in range(num_layers)
+        )
+
+    def forward(self, x: Tensor, adj_t: Tensor) -> Tensor:
+        x = F.dropout(x, DROPOUT, self.training)
+        x = x_0 = self.lins[0](x).relu()
+        for conv in self.convs:
+            x = F.dropout(x, DROPOUT, self.training)
+            x = conv(x, x_0, adj_t).relu()
+        x = F.dropout(x, DROPOUT, self.training)
+        return self.lins[1](x)
+
+
+def pyg_adjacency(data: Data) -> Tensor:
+    """The example's preprocessing, once: ``ToSparseTensor`` then ``gcn_norm`` (self loops, symmetric)."""
+    with warnings.catch_warnings():  # torch's one-time notes that sparse CSR is in beta
+        warnings.simplefilter("ignore", UserWarning)
+        adj_t = T.ToSparseTensor()(data.clone()).adj_t
+        normalized = gcn_norm(adj_t)
+    return normalized[0] if isinstance(normalized, tuple) else normalized  # torch.sparse input: (adj, None)
+
+
+def build_models(data: Data, num_layers: int) -> dict[str, nn.Module]:
+    in_channels, out_channels = data.num_features, int(data.y.max()) + 1
+    torch.manual_seed(0)
+    ours = GCNII(in_channels, HIDDEN, out_channels, num_layers, **OUR_KWARGS)
+    torch.manual_seed(0)
+    reference = PyGGCNII(in_channels, HIDDEN, out_channels, num_layers)
+    return {"GCNII": ours, "PyG GCNII": reference}
+
+
+def optimizer_for(model: nn.Module) -> torch.optim.Optimizer:
+    """Adam with the paper's two weight decays (the example's parameter groups)."""
+    if isinstance(model, GCNII):
+        return torch.optim.Adam(model.parameter_groups(DENSE_DECAY), lr=0.01)
+    return torch.optim.Adam(
+        [
+            {"params": model.convs.parameters(), "weight_decay": CONV_DECAY},
+            {"params": model.lins.parameters(), "weight_decay": DENSE_DECAY},
+        ],
+        lr=0.01,
+    )
+
+
+def epoch_fn(model: nn.Module, data: Data, inputs: tuple) -> Callable[[], None]:
+    """One full-batch training epoch (forward, loss on the training nodes, backward, one Adam step)."""
+    optimizer = optimizer_for(model)
+    model.train()
+
+    def epoch() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        out = model(*inputs)
+        loss = F.cross_entropy(out[data.train_mask], data.y[data.train_mask])
+        loss.backward()
+        optimizer.step()
+
+    return epoch
+
+
+def outputs_agree(data: Data, num_layers: int = 4) -> bool:
+    """Like with like: with the same weights, both models give the same eval-mode output."""
+    models = build_models(data, num_layers)
+    ours, reference = models["GCNII"].eval(), models["PyG GCNII"].eval()
+    reference.lins[0].load_state_dict(ours.input_block.lin.state_dict())
+    reference.lins[1].load_state_dict(ours.head.state_dict())
+    for conv, block in zip(reference.convs, ours.blocks):
+        conv.load_state_dict(block.conv.state_dict())
+    with torch.no_grad():
+        return torch.allclose(ours(data.x, data.edge_index), reference(data.x, pyg_adjacency(data)), atol=1e-5)
+
+
+def run(quick: bool = False, out_dir: Path | None = None, repeats: int | None = None) -> common.BenchReport:
+    data = T.NormalizeFeatures()(synthetic_graph() if quick else load_cora())
+    # A simple graph (Cora is one): the example's ToSparseTensor merges repeated edges, edge_index keeps them.
+    data.edge_index = coalesce(remove_self_loops(data.edge_index)[0])
+    depths = (2, 4) if quick else (16, 64)
+    repeats = repeats or (3 if quick else 7)
+    min_seconds = 0.002 if quick else 0.02
+    adj_t = pyg_adjacency(data)
+    sparse_x = data.x.to_sparse()
+    rows: list[dict] = []
+    targets: list[common.Target] = []
+    for depth in depths:
+        models = build_models(data, depth)
+        torch.manual_seed(0)
+        ours_sparse = GCNII(data.num_features, HIDDEN, int(data.y.max()) + 1, depth, **OUR_KWARGS)
+        fns = {
+            "GCNII": epoch_fn(models["GCNII"], data, (data.x, data.edge_index)),
+            "PyG GCNII": epoch_fn(models["PyG GCNII"], data, (data.x, adj_t)),
+            "GCNII sparse x": epoch_fn(ours_sparse, data, (sparse_x, data.edge_index)),
+        }
+        times = _common.time_interleaved(fns, repeats=repeats, min_seconds=min_seconds)
+        peak = {name: _common.peak_memory(fn) for name, fn in fns.items()}
+        ratio = times["GCNII"] / times["PyG GCNII"]
+        row = {
+            "layers": depth,
+            "GCNII (ms)": times["GCNII"] * 1e3,
+            "PyG GCNII (ms)": times["PyG GCNII"] * 1e3,
+            "GCNII sparse x (ms)": times["GCNII sparse x"] * 1e3,
+            "GCNII / PyG GCNII": ratio,
+            "peak MB GCNII": _common.megabytes(peak["GCNII"]),
+            "peak MB PyG GCNII": _common.megabytes(peak["PyG GCNII"]),
+        }
+        rows.append(row)
+        print(common.format_row(row), flush=True)
+        targets.append(common.Target(f"{depth} layers: GCNII / PyG GCNII", f"<= {TARGET}", ratio, ratio <= TARGET))
+    graph = "random graph" if quick else "Cora"
+    setup = (
+        f"{graph} ({data.num_nodes} nodes, {data.edge_index.size(1)} directed edges, {data.num_features} features), "
+        f"hidden {HIDDEN}, alpha {ALPHA}, theta {THETA}, dropout {DROPOUT}, no norm, Adam with weight decay "
+        f"{CONV_DECAY} (convs) / {DENSE_DECAY} (Linear); one full-batch epoch incl. backward and step; {repeats} "
+        "interleaved rounds, median. Same eval-mode output with the same weights: "
+        f"{'yes' if outputs_agree(data) else 'NO'}. Peak MB: extra resident memory during one epoch. "
+        f"{_common.load_summary()}."
+    )
+    return common.BenchReport(
+        name="gcnii",
+        title="7. GCNII training epoch vs a PyG-only GCNII",
+        setup=setup,
+        tables=[common.markdown_table(rows)],
+        targets=targets,
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1: a shared machine)")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    print(run(quick=args.quick, out_dir=args.out).to_markdown())
+
+
+if __name__ == "__main__":
+    main()
