@@ -56,6 +56,9 @@ RunFn = Callable[[RunConfig], dict[str, Any]]
 SWEEP_KEYS = ("name", "description", "metric", "run_fn", "base", "grid", "norm_settings")
 EXECUTORS = ("local", "serial", "submitit-local", "slurm")
 DEFAULT_METRICS = ("test_acc", "test_rocauc", "test_mae")
+# Grid keys that repeat a measurement rather than define a variant: summaries average over them (mean ± std), as
+# papers average over seeds and over a dataset's standard splits.
+REPLICATE_KEYS = ("seed", "split")
 LAYER_COLUMNS = ("run_id", "layer", "layer_name", "rows", "metric", "value")
 # Config fields that do not change a run's result, left out of its run_id so a sweep resumes on another machine.
 NOT_HASHED = ("data_root", "checkpoint_dir")
@@ -871,7 +874,7 @@ def _run_submitit(
 
 
 def write_summary(sweep: dict[str, Any], runs: pd.DataFrame, out: Path, log: Callable[[str], None] = print) -> None:
-    """Print the metric by norm x depth and write it to ``summary.md``."""
+    """Print the metric by norm x depth (mean ± std over the ``REPLICATE_KEYS``) and write it to ``summary.md``."""
     metric = pick_metric(runs, sweep.get("metric"))
     if runs.empty or metric is None or metric not in runs.columns:
         metrics = [
@@ -880,12 +883,13 @@ def write_summary(sweep: dict[str, Any], runs: pd.DataFrame, out: Path, log: Cal
         named = f" (metric {metric!r} is not among the recorded {', '.join(metrics) or 'none'})" if metric else ""
         log(f"no finished runs with a metric to summarize yet{named}")
         return
-    varying = [k for k in grid_keys(sweep) if k not in ("num_layers", "seed")]
+    varying = [k for k in grid_keys(sweep) if k not in ("num_layers", *REPLICATE_KEYS)]
     rows = [k for k in ["norm", *varying] if k in runs.columns and (k == "norm" or runs[k].nunique() > 1)]
     rows = list(dict.fromkeys(rows))
     table = summary_table(runs, metric, rows=rows, columns="num_layers")
     ok = int((runs["status"] == "ok").sum())
-    title = f"{sweep['name']}: {metric}, mean ± std over seeds ({ok} ok, {len(runs) - ok} failed runs)"
+    over = "seeds x splits" if "split" in grid_keys(sweep) else "seeds"
+    title = f"{sweep['name']}: {metric}, mean ± std over {over} ({ok} ok, {len(runs) - ok} failed runs)"
     log(f"\n{title}\n{table.to_string()}\n")
     atomic_write_text(out / "summary.md", f"# {title}\n\n{markdown_table(table)}")
 

@@ -72,7 +72,11 @@ def rejection(values: dict) -> str:
         ({"dataset": "zinc", "ema_decay": math.nan}, r"^ema_decay must be a finite number or null, got nan$"),
         ({"dataset": "zinc", "max_train_minutes": math.inf}, r"^max_train_minutes must be a finite number or null"),
         ({"dataset": "zinc", "checkpoint_dir": 7}, r"^checkpoint_dir must be a string or null, got 7$"),
-        ({"dataset": "córa"}, r"^dataset must be one of cora, citeseer, zinc, molhiv; got 'córa'$"),
+        (
+            {"dataset": "córa"},
+            r"^dataset must be one of cora, citeseer, zinc, molhiv, actor, cornell, texas, wisconsin, smiles; "
+            r"got 'córa'$",
+        ),
         ({"device": "tpu"}, r"^device must be one of cpu, cuda, auto"),
         ({"lr": "x" * 500}, r"^lr must be a finite number, got 'x{60,80}\.\.\.$"),
         ({"model": "graphormer", "dataset": "cora"}, r"model='graphormer'.*graph-level dataset.*'cora'"),

@@ -14,7 +14,8 @@
   graph-token rows, also node and token rows layer by layer (norm x layer tables, one per depth).
 
 With several datasets in one sweep every figure is made per dataset. Norm "labels" also include any other config
-key that varies in the sweep (e.g. ``residual``), so distinct variants never share a line.
+key that varies in the sweep (e.g. ``residual``), so distinct variants never share a line. ``split`` (a dataset's
+standard splits) is a repetition like ``seed``: "over seeds" means over every seed x split run of a label.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ DEFAULT_LAYER_METRICS = (
 )
 LOG_SCALE_METRICS = {"dirichlet_energy", "dirichlet_energy_normalized", "stable_rank"}
 # Config columns that never define a variant (they are the axes or the repetition).
-_NON_VARIANT = {"num_layers", "seed", "dataset", "data_root", "run_id", "status", "epochs"}
+_NON_VARIANT = {"num_layers", "seed", "split", "dataset", "data_root", "run_id", "status", "epochs"}
 
 
 def load_epochs(run_dir: str | Path) -> pd.DataFrame:
@@ -332,7 +333,8 @@ def summary_markdown(runs: pd.DataFrame, layers: pd.DataFrame) -> str:
             continue
         pivot = subset.groupby(["label", "num_layers"])[metric].apply(_mean_std).unstack("num_layers")
         pivot.index.name = "norm \\ depth"
-        parts += [f"## {dataset}: {metric} (mean ± std over seeds)", "", _to_markdown(pivot), ""]
+        over = "seeds x splits" if "split" in subset.columns and subset["split"].nunique() > 1 else "seeds"
+        parts += [f"## {dataset}: {metric} (mean ± std over {over})", "", _to_markdown(pivot), ""]
         last = _last_layer(table[table["dataset"].astype(str) == dataset])
         parts += _collapse_tables(last, "num_layers", f"{dataset}: {{metric}} at the last layer")
         tokens = token_table[token_table["dataset"].astype(str) == dataset]
