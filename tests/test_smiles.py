@@ -109,6 +109,17 @@ def test_small_csv_round_trips_through_train_and_predict(tmp_path, data_root, mo
     assert 0.0 <= record["test_rocauc"] <= 1.0 and record["epochs_run"] == 2
     model_files = list((tmp_path / "ckpt").glob("*.model.pt"))
     assert len(model_files) == 1
+    saved = torch.load(model_files[0], weights_only=True)
+    assert (saved["format"], saved["weights"], saved["config"]["dataset_kwargs"]) == (
+        "graphnorm-model",
+        "best-validation",
+        config.dataset_kwargs,
+    )
+    assert saved["task"]["target_names"] == ["active", "toxic"] and saved["task"]["task_type"] == "binary"
+    assert saved["scores"]["test_rocauc"] == record["test_rocauc"]
+    resume_checkpoint = model_files[0].with_name(model_files[0].name.replace(".model.pt", ".pt"))
+    assert main(["predict", str(resume_checkpoint), str(path), "--out", str(tmp_path / "p.csv")]) == 2
+    assert "it is a resume checkpoint; give the" in capsys.readouterr().err
     out = tmp_path / "predictions.csv"
     assert main(["predict", str(model_files[0]), str(path), "--out", str(out)]) == 0
     with open(path) as handle:
