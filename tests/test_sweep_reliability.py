@@ -154,9 +154,11 @@ def test_interrupt_stops_driver_and_workers(sweep_process: SweepProcess, signum,
         os.killpg(sweep.proc.pid, signum)
     else:
         os.kill(sweep.proc.pid, signum)
-    took = wait_until(lambda: sweep.proc.poll() is not None, 10, "the driver did not exit")
+    # Seconds, with slack for a loaded 2-core machine (5.3 s was seen at load 7); the old driver never exited
+    # before the whole grid had run, and the assertion on finish times below catches any run let through.
+    took = wait_until(lambda: sweep.proc.poll() is not None, 20, "the driver did not exit")
     assert sweep.proc.returncode == code, sweep.stderr.read_text()
-    assert took < 5
+    assert took < 15
     assert not [pid for pid in workers if alive(pid)], "workers outlived their driver"
     assert "interrupted" in sweep.stderr.read_text()
     time.sleep(1.0)
@@ -177,7 +179,7 @@ def test_workers_exit_when_their_driver_is_killed(sweep_process: SweepProcess):
     os.kill(sweep.proc.pid, signal.SIGKILL)
     killed_at = time.time()
     sweep.proc.wait()
-    wait_until(lambda: not any(alive(pid) for pid in workers), 5, "workers outlived their killed driver")
+    wait_until(lambda: not any(alive(pid) for pid in workers), 15, "workers outlived their killed driver")
     time.sleep(1.0)
     assert all(t < killed_at for t in sweep.finished_at()), "a run finished after its driver was killed"
     assert not any(alive(pid) for pid in sweep.worker_pids())
