@@ -195,3 +195,28 @@ def test_short_cora_training_learns(data_root: Path) -> None:
     assert record["test_acc"] >= 0.78, record["test_acc"]
     layer_names = {row["layer_name"] for row in record["layers"]}
     assert layer_names == {"input", "layer1", "layer2", "layer3", "layer4"}
+
+
+def test_graph_level_gcnii_trains_on_zinc_and_stops_early(data_root: Path) -> None:
+    """Graph level through the trainer (ZINC atom embedding, mean readout) and early stopping in the graph loop."""
+    config = RunConfig.from_dict(
+        dict(
+            dataset="zinc",
+            data_root=str(data_root),
+            model="gcnii",
+            limit_graphs=64,
+            num_layers=4,
+            hidden_channels=16,
+            dropout=0.0,
+            lr=0.01,
+            epochs=100,
+            patience=2,
+            batch_size=32,
+            norm="batchnorm",
+            probe=False,
+        )
+    )
+    record = run(config)
+    assert record["epochs_run"] == record["best_epoch"] + 3 < 100
+    assert len(record["history"]) == record["epochs_run"]
+    assert record["train_loss"] < record["train_loss_first"]
