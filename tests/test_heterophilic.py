@@ -111,6 +111,27 @@ def test_split_default_keeps_old_run_ids() -> None:
     assert len(set(texas)) == 3
 
 
+def test_tiny_training_on_texas_beats_the_majority_class(data_root: Path, one_thread: None) -> None:
+    """A real run on two Texas splits learns from the features: 10 points above predicting the training set's
+    majority class (measured: 83.8 and 78.4 % against 59.5 and 62.2 %). GCNII with alpha 0.9 (h0 dominates) is
+    used because a 2-layer GCN stays at the majority level on the WebKB graphs (heterophily; see the report)."""
+    from graphnorm.train import run
+
+    accuracies, majorities = [], []
+    for split in (1, 3):
+        data = load_dataset("texas", split=split).data
+        majority_class = torch.bincount(data.y[data.train_mask]).argmax()
+        majorities.append(float((data.y[data.test_mask] == majority_class).float().mean()))
+        config = RunConfig.from_dict(
+            dict(dataset="texas", split=split, model="gcnii", num_layers=1, model_kwargs={"alpha": 0.9}, epochs=100)
+            | dict(feature_norm="row_l1", probe=False)
+        )
+        record = run(config)
+        assert record["num_eval_nodes"] == int(data.test_mask.sum()) == 37
+        accuracies.append(record["test_acc"])
+    assert np.mean(accuracies) >= np.mean(majorities) + 0.10, (accuracies, majorities)
+
+
 def fake_accuracy(config: RunConfig) -> dict:
     """A run whose accuracy is known in advance: 0.5 + split / 100 + seed / 500 (the summary is under test)."""
     return {"test_acc": 0.5 + config.split / 100 + config.seed / 500, "metric": "acc"}
