@@ -100,6 +100,21 @@ class InputLayer(nn.Module):
         return out
 
 
+def check_node_features(x: Tensor, in_channels: int, atom_encoder: str | None) -> None:
+    """``ValueError`` unless ``x`` fits the input: float ``[N, in_channels]`` (dense or sparse) without an atom
+    encoder, integer atom types ``[N, 1]`` for ``"zinc"``, the 9 integer OGB atom columns for ``"ogb"``."""
+    if x.is_sparse and atom_encoder is not None:
+        raise ValueError("sparse x is for raw float features, not atom ids; pass x.to_dense()")
+    if atom_encoder is None:
+        if not x.is_floating_point() or x.dim() != 2 or x.size(1) != in_channels:
+            raise ValueError(f"x must be float [num_nodes, {in_channels}], got {x.dtype} {tuple(x.shape)}")
+    elif atom_encoder == "zinc":
+        if x.is_floating_point() or x.dim() not in (1, 2) or (x.dim() == 2 and x.size(1) != 1):
+            raise ValueError(f"atom_encoder='zinc' needs integer atom types [num_nodes, 1], got {tuple(x.shape)}")
+    elif x.is_floating_point() or x.dim() != 2 or x.size(1) != 9:
+        raise ValueError(f"atom_encoder='ogb' needs integer features [num_nodes, 9], got {tuple(x.shape)}")
+
+
 def dropout_nonzeros(x: Tensor, p: float, training: bool) -> Tensor:
     """``F.dropout`` that draws a Bernoulli only for the nonzero entries of ``x``.
 
@@ -376,17 +391,9 @@ class DeepGCN(nn.Module):
         return global_add_pool(h, batch, size)
 
     def _check_input(self, x: Tensor) -> None:
-        encoder = self.input_layer.atom_encoder
-        if x.is_sparse and (encoder is not None or self.virtual_node):
+        if x.is_sparse and self.virtual_node:
             raise ValueError("sparse x is for raw float features without a virtual node; pass x.to_dense()")
-        if encoder is None:
-            if not x.is_floating_point() or x.dim() != 2 or x.size(1) != self.in_channels:
-                raise ValueError(f"x must be float [num_nodes, {self.in_channels}], got {x.dtype} {tuple(x.shape)}")
-        elif encoder == "zinc":
-            if x.is_floating_point() or x.dim() not in (1, 2) or (x.dim() == 2 and x.size(1) != 1):
-                raise ValueError(f"atom_encoder='zinc' needs integer atom types [num_nodes, 1], got {tuple(x.shape)}")
-        elif x.is_floating_point() or x.dim() != 2 or x.size(1) != 9:
-            raise ValueError(f"atom_encoder='ogb' needs integer features [num_nodes, 9], got {tuple(x.shape)}")
+        check_node_features(x, self.in_channels, self.input_layer.atom_encoder)
 
     # --- probe contract --------------------------------------------------------------------------------------
     def collapse_layers(self) -> list[tuple[str, nn.Module]]:

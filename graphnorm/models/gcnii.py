@@ -42,7 +42,7 @@ from torch_geometric.nn import GCN2Conv, global_add_pool, global_mean_pool
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from torch_geometric.utils import remove_self_loops, to_torch_csr_tensor
 
-from graphnorm.models.gcn import ATOM_ENCODERS, GraphRows, InputLayer, dropout_nonzeros
+from graphnorm.models.gcn import ATOM_ENCODERS, GraphRows, InputLayer, check_node_features, dropout_nonzeros
 from graphnorm.norms import build_norm
 
 READOUTS = (None, "mean", "sum")
@@ -253,17 +253,7 @@ class GCNII(nn.Module):
         return self.head(F.dropout(h, self.dropout, self.training))
 
     def _check_input(self, x: Tensor) -> None:
-        encoder = self.input_block.encoder.atom_encoder
-        if x.is_sparse and encoder is not None:
-            raise ValueError("sparse x is for raw float features, not atom ids; pass x.to_dense()")
-        if encoder is None:
-            if not x.is_floating_point() or x.dim() != 2 or x.size(1) != self.in_channels:
-                raise ValueError(f"x must be float [num_nodes, {self.in_channels}], got {x.dtype} {tuple(x.shape)}")
-        elif encoder == "zinc":
-            if x.is_floating_point() or x.dim() not in (1, 2) or (x.dim() == 2 and x.size(1) != 1):
-                raise ValueError(f"atom_encoder='zinc' needs integer atom types [num_nodes, 1], got {tuple(x.shape)}")
-        elif x.is_floating_point() or x.dim() != 2 or x.size(1) != 9:
-            raise ValueError(f"atom_encoder='ogb' needs integer features [num_nodes, 9], got {tuple(x.shape)}")
+        check_node_features(x, self.in_channels, self.input_block.encoder.atom_encoder)
 
     # --- probe contract --------------------------------------------------------------------------------------
     def collapse_layers(self) -> list[tuple[str, nn.Module]]:
