@@ -76,58 +76,33 @@ GRAPHORMER_DEFAULT_HOPS = 5  # Graphormer's multi_hop_max_dist default
 # --- building blocks ------------------------------------------------------------------------------------------
 def build_model(config: RunConfig, task: GraphTask) -> nn.Module:
     """The model named by ``config.model`` for ``task``."""
-    if config.model == "gcn":
-        graph_level = task.level == "graph"
-        return DeepGCN(
-            in_channels=task.num_features,
-            hidden_channels=config.hidden_channels,
-            out_channels=task.num_outputs,
-            num_layers=config.num_layers,
-            norm=config.norm,
-            norm_kwargs=config.norm_kwargs,
-            dropout=config.dropout,
-            residual=config.residual,
-            adjacency=config.adjacency,
-            layer_order=config.layer_order,
-            shared_layernorm=config.shared_layernorm,
-            readout=config.readout if graph_level else None,
-            virtual_node=config.virtual_node,
-            atom_encoder=task.atom_encoder,
-            **config.model_kwargs,
-        )
     if config.model == "graphormer":
         return Graphormer.from_config(config, task)
+    # The message-passing models share these arguments; each adds its own below.
+    common = dict(
+        in_channels=task.num_features,
+        hidden_channels=config.hidden_channels,
+        out_channels=task.num_outputs,
+        num_layers=config.num_layers,
+        norm=config.norm,
+        norm_kwargs=config.norm_kwargs,
+        dropout=config.dropout,
+        readout=config.readout if task.level == "graph" else None,
+        atom_encoder=task.atom_encoder,
+        **config.model_kwargs,
+    )
+    gcn_layout = dict(
+        residual=config.residual,
+        layer_order=config.layer_order,
+        shared_layernorm=config.shared_layernorm,
+        virtual_node=config.virtual_node,
+    )
+    if config.model == "gcn":
+        return DeepGCN(**common, **gcn_layout, adjacency=config.adjacency)
     if config.model == "gat":  # DeepGCN's layout with attention convolutions (no adjacency option)
-        return DeepGAT(
-            in_channels=task.num_features,
-            hidden_channels=config.hidden_channels,
-            out_channels=task.num_outputs,
-            num_layers=config.num_layers,
-            norm=config.norm,
-            norm_kwargs=config.norm_kwargs,
-            dropout=config.dropout,
-            residual=config.residual,
-            layer_order=config.layer_order,
-            shared_layernorm=config.shared_layernorm,
-            readout=config.readout if task.level == "graph" else None,
-            virtual_node=config.virtual_node,
-            atom_encoder=task.atom_encoder,
-            heads=config.num_heads,
-            **config.model_kwargs,
-        )
+        return DeepGAT(**common, **gcn_layout, heads=config.num_heads)
     if config.model == "gcnii":
-        return GCNII(
-            in_channels=task.num_features,
-            hidden_channels=config.hidden_channels,
-            out_channels=task.num_outputs,
-            num_layers=config.num_layers,
-            norm=config.norm,
-            norm_kwargs=config.norm_kwargs,
-            dropout=config.dropout,
-            readout=config.readout if task.level == "graph" else None,
-            atom_encoder=task.atom_encoder,
-            **config.model_kwargs,
-        )
+        return GCNII(**common)
     raise ValueError(f"unknown model {config.model!r}")
 
 

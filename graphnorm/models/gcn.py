@@ -100,6 +100,21 @@ class InputLayer(nn.Module):
         return out
 
 
+def check_sizes(
+    in_channels: int, hidden_channels: int, out_channels: int, num_layers: int, dropout: float, layers: str
+) -> None:
+    """``ValueError`` for a width or depth that is not a positive integer, or a dropout outside [0, 1)."""
+    for value, name in ((in_channels, "in_channels"), (hidden_channels, "hidden_channels")):
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if not isinstance(out_channels, int) or out_channels < 1:
+        raise ValueError(f"out_channels must be a positive integer, got {out_channels!r}")
+    if not isinstance(num_layers, int) or num_layers < 1:
+        raise ValueError(f"num_layers (number of {layers}) must be >= 1, got {num_layers!r}")
+    if not 0.0 <= dropout < 1.0:
+        raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+
+
 def check_node_features(x: Tensor, in_channels: int, atom_encoder: str | None) -> None:
     """``ValueError`` unless ``x`` fits the input: float ``[N, in_channels]`` (dense or sparse) without an atom
     encoder, integer atom types ``[N, 1]`` for ``"zinc"``, the 9 integer OGB atom columns for ``"ogb"``."""
@@ -229,15 +244,7 @@ class DeepGCN(nn.Module):
         init: str = "glorot",
     ) -> None:
         super().__init__()
-        for value, name in ((in_channels, "in_channels"), (hidden_channels, "hidden_channels")):
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if not isinstance(out_channels, int) or out_channels < 1:
-            raise ValueError(f"out_channels must be a positive integer, got {out_channels!r}")
-        if not isinstance(num_layers, int) or num_layers < 1:
-            raise ValueError(f"num_layers (number of convs) must be >= 1, got {num_layers!r}")
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        check_sizes(in_channels, hidden_channels, out_channels, num_layers, dropout, "convs")
         if adjacency not in ADJACENCIES:
             raise ValueError(f"adjacency must be one of {ADJACENCIES}, got {adjacency!r}")
         if layer_order not in LAYER_ORDERS:

@@ -42,7 +42,14 @@ from torch_geometric.nn import GCN2Conv, global_add_pool, global_mean_pool
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from torch_geometric.utils import remove_self_loops, to_torch_csr_tensor
 
-from graphnorm.models.gcn import ATOM_ENCODERS, GraphRows, InputLayer, check_node_features, dropout_nonzeros
+from graphnorm.models.gcn import (
+    ATOM_ENCODERS,
+    GraphRows,
+    InputLayer,
+    check_node_features,
+    check_sizes,
+    dropout_nonzeros,
+)
 from graphnorm.norms import build_norm
 
 READOUTS = (None, "mean", "sum")
@@ -140,15 +147,7 @@ class GCNII(nn.Module):
         atom_encoder: str | None = None,
     ) -> None:
         super().__init__()
-        for value, name in ((in_channels, "in_channels"), (hidden_channels, "hidden_channels")):
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if not isinstance(out_channels, int) or out_channels < 1:
-            raise ValueError(f"out_channels must be a positive integer, got {out_channels!r}")
-        if not isinstance(num_layers, int) or num_layers < 1:
-            raise ValueError(f"num_layers (number of GCN2Conv layers) must be >= 1, got {num_layers!r}")
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        check_sizes(in_channels, hidden_channels, out_channels, num_layers, dropout, "GCN2Conv layers")
         if not 0.0 <= alpha <= 1.0:
             raise ValueError(f"alpha (initial-residual weight) must be in [0, 1], got {alpha}")
         if not theta > 0.0:
