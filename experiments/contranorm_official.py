@@ -12,7 +12,8 @@ et al., ICLR 2023, https://arxiv.org/abs/2303.06562) in its own terms, with ``.c
   and validation masks (2068 on Cora).
 
 ``tests/test_contranorm_reference.py`` trains this transcription and our ``DeepGCN`` (built from
-``experiments/cora_contranorm_protocol.yaml``) from the same weights with the same dropout masks and requires the same
+``experiments/sweeps/cora_contranorm_protocol.yaml``)
+from the same weights with the same dropout masks and requires the same
 losses and accuracy. This script runs the transcription alone over many seeds, to set the reference code's own
 spread beside ours:
 

@@ -1,9 +1,9 @@
 """Command line: ``graphnorm sweep``, ``graphnorm train``, ``graphnorm norms``.
 
-graphnorm sweep experiments/cora_depth_quick.yaml                    # local processes, all cores
-graphnorm sweep experiments/cora_depth.yaml base.epochs=50 grid.seed=[0,1] --workers 2
-graphnorm sweep --dry-run experiments/cora_depth.yaml                # the grid, done/missing, runs nothing
-graphnorm sweep experiments/cora_depth.yaml --executor slurm --slurm-partition gpu --slurm-time 30
+graphnorm sweep experiments/sweeps/cora_depth_quick.yaml                    # local processes, all cores
+graphnorm sweep experiments/sweeps/cora_depth.yaml base.epochs=50 grid.seed=[0,1] --workers 2
+graphnorm sweep --dry-run experiments/sweeps/cora_depth.yaml                # the grid, done/missing, runs nothing
+graphnorm sweep experiments/sweeps/cora_depth.yaml --executor slurm --slurm-partition gpu --slurm-time 30
 graphnorm train run.yaml epochs=5 norm=pairnorm                      # one run, prints its record
 graphnorm predict ckpt/<run_id>.model.pt new.csv --out predictions.csv  # score new molecules (SMILES CSV)
 """

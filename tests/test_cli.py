@@ -15,8 +15,10 @@ from graphnorm.sweep import expand_grid, load_sweep_config
 
 REPO = Path(__file__).resolve().parents[1]
 # The Cora studies (other experiments/*.yaml belong to other studies and are tested with them).
-EXPERIMENTS = [REPO / "experiments" / f"{name}.yaml" for name in ("cora_depth", "cora_depth_quick", "cora_all_norms")]
-EXPERIMENTS.append(REPO / "experiments" / "cora_contranorm_protocol.yaml")
+EXPERIMENTS = [
+    REPO / "experiments" / "sweeps" / f"{name}.yaml" for name in ("cora_depth", "cora_depth_quick", "cora_all_norms")
+]
+EXPERIMENTS.append(REPO / "experiments" / "sweeps" / "cora_contranorm_protocol.yaml")
 FAKE = ["--run-fn", "test_sweep:fake_run", "--executor", "serial", "--no-plots"]
 
 
@@ -89,7 +91,7 @@ def test_experiment_configs_are_valid(path: Path, capsys):
 
 
 def test_contranorm_protocol_config_matches_the_paper():
-    configs = expand_grid(load_sweep_config(REPO / "experiments" / "cora_contranorm_protocol.yaml"))
+    configs = expand_grid(load_sweep_config(REPO / "experiments" / "sweeps" / "cora_contranorm_protocol.yaml"))
     assert len(configs) == 4 * 5 * 5
     for c in configs:
         assert (c.hidden_channels, c.dropout, c.lr, c.weight_decay, c.epochs) == (32, 0.6, 0.005, 5e-4, 200)
@@ -104,7 +106,7 @@ def test_all_norms_config_covers_every_registered_norm_that_runs_on_gcn(capsys):
     from graphnorm.config import RunConfig, unsupported_norm_reason
     from graphnorm.norms import available_norms
 
-    configs = expand_grid(load_sweep_config(REPO / "experiments" / "cora_all_norms.yaml"))
+    configs = expand_grid(load_sweep_config(REPO / "experiments" / "sweeps" / "cora_all_norms.yaml"))
     left_out = {n for n in available_norms() if unsupported_norm_reason(RunConfig(norm=n))}
     assert left_out == {"sepnorm"}  # needs graph-token rows: not on a GCN over Cora
     assert {c.norm for c in configs} == set(available_norms()) - left_out

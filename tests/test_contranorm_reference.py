@@ -5,7 +5,7 @@ in its own terms: a dense ``GraphConv`` on the row-normalized ``D^-1 (A + I)``, 
 sum``, the ContraNorm layer as written there (cosine similarities, every neighbour and the node itself masked,
 softmax, ``(1 + s) x - s P x``), one LayerNorm shared by all hidden layers, dropout before every conv.
 
-Our model is built from ``experiments/cora_contranorm_protocol.yaml`` (the preset the protocol table is measured
+Our model is built from ``experiments/sweeps/cora_contranorm_protocol.yaml`` (the preset the protocol table is measured
 with), given the same initial weights, and both draw the same dropout masks. Training both on real Cora must give
 the same losses epoch by epoch and the same accuracy on the 2068 evaluation nodes: any difference in the layer, its
 order, the adjacency, the features or the optimizer shows up here.
@@ -45,7 +45,7 @@ class SharedDropout:
 
 
 def test_protocol_model_trains_exactly_like_the_official_contranorm_code(data_root: Path) -> None:
-    sweep = load_sweep_config(REPO / "experiments" / "cora_contranorm_protocol.yaml")
+    sweep = load_sweep_config(REPO / "experiments" / "sweeps" / "cora_contranorm_protocol.yaml")
     config = next(c for c in expand_grid(sweep) if c.norm == "contranorm" and c.num_layers == 4)
     config = dataclasses.replace(config, data_root=str(data_root))
     task = prepare_task(config)

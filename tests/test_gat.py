@@ -171,6 +171,8 @@ def test_gat_config_accepts_averaged_heads_and_the_preset() -> None:
     from graphnorm.yaml_io import load_yaml_file
 
     RunConfig.from_dict({"model": "gat", "hidden_channels": 30, "model_kwargs": {"concat": False}})
-    preset = load_yaml_file(Path(__file__).resolve().parents[1] / "experiments" / "cora_gat_contranorm_protocol.yaml")
+    preset = load_yaml_file(
+        Path(__file__).resolve().parents[1] / "experiments" / "sweeps" / "cora_gat_contranorm_protocol.yaml"
+    )
     for norm, settings in preset["norm_settings"].items():
         RunConfig.from_dict({**preset["base"], "norm": norm, "num_layers": 32, **settings})

@@ -240,13 +240,13 @@ def test_graphormer_experiment_configs_are_valid_with_equal_budgets() -> None:
     # ZINC: Graphormer-slim (12 layers); MolHIV: 4 layers with BatchNorm, the recipe that leaves the prior on CPU.
     # Each sweep: SepNorm vs ShareNorm (LayerNorm everywhere), plus the single run's norm where it is neither.
     for dataset, layers in (("zinc", 12), ("molhiv", 4)):
-        with open(experiments / f"{dataset}_graphormer.yaml") as f:
+        with open(experiments / "runs" / f"{dataset}_graphormer.yaml") as f:
             single = RunConfig.from_dict(yaml.safe_load(f))
         shape = (single.model, single.num_layers, single.hidden_channels, single.num_heads)
         assert shape == ("graphormer", layers, 80, 8)
         assert single.model_kwargs["ffn_channels"] == 80 and single.scheduler == "polynomial"
         assert single.grad_clip == 5.0 and single.max_train_minutes is not None and single.checkpoint_dir
-        configs = expand_grid(load_sweep_config(experiments / f"{dataset}_sepnorm_vs_sharenorm.yaml"))
+        configs = expand_grid(load_sweep_config(experiments / "sweeps" / f"{dataset}_sepnorm_vs_sharenorm.yaml"))
         norms = sorted({"layernorm", "sepnorm", single.norm})
         assert sorted((c.norm, c.seed) for c in configs) == [(n, s) for n in norms for s in range(3)]
         # Equal budget: the runs differ only in norm and seed, and follow the single-run recipe (the ZINC comparison

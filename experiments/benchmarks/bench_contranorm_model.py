@@ -1,6 +1,7 @@
 """Benchmark 6: whole-model cost of ContraNorm in a deep GCN on Cora, against a dense-reference ContraNorm.
 
-Model (the ContraNorm paper's Cora protocol, ``experiments/cora_contranorm_protocol.yaml``): ``DeepGCN`` with hidden
+Model (the ContraNorm paper's Cora protocol, ``experiments/sweeps/cora_contranorm_protocol.yaml``):
+``DeepGCN`` with hidden
 32, dropout 0.6 before each convolution (``layer_order="dropout-conv-norm-act"``), row adjacency ``D^-1 (A+I)``,
 row-L1-normalized features, ``norm="contranorm"`` with ``scale=1.0, layer_norm=False`` followed by one LayerNorm
 shared by all hidden layers (``shared_layernorm=True``); Adam (lr 0.005, weight decay 5e-4), one full-batch step
