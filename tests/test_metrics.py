@@ -239,3 +239,74 @@ def test_zero_padding_rows_change_nothing_but_the_zero_fraction():
     for metric in ROW_METRICS:
         assert metric(padded) == pytest.approx(metric(x), rel=1e-9, abs=1e-6), metric.__name__
     assert collapse_metrics(padded)["zero_row_fraction"] == pytest.approx(7 / 27)
+
+
+# --- the robust cone (cone_angle_q90) ------------------------------------------------------------------------
+def _tight_bundle(num_rows: int = 100, spread_deg: float = 5.0, dim: int = 6, seed: int = 0) -> torch.Tensor:
+    """Rows within ``spread_deg`` of the first axis, with random lengths."""
+    generator = torch.Generator().manual_seed(seed)
+    offsets = torch.randn(num_rows, dim - 1, generator=generator, dtype=torch.float64)
+    offsets = offsets / offsets.norm(dim=1, keepdim=True) * math.tan(math.radians(spread_deg))
+    offsets *= torch.rand(num_rows, 1, generator=generator, dtype=torch.float64)
+    rows = torch.cat([torch.ones(num_rows, 1, dtype=torch.float64), offsets], dim=1)
+    return rows * (0.5 + 3 * torch.rand(num_rows, 1, generator=generator, dtype=torch.float64))
+
+
+def test_robust_cone_ignores_one_outlier_row_where_the_exact_cone_jumps():
+    from graphnorm.analysis.metrics import robust_cone_angle
+
+    bundle = _tight_bundle()
+    outlier = torch.zeros(1, 6, dtype=torch.float64)
+    outlier[0, 0], outlier[0, 1] = math.cos(math.radians(70)), math.sin(math.radians(70))
+    with_outlier = torch.cat([bundle, outlier])
+    assert cone_angle(bundle) <= 5.0 + 1e-3
+    assert cone_angle(with_outlier) > 33.0  # the exact cone must reach the outlier: at least half of ~70 degrees
+    assert robust_cone_angle(with_outlier) <= cone_angle(bundle) + 1e-3
+    assert robust_cone_angle(with_outlier) == pytest.approx(robust_cone_angle(bundle), abs=0.5)
+
+
+def test_robust_cone_is_the_exact_cone_at_q1_and_grows_with_q():
+    from graphnorm.analysis.metrics import robust_cone_angle
+
+    x = torch.randn(80, 5, generator=torch.Generator().manual_seed(3), dtype=torch.float64) + 1.0
+    exact = cone_angle(x)
+    assert robust_cone_angle(x, q=1.0) == pytest.approx(exact, abs=1e-9)
+    levels = [robust_cone_angle(x, q=q) for q in (0.25, 0.5, 0.75, 0.9, 1.0)]
+    assert levels == sorted(levels) and levels[0] < levels[-1]
+    assert all(level <= exact + 1e-9 for level in levels)
+    assert robust_cone_angle(torch.eye(2)) == pytest.approx(45.0, abs=1e-3)  # q m rounds up: both rows kept
+
+
+def test_robust_cone_invariant_to_row_scaling_and_order_and_ignores_zero_rows():
+    from graphnorm.analysis.metrics import robust_cone_angle
+
+    generator = torch.Generator().manual_seed(5)
+    x = torch.randn(60, 4, generator=generator, dtype=torch.float64) + 0.8
+    reference = robust_cone_angle(x)
+    scales = 10 ** torch.empty(60, 1, dtype=torch.float64).uniform_(-3, 3, generator=generator)
+    assert robust_cone_angle(x * scales) == pytest.approx(reference, abs=1e-6)
+    assert robust_cone_angle(x[torch.randperm(60, generator=generator)]) == pytest.approx(reference, abs=1e-6)
+    assert robust_cone_angle(torch.cat([x, torch.zeros(5, 4, dtype=torch.float64)])) == pytest.approx(reference)
+
+
+def test_robust_cone_edge_cases_and_bad_input():
+    from graphnorm.analysis.metrics import robust_cone_angle
+
+    assert robust_cone_angle(torch.tensor([[1.0, 0.0], [-1.0, 0.0]])) == 90.0  # no mean direction
+    assert math.isnan(robust_cone_angle(torch.zeros(3, 2)))
+    for q in (0.0, -0.1, 1.5):
+        with pytest.raises(ValueError, match="q must be in"):
+            robust_cone_angle(torch.ones(3, 2), q=q)
+
+
+def test_collapse_records_carry_the_robust_cone_per_graph_and_pooled():
+    from graphnorm.analysis.metrics import robust_cone_angle
+
+    graphs = [_tight_bundle(30, seed=s).float() for s in (1, 2)]
+    x = torch.cat(graphs)
+    single = collapse_metrics(graphs[0])
+    assert single["cone_angle_q90"] == pytest.approx(robust_cone_angle(graphs[0], tol_deg=1e-3), abs=1e-6)
+    batched = collapse_metrics(x, batch=torch.tensor([0] * 30 + [1] * 30))
+    expected = [robust_cone_angle(g, tol_deg=1e-3) for g in graphs]
+    assert batched["cone_angle_q90"] == pytest.approx(float(np.mean(expected)), abs=1e-6)
+    assert batched["cone_angle_q90_pooled"] == pytest.approx(robust_cone_angle(x, tol_deg=1e-3), abs=1e-6)

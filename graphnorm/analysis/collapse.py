@@ -15,6 +15,10 @@ Without ``batch`` the rows form one graph and every metric has ``stat="value"``.
 Spectrum: the first ``num_singular_values`` singular values normalized by the largest are emitted as metrics
 ``sv_000``, ``sv_001``, ... (stat "value" for one graph, "pooled" for a batch), so spectra travel in the
 same tidy table (and the sweep's layers.csv) as everything else.
+
+Cones: ``cone_angle`` is the exact smallest enclosing cone (a maximum over rows, so a few outlier rows decide it);
+``cone_angle_q90`` the robust cone holding the 90 % of the rows closest to their mean direction
+(:func:`graphnorm.analysis.cone.robust_cone_angle`, q = 0.9).
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ import torch
 from torch import Tensor
 from torch_geometric.utils import to_dense_batch
 
-from graphnorm.analysis.cone import cone_from_unit_rows
+from graphnorm.analysis.cone import ROBUST_CONE_LEVEL, cone_from_unit_rows, robust_cone_from_unit_rows
 from graphnorm.analysis.magnitude import check_not_too_large
 from graphnorm.analysis.metrics import _check_edge_index
 
@@ -40,13 +44,22 @@ PER_GRAPH_METRICS = (
     "stable_rank",
     "mean_cosine",
     "cone_angle",
+    "cone_angle_q90",
     "mad",
     "mad_neighbors",
     "dirichlet_energy",
     "dirichlet_energy_normalized",
     "zero_row_fraction",
 )
-POOLED_METRICS = ("effective_rank", "stable_rank", "mean_cosine", "cone_angle", "mad", "zero_row_fraction")
+POOLED_METRICS = (
+    "effective_rank",
+    "stable_rank",
+    "mean_cosine",
+    "cone_angle",
+    "cone_angle_q90",
+    "mad",
+    "zero_row_fraction",
+)
 EDGE_METRICS = ("mad_neighbors", "dirichlet_energy", "dirichlet_energy_normalized")
 METRIC_NAMES = PER_GRAPH_METRICS
 
@@ -203,19 +216,22 @@ def _ranks(sigma: Tensor) -> tuple[Tensor, Tensor]:
     return effective, stable
 
 
-def _cone_angles(units: Tensor, norms: Tensor, nonzero: Tensor, tol_deg: float) -> list[float]:
-    """Cone angle of each layer's non-zero unit rows (NaN if none), one min-norm-point problem per layer."""
-    angles = []
+def _cone_angles(units: Tensor, norms: Tensor, nonzero: Tensor, tol_deg: float) -> tuple[list[float], list[float]]:
+    """Exact and robust (q = 0.9) cone angles of each layer's non-zero unit rows (NaN if none), one min-norm-point
+    problem per layer for each."""
+    angles, robust = [], []
     for layer in range(units.size(0)):
         mask = nonzero[layer]
         if not bool(mask.any()):
             angles.append(math.nan)
+            robust.append(math.nan)
             continue
         all_rows = bool(mask.all())
         layer_units = (units[layer] if all_rows else units[layer][mask]).numpy()
         layer_norms = (norms[layer] if all_rows else norms[layer][mask]).numpy()
         angles.append(cone_from_unit_rows(layer_units, layer_norms, tol_deg)[0])
-    return angles
+        robust.append(robust_cone_from_unit_rows(layer_units, layer_norms, ROBUST_CONE_LEVEL, tol_deg))
+    return angles, robust
 
 
 def _set_metrics_stacked(stack: _Stack, cone_tol_deg: float, num_singular_values: int) -> list[dict[str, float]]:
@@ -227,7 +243,7 @@ def _set_metrics_stacked(stack: _Stack, cone_tol_deg: float, num_singular_values
     m = nonzero.sum(1).to(torch.float64)
     units_sum = units.sum(1)
     mean_cos = torch.where(m >= 2, (units_sum.square().sum(1) - m) / (m * (m - 1)).clamp_min(1.0), torch.nan)
-    cones = _cone_angles(units, norms, nonzero, cone_tol_deg)
+    cones, robust_cones = _cone_angles(units, norms, nonzero, cone_tol_deg)
     top = sigma[:, 0] if sigma.size(1) else torch.zeros(x.size(0), dtype=torch.float64)
     count = min(num_singular_values, sigma.size(1)) if num_singular_values > 0 else 0
     spectrum = (sigma[:, :count] / torch.where(top > 0, top, 1.0)[:, None]).tolist()
@@ -240,6 +256,7 @@ def _set_metrics_stacked(stack: _Stack, cone_tol_deg: float, num_singular_values
             "stable_rank": srank,
             "mean_cosine": cosine,
             "cone_angle": cones[layer],
+            "cone_angle_q90": robust_cones[layer],
             "mad": 1.0 - cosine,
             "zero_row_fraction": 1.0 - rows_m / num_rows,
         }
@@ -338,7 +355,9 @@ def _per_graph_metrics_stacked(stack: _Stack, rows: _Rows, cone_tol_deg: float) 
     sorted_units = units.index_select(1, order).numpy()
     sorted_norms = norms.index_select(1, order).numpy()
     sorted_nonzero = nonzero.index_select(1, order).numpy()
-    todo = ((m >= 1) & ~certified_90).nonzero().tolist()
+    # The robust cone has its own certificate (no mean direction) and is computed wherever the exact one is.
+    robust_cones = torch.where(certified_90 & (mean_unit > threshold), torch.nan, cones)
+    todo = ((m >= 1) & ~(certified_90 & (mean_unit <= threshold))).nonzero().tolist()
     for layer, graph in todo:
         start, stop = boundaries[graph], boundaries[graph + 1]
         mask = sorted_nonzero[layer, start:stop]
@@ -346,7 +365,11 @@ def _per_graph_metrics_stacked(stack: _Stack, rows: _Rows, cone_tol_deg: float) 
         graph_norms = sorted_norms[layer, start:stop]
         if not mask.all():
             graph_units, graph_norms = graph_units[mask], graph_norms[mask]
-        cones[layer, graph] = cone_from_unit_rows(graph_units, graph_norms, cone_tol_deg)[0]
+        if not bool(certified_90[layer, graph]):
+            cones[layer, graph] = cone_from_unit_rows(graph_units, graph_norms, cone_tol_deg)[0]
+        robust_cones[layer, graph] = robust_cone_from_unit_rows(
+            graph_units, graph_norms, ROBUST_CONE_LEVEL, cone_tol_deg
+        )
 
     counts = rows.node_counts
     result = {
@@ -354,6 +377,7 @@ def _per_graph_metrics_stacked(stack: _Stack, rows: _Rows, cone_tol_deg: float) 
         "stable_rank": stable,
         "mean_cosine": mean_cos,
         "cone_angle": cones,
+        "cone_angle_q90": robust_cones,
         "mad": 1.0 - mean_cos,
         "zero_row_fraction": (1.0 - m / counts.clamp_min(1.0)).expand(num_layers, -1),
     }

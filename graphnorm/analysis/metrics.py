@@ -16,7 +16,7 @@ import math
 import torch
 from torch import Tensor
 
-from graphnorm.analysis.cone import cone_angle, cone_angle_info
+from graphnorm.analysis.cone import cone_angle, cone_angle_info, robust_cone_angle
 from graphnorm.analysis.magnitude import check_not_too_large
 
 __all__ = [
@@ -30,6 +30,7 @@ __all__ = [
     "mean_cosine_similarity",
     "cone_angle",
     "cone_angle_info",
+    "robust_cone_angle",
     "dirichlet_energy",
     "mad",
 ]
