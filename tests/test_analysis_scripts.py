@@ -51,7 +51,8 @@ def test_make_report_writes_figures_and_summary(tiny_sweep, tmp_path):
         assert {f"{stem}.png", f"{stem}.pdf"} <= names
     assert all(path.stat().st_size > 1000 for path in paths if path.suffix in (".png", ".pdf"))
     summary = (tmp_path / "report" / "summary.md").read_text()
-    assert "test_acc" in summary and "pairnorm" in summary and "effective_rank at the last layer" in summary
+    assert "test_acc" in summary and "pairnorm" in summary
+    assert "effective_rank at the last probed layer (gcn: the classifier output" in summary
 
 
 @pytest.mark.slow
@@ -126,7 +127,7 @@ def test_report_shows_graph_token_rows_by_layer_and_the_true_last_layer(tmp_path
     run_dir = graphormer_like_sweep(tmp_path / "sweep")
     summary = summary_markdown(*load_sweep(run_dir))
     # last layer = layer 3 (embedding + 2 encoder layers), node rows: 130 + norm index + seed, mean over seeds 0, 1
-    last = summary.split("effective_rank at the last layer")[1].split("##")[0]
+    last = summary.split("effective_rank at the last probed layer (the last layer the probe watched)")[1].split("##")[0]
     assert "| layernorm | 130.5 ± 0.71 (n=2) |" in last and "| sepnorm | 131.5 ± 0.71 (n=2) |" in last
     tokens = summary.split("effective_rank of the graph-token rows by layer (2 layers)")[1].split("##")[0]
     assert "| norm \\ layer | 1 | 2 | 3 |" in tokens
@@ -144,4 +145,84 @@ def test_report_without_token_rows_has_no_token_sections(tmp_path):
     layers = pd.read_csv(run_dir / "layers.csv")
     layers[layers["rows"] == "node"].to_csv(run_dir / "layers.csv", index=False)
     summary = summary_markdown(*load_sweep(run_dir))
-    assert "effective_rank at the last layer" in summary and "graph-token" not in summary
+    assert "effective_rank at the last probed layer" in summary and "graph-token" not in summary
+
+
+def protocol_like_sweep(run_dir: Path, majority: bool = True) -> Path:
+    """A node-level GCN sweep whose own metric is test_acc_last (sweep.yaml), with best-validation test_acc far
+    from it (as the ContraNorm-protocol sweep: vanilla at 16 layers 0.31 best-validation, 0.10 last epoch)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "sweep.yaml").write_text("name: proto\nmetric: test_acc_last\nbase: {}\ngrid: {num_layers: [2, 16]}\n")
+    runs = []
+    for norm, last in (("none", {2: 0.80, 16: 0.10}), ("contranorm", {2: 0.81, 16: 0.70})):
+        for depth in (2, 16):
+            for seed in (0, 1):
+                runs.append(
+                    {"run_id": f"{norm}-{depth}-{seed}", "status": "ok", "norm": norm, "model": "gcn", "seed": seed,
+                     "num_layers": depth, "test_acc": 0.31, "test_acc_last": last[depth] + 0.01 * seed,
+                     **({"majority_acc": 0.319} if majority else {})}
+                )  # fmt: skip
+    pd.DataFrame(runs).to_csv(run_dir / "runs.csv", index=False)
+    return run_dir
+
+
+def test_report_plots_and_tabulates_the_sweeps_own_metric(tmp_path):
+    """Failed before: main_metric ignored sweep.yaml's metric and showed best-validation test_acc (0.31)."""
+    from graphnorm.analysis.plots import load_sweep, make_report, plot_main_metric_vs_depth, sweep_metric
+
+    run_dir = protocol_like_sweep(tmp_path / "sweep")
+    assert sweep_metric(run_dir) == "test_acc_last"
+    make_report(run_dir, tmp_path / "report")
+    summary = (tmp_path / "report" / "summary.md").read_text()
+    assert "## data: test_acc_last (mean ± std over seeds)" in summary
+    assert "| none | 0.805 ± 0.0071 (n=2) | 0.105 ± 0.0071 (n=2) ≤maj |" in summary
+    assert "| contranorm | 0.815 ± 0.0071 (n=2) | 0.705 ± 0.0071 (n=2) |" in summary
+    runs, _ = load_sweep(run_dir)
+    figure = plot_main_metric_vs_depth(runs, metric="test_acc_last")
+    axis = figure.axes[0]
+    curves = {container.get_label(): list(container.lines[0].get_ydata()) for container in axis.containers}
+    assert axis.get_ylabel() == "test acc last"
+    assert [round(v, 3) for v in curves["none"]] == [0.805, 0.105]
+    # The majority class: a dashed horizontal line with a legend entry.
+    majority = [line for line in axis.get_lines() if line.get_label().startswith("majority class")]
+    assert len(majority) == 1 and majority[0].get_linestyle() == "--" and list(majority[0].get_ydata()) == [0.319] * 2
+    assert "majority class (0.319)" in [text.get_text() for text in axis.get_legend().get_texts()]
+    assert "majority class (always the most frequent training class): 0.319" in summary
+
+
+def test_report_without_majority_column_has_no_majority_line(tmp_path):
+    from graphnorm.analysis.plots import load_sweep, plot_main_metric_vs_depth, summary_markdown
+
+    runs, layers = load_sweep(protocol_like_sweep(tmp_path / "sweep", majority=False))
+    axis = plot_main_metric_vs_depth(runs, metric="test_acc_last").axes[0]
+    assert not [line for line in axis.get_lines() if line.get_label().startswith("majority")]
+    assert "majority" not in summary_markdown(runs, layers, "test_acc_last")
+    with pytest.raises(ValueError, match="'test_rocauc' has no values"):
+        plot_main_metric_vs_depth(runs, metric="test_rocauc")
+
+
+def test_last_layer_description_names_the_layer_per_model():
+    from graphnorm.analysis.plots import last_layer_description
+
+    assert "classifier output (logits" in last_layer_description(pd.DataFrame({"model": ["gcn"]}))
+    graph_level = pd.DataFrame({"model": ["gcn"], "readout": ["mean"]})
+    assert "before the readout" in last_layer_description(graph_level)
+    assert "before the output Linear" in last_layer_description(pd.DataFrame({"model": ["gcnii"]}))
+    assert last_layer_description(pd.DataFrame({"norm": ["x"]})) == "the last layer the probe watched"
+
+
+def test_sweep_summary_prints_and_marks_the_majority_class(tmp_path):
+    """graphnorm.sweep.write_summary (the printed table and summary.md): a majority-class note, cells within one
+    point of it (or below) marked; nothing of the kind without the majority_acc column."""
+    from graphnorm.sweep import write_summary
+
+    runs = pd.read_csv(protocol_like_sweep(tmp_path / "sweep").joinpath("runs.csv"))
+    sweep = {"name": "proto", "grid": {"norm": ["none", "contranorm"], "num_layers": [2, 16], "seed": [0, 1]}}
+    printed: list[str] = []
+    write_summary({**sweep, "metric": "test_acc_last"}, runs, tmp_path, log=printed.append)
+    text = (tmp_path / "summary.md").read_text()
+    assert "| none | 0.805 ± 0.007 | 0.105 ± 0.007 * |" in text
+    assert "| contranorm | 0.815 ± 0.007 | 0.705 ± 0.007 |" in text
+    assert "majority class (always the most frequent training class): 0.319" in text and "0.319" in printed[0]
+    write_summary({**sweep, "metric": "test_acc_last"}, runs.drop(columns="majority_acc"), tmp_path, log=print)
+    assert "majority" not in (tmp_path / "summary.md").read_text() and " *" not in (tmp_path / "summary.md").read_text()

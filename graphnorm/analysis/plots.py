@@ -2,16 +2,25 @@
 
 * ``metric_vs_layer``: each collapse metric against layer, one panel per (metric, depth), one line per norm
   (mean over seeds, band = std over seeds).
-* ``main_metric_vs_depth``: the task metric (test_acc / test_mae / test_rocauc) against depth, one line per norm,
-  error bars = std over seeds.
+* ``main_metric_vs_depth``: the sweep's own ``metric`` (the top-level ``metric`` of its YAML, saved in
+  ``sweep.yaml``; without one test_acc / test_rocauc / test_mae) against depth, one line per norm, error bars = std
+  over seeds; when the runs recorded ``majority_acc`` (always predicting the most frequent training class), a dashed
+  line at that level.
 * ``learning_curves``: train loss and the validation / test metric against epoch (from ``epochs.csv``), one panel
   column per depth, one line per norm (mean ± std over seeds).
 * ``spectra``: normalized singular-value spectra (metrics ``sv_000``...) at the first, middle and last layer of the
   deepest model, log scale.
 * ``token_metric_vs_layer``: the same for the graph-token rows (Graphormer's virtual graph token, the GCN's virtual
   node), when the probe recorded them: the rows SepNorm normalizes apart from the nodes.
-* ``summary.md``: the task metric and the last layer's collapse metrics as norm x depth tables (mean ± std); with
-  graph-token rows, also node and token rows layer by layer (norm x layer tables, one per depth).
+* ``summary.md``: the task metric (with the majority-class level when recorded; cells within one point of it or
+  below are marked) and the collapse metrics of the last probed layer, which each table names (node-level GCN/GAT:
+  the classifier output, i.e. logits; GCNII: the last GCNII layer before the output Linear; Graphormer: the last
+  encoder layer before the final norm), as norm x depth tables (mean ± std); with graph-token rows, also node and
+  token rows layer by layer (norm x layer tables, one per depth).
+
+Cones: figures draw the robust cone ``cone_angle_q90`` (the smallest cone of the 90 % of the rows closest to their
+mean direction, :func:`graphnorm.analysis.cone.robust_cone_angle`) when the probe recorded it, else the exact one;
+tables show the exact ``cone_angle`` and, when recorded, the robust one beside it.
 
 With several datasets in one sweep every figure is made per dataset. Norm "labels" also include any other config
 key that varies in the sweep (e.g. ``residual``), so distinct variants never share a line. ``split`` (a dataset's
@@ -33,7 +42,10 @@ import pandas as pd
 
 __all__ = [
     "load_sweep",
+    "sweep_metric",
     "main_metric",
+    "majority_level",
+    "last_layer_description",
     "layer_table",
     "plot_metric_vs_layer",
     "plot_main_metric_vs_depth",
@@ -49,10 +61,19 @@ DEFAULT_LAYER_METRICS = (
     "effective_rank",
     "stable_rank",
     "mean_cosine",
-    "cone_angle",
+    "cone_angle_q90",
     "mad_neighbors",
     "dirichlet_energy_normalized",
 )
+# Old sweeps (before the robust cone) have only the exact one: the figures fall back to it.
+FALLBACK_METRICS = {"cone_angle_q90": "cone_angle"}
+METRIC_LABELS = {
+    "cone_angle_q90": "robust cone angle (deg)\n90 % of rows",
+    "cone_angle": "exact cone angle (deg)",
+}
+TABLE_METRICS = ("effective_rank", "cone_angle", "cone_angle_q90")
+MAJORITY_COLUMN = "majority_acc"
+MAJORITY_MARGIN = 0.01  # cells at most this far above the majority-class level (or below it) are marked
 LOG_SCALE_METRICS = {"dirichlet_energy", "dirichlet_energy_normalized", "stable_rank"}
 # Config columns that never define a variant (they are the axes or the repetition).
 _NON_VARIANT = {"num_layers", "seed", "split", "dataset", "data_root", "run_id", "status", "epochs"}
@@ -82,8 +103,25 @@ def load_sweep(run_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     return runs.reset_index(drop=True), layers
 
 
-def main_metric(runs: pd.DataFrame) -> str:
-    """The task metric present in ``runs``: test_acc, test_rocauc or test_mae (first found)."""
+def sweep_metric(run_dir: str | Path) -> str | None:
+    """The sweep's own ``metric`` (top-level key of its YAML, saved as ``sweep.yaml`` in its folder), or None."""
+    path = Path(run_dir) / "sweep.yaml"
+    if not path.exists():
+        return None
+    import yaml
+
+    config = yaml.safe_load(path.read_text())
+    metric = config.get("metric") if isinstance(config, dict) else None
+    return str(metric) if metric else None
+
+
+def main_metric(runs: pd.DataFrame, metric: str | None = None) -> str:
+    """``metric`` (the sweep's own, e.g. test_acc_last) when given, else the task metric present in ``runs``:
+    test_acc, test_rocauc or test_mae (first found). ``ValueError`` when ``metric`` has no values in ``runs``."""
+    if metric is not None:
+        if metric not in runs.columns or not runs[metric].notna().any():
+            raise ValueError(f"the sweep's metric {metric!r} has no values in runs.csv (columns: {list(runs.columns)})")
+        return metric
     for name in MAIN_METRICS:
         if name in runs.columns and runs[name].notna().any():
             return name
@@ -180,7 +218,7 @@ def _grid_of_curves(
             if row == len(rows) - 1:
                 axis.set_xlabel(x)
             if column == 0:
-                axis.set_ylabel(name.replace("_", " "))
+                axis.set_ylabel(METRIC_LABELS.get(name, name.replace("_", " ")))
             axis.grid(alpha=0.3)
     handles, names = axes[0][0].get_legend_handles_labels()
     figure.legend(handles, names, loc="upper center", ncol=min(len(names), 5), bbox_to_anchor=(0.5, 1.02))
@@ -198,23 +236,39 @@ def plot_metric_vs_layer(
     """Grid: one row per metric, one column per depth; x = layer, one line per label (mean ± std over seeds)."""
     if dataset is not None:
         table = table[table["dataset"].astype(str) == dataset]
-    metrics = tuple(m for m in metrics if m in set(table["metric"]))
+    present = set(table["metric"])
+    metrics = tuple(m if m in present else FALLBACK_METRICS.get(m, m) for m in metrics)
+    metrics = tuple(dict.fromkeys(m for m in metrics if m in present))
     if not metrics:
         raise ValueError("no layer metrics to plot (layers.csv empty or without the requested metrics)")
     full_title = f"{title}{f' ({dataset})' if dataset else ''}"
     return _grid_of_curves(table, "metric", metrics, "layer", full_title, frozenset(LOG_SCALE_METRICS))
 
 
+def majority_level(runs: pd.DataFrame) -> float | None:
+    """Mean of the runs' ``majority_acc`` (accuracy of always predicting the most frequent training class on the
+    evaluated nodes), or None when the runs did not record it (older sweeps) or the task is not a classification."""
+    if MAJORITY_COLUMN not in runs.columns:
+        return None
+    values = pd.to_numeric(runs[MAJORITY_COLUMN], errors="coerce").dropna()
+    return float(values.mean()) if len(values) else None
+
+
 def plot_main_metric_vs_depth(runs: pd.DataFrame, metric: str | None = None, dataset: str | None = None) -> plt.Figure:
-    """Task metric against depth (log2 axis), one line per label, error bars = std over seeds."""
+    """The sweep's metric against depth (log2 axis), one line per label, error bars = std over seeds; a dashed
+    reference line at the majority-class level when the runs recorded ``majority_acc`` and the metric is an
+    accuracy."""
     runs = _with_label(runs)
     if dataset is not None and "dataset" in runs.columns:
         runs = runs[runs["dataset"].astype(str) == dataset]
-    metric = metric or main_metric(runs)
+    metric = main_metric(runs, metric)
     figure, axis = plt.subplots(figsize=(5.5, 3.8))
     for label, group in runs.groupby("label"):
         stats = group.groupby("num_layers")[metric].agg(["mean", "std", "count"]).sort_index()
         axis.errorbar(stats.index, stats["mean"], yerr=stats["std"].fillna(0), marker="o", capsize=3, label=label)
+    majority = majority_level(runs) if "acc" in metric else None
+    if majority is not None:
+        axis.axhline(majority, color="0.3", ls="--", lw=1.2, label=f"majority class ({majority:.3f})")
     axis.set_xscale("log", base=2)
     axis.set_xlabel("depth (number of layers)")
     axis.set_ylabel(metric.replace("_", " "))
@@ -287,6 +341,25 @@ def _to_markdown(table: pd.DataFrame) -> str:
     return "\n".join([header, rule, *body])
 
 
+def last_layer_description(runs: pd.DataFrame) -> str:
+    """What the last probed layer is for the models in ``runs`` (the probe's layers: see each model's
+    ``collapse_layers``)."""
+    models = sorted(runs["model"].dropna().astype(str).unique()) if "model" in runs.columns else []
+    node_level = "readout" not in runs.columns or runs["readout"].isna().all()
+    meanings = {
+        "gcn": "the classifier output (logits: the last GCN conv, no norm)"
+        if node_level
+        else "the last GCN block (after norm and activation, before the readout)",
+        "gat": "the classifier output (logits: the last GAT conv, heads averaged, no norm)"
+        if node_level
+        else "the last GAT block (after norm and activation, before the readout)",
+        "gcnii": "the last GCNII layer (after norm and ReLU, before the output Linear)",
+        "graphormer": "the last encoder layer (before the final norm)",
+    }
+    known = [f"{model}: {meanings[model]}" for model in models if model in meanings]
+    return "; ".join(known) if known and len(known) == len(models) else "the last layer the probe watched"
+
+
 def _last_layer(table: pd.DataFrame) -> pd.DataFrame:
     """The rows of each run's last probed layer (a GCN's layer ``num_layers``; a Graphormer's probe counts the
     embedding as layer 1, so its last encoder layer is ``num_layers + 1``)."""
@@ -297,7 +370,7 @@ def _collapse_tables(table: pd.DataFrame, column: str, title: str) -> list[str]:
     """Markdown label x ``column`` tables (mean ± std over seeds) of the headline collapse metrics; ``title`` is
     formatted with the metric's name."""
     parts = []
-    for collapse_metric in ("effective_rank", "cone_angle"):
+    for collapse_metric in TABLE_METRICS:
         metric_rows = table[table["metric"] == collapse_metric]
         if metric_rows.empty:
             continue
@@ -316,9 +389,29 @@ def _by_layer_markdown(table: pd.DataFrame, dataset: str, rows: str) -> list[str
     return parts
 
 
-def summary_markdown(runs: pd.DataFrame, layers: pd.DataFrame) -> str:
-    """Markdown: per dataset, the task metric and the last layer's collapse metrics as label x depth tables; when
-    the probe recorded graph-token rows, node and token metrics layer by layer as label x layer tables."""
+def _metric_table(subset: pd.DataFrame, metric: str) -> tuple[pd.DataFrame, list[str]]:
+    """label x depth table of ``metric`` (mean ± std over seeds) and the note lines under it: the majority-class
+    level when recorded, cells at most one point above it (or below) marked with "≤maj"."""
+    pivot = subset.groupby(["label", "num_layers"])[metric].apply(_mean_std).unstack("num_layers")
+    majority = majority_level(subset) if "acc" in metric else None
+    notes: list[str] = []
+    if majority is not None:
+        means = subset.groupby(["label", "num_layers"])[metric].mean().unstack("num_layers")
+        marked = means.reindex_like(pivot) <= majority + MAJORITY_MARGIN
+        pivot = pivot.where(~marked, pivot.astype(str) + " ≤maj")
+        notes = [
+            f"majority class (always the most frequent training class): {majority:.3f}; "
+            f"≤maj: the mean is at most {MAJORITY_MARGIN:.2f} above it",
+            "",
+        ]
+    pivot.index.name = "norm \\ depth"
+    return pivot, notes
+
+
+def summary_markdown(runs: pd.DataFrame, layers: pd.DataFrame, metric: str | None = None) -> str:
+    """Markdown: per dataset, the sweep's metric (``metric``, else the task metric found) and the last probed
+    layer's collapse metrics as label x depth tables, each naming the layer; when the probe recorded graph-token
+    rows, node and token metrics layer by layer as label x layer tables."""
     labelled = _with_label(runs)
     if "dataset" not in labelled.columns:
         labelled["dataset"] = "data"
@@ -328,15 +421,15 @@ def summary_markdown(runs: pd.DataFrame, layers: pd.DataFrame) -> str:
     for dataset in _datasets(labelled):
         subset = labelled[labelled["dataset"].astype(str) == dataset]
         try:
-            metric = main_metric(subset)
+            shown = main_metric(subset, metric)
         except ValueError:
             continue
-        pivot = subset.groupby(["label", "num_layers"])[metric].apply(_mean_std).unstack("num_layers")
-        pivot.index.name = "norm \\ depth"
+        pivot, notes = _metric_table(subset, shown)
         over = "seeds x splits" if "split" in subset.columns and subset["split"].nunique() > 1 else "seeds"
-        parts += [f"## {dataset}: {metric} (mean ± std over {over})", "", _to_markdown(pivot), ""]
+        parts += [f"## {dataset}: {shown} (mean ± std over {over})", "", _to_markdown(pivot), "", *notes]
         last = _last_layer(table[table["dataset"].astype(str) == dataset])
-        parts += _collapse_tables(last, "num_layers", f"{dataset}: {{metric}} at the last layer")
+        where = f"at the last probed layer ({last_layer_description(subset)})"
+        parts += _collapse_tables(last, "num_layers", f"{dataset}: {{metric}} {where}")
         tokens = token_table[token_table["dataset"].astype(str) == dataset]
         if not tokens.empty:
             parts += _by_layer_markdown(table[table["dataset"].astype(str) == dataset], dataset, "node")
@@ -348,6 +441,7 @@ def make_report(run_dir: str | Path, out_dir: str | Path | None = None) -> list[
     """Write every figure (PNG and PDF) and ``summary.md`` for the sweep in ``run_dir`` into ``out_dir``
     (default ``run_dir/report``); returns the written paths. Figures whose data are absent are skipped."""
     runs, layers = load_sweep(run_dir)
+    metric = sweep_metric(run_dir)
     out = Path(out_dir) if out_dir is not None else Path(run_dir) / "report"
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
@@ -361,21 +455,22 @@ def make_report(run_dir: str | Path, out_dir: str | Path | None = None) -> list[
         suffix = f"_{dataset}" if len(datasets) > 1 else ""
         name = dataset if "dataset" in runs.columns else None
         with contextlib.suppress(ValueError):  # raised when this dataset's runs have no task metric
-            written += _save(plot_main_metric_vs_depth(runs, dataset=name), out, f"main_metric_vs_depth{suffix}")
+            figure = plot_main_metric_vs_depth(runs, metric=metric, dataset=name)
+            written += _save(figure, out, f"main_metric_vs_depth{suffix}")
         if not epochs.empty:
             with contextlib.suppress(ValueError):  # no curves for this dataset's runs
                 written += _save(plot_learning_curves(epochs, runs, dataset=name), out, f"learning_curves{suffix}")
         if table.empty:
             continue
-        if np.isin(list(DEFAULT_LAYER_METRICS), table["metric"].unique()).any():
+        if np.isin([*DEFAULT_LAYER_METRICS, *FALLBACK_METRICS.values()], table["metric"].unique()).any():
             written += _save(plot_metric_vs_layer(table, dataset=name), out, f"metric_vs_layer{suffix}")
         if table["metric"].astype(str).str.match(r"sv_\d+$").any():
             written += _save(plot_spectra(table, dataset=name), out, f"spectra{suffix}")
         tokens = token_table if name is None else token_table[token_table["dataset"].astype(str) == name]
-        if np.isin(list(DEFAULT_LAYER_METRICS), tokens["metric"].unique()).any():
+        if np.isin([*DEFAULT_LAYER_METRICS, *FALLBACK_METRICS.values()], tokens["metric"].unique()).any():
             figure = plot_metric_vs_layer(token_table, dataset=name, title="graph-token rows")
             written += _save(figure, out, f"token_metric_vs_layer{suffix}")
     summary = out / "summary.md"
-    summary.write_text(summary_markdown(runs, layers))
+    summary.write_text(summary_markdown(runs, layers, metric))
     written.append(summary)
     return written
