@@ -1,11 +1,14 @@
-"""Command line: ``graphnorm sweep``, ``graphnorm train``, ``graphnorm norms``.
+"""Command line: ``graphnorm sweep``, ``graphnorm train``, ``graphnorm predict``, ``graphnorm norms``.
 
 graphnorm sweep experiments/sweeps/cora_depth_quick.yaml                    # local processes, all cores
 graphnorm sweep experiments/sweeps/cora_depth.yaml base.epochs=50 grid.seed=[0,1] --workers 2
 graphnorm sweep --dry-run experiments/sweeps/cora_depth.yaml                # the grid, done/missing, runs nothing
 graphnorm sweep experiments/sweeps/cora_depth.yaml --executor slurm --slurm-partition gpu --slurm-time 30
-graphnorm train run.yaml epochs=5 norm=pairnorm                      # one run, prints its record
+graphnorm train experiments/runs/cora_gcn.yaml epochs=5 norm=pairnorm   # one run, prints its record
 graphnorm predict ckpt/<run_id>.model.pt new.csv --out predictions.csv  # score new molecules (SMILES CSV)
+
+This module imports only the standard library and PyYAML at import time: torch, PyG and pandas are imported by the
+command handlers, so ``graphnorm --help`` and ``graphnorm --version`` answer at once.
 """
 
 from __future__ import annotations
@@ -13,34 +16,75 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from graphnorm import sweep as sweeps
 from graphnorm.yaml_io import load_yaml_file
+
+if TYPE_CHECKING:
+    from graphnorm.config import RunConfig
+
+# Choices the parser needs without importing graphnorm.sweep (torch); tests check they equal graphnorm.sweep's.
+EXECUTORS = ("local", "serial", "submitit-local", "slurm")
+SWEEP_SECTIONS = ("base", "grid", "norm_settings")  # keys that only a sweep config has
+HELP_FORMAT = argparse.RawDescriptionHelpFormatter  # descriptions and examples keep their line breaks
 
 
 class CommandError(Exception):
     """Bad input or a sweep that cannot go on: reported as one line, without a traceback."""
 
 
+class _VersionAction(argparse.Action):
+    """``--version``: print ``graphnorm <version>`` and exit (the version is looked up only when asked)."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
+        import graphnorm
+
+        print(f"graphnorm {graphnorm.__version__}")
+        parser.exit()
+
+
+SWEEP_DESCRIPTION = """\
+Run every grid point of a sweep YAML (keys name, description, metric, run_fn, base, grid, norm_settings) and
+write OUT/results/<run_id>.json, runs.csv, layers.csv, epochs.csv, summary.md and the figures in OUT/report/.
+Resumes: a run whose result exists is not run again. For one run from a YAML of RunConfig keys: graphnorm train."""
+
+SWEEP_EPILOG = """\
+examples:
+  graphnorm sweep experiments/sweeps/cora_depth_quick.yaml
+  graphnorm sweep experiments/sweeps/cora_depth.yaml base.epochs=50 grid.seed=[0,1] --workers 2
+  graphnorm sweep --dry-run experiments/sweeps/cora_depth.yaml
+  graphnorm sweep experiments/sweeps/cora_depth.yaml --executor slurm --slurm-partition gpu --slurm-time 30"""
+
+
 def _sweep_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "sweep",
         help="run a grid of configs (resumes: only runs without a result are executed)",
-        description="Run every grid point of a sweep YAML; results go to OUT/results/*.json, runs.csv, layers.csv "
-        "and epochs.csv.",
+        description=SWEEP_DESCRIPTION,
+        epilog=SWEEP_EPILOG,
+        formatter_class=HELP_FORMAT,
     )
-    p.add_argument("config", help="sweep YAML (name, base, grid, norm_settings, metric)")
+    p.add_argument("config", help="sweep YAML (name, base, grid, norm_settings, metric), e.g. experiments/sweeps/*")
     p.add_argument("overrides", nargs="*", help="key.path=value overrides, e.g. base.epochs=50 grid.seed=[0,1]")
     p.add_argument("--out", help="output directory (default: runs/<name>)")
-    p.add_argument("--executor", choices=sweeps.EXECUTORS, default="local", help="where runs execute (default: local)")
+    p.add_argument("--executor", choices=EXECUTORS, default="local", help="where runs execute (default: local)")
     p.add_argument("--workers", type=int, help="parallel runs for local/submitit-local (default: number of cores)")
     p.add_argument("--threads", type=int, help="torch threads per run (default: cores / workers)")
     p.add_argument("--retry-failed", action="store_true", help="run again the runs recorded as failed")
     p.add_argument("--dry-run", action="store_true", help="print the runs and whether each is done; run nothing")
     p.add_argument("--no-plots", action="store_true", help="skip the report step (graphnorm.analysis.plots)")
+    p.add_argument(
+        "--tensorboard",
+        metavar="DIR",
+        help="TensorBoard scalars of each run in DIR/<run_id> (sets base.tensorboard_dir); tensorboard --logdir DIR",
+    )
     p.add_argument("--metric", help="metric of the summary table (default: the config's, else test_acc/rocauc/mae)")
     p.add_argument(
         "--run-fn",
@@ -58,23 +102,59 @@ def _sweep_parser(sub: argparse._SubParsersAction) -> None:
     slurm.add_argument("--slurm-account", help="account to charge")
 
 
+TRAIN_DESCRIPTION = """\
+Train and evaluate one model from a YAML mapping of RunConfig keys (dataset, model, norm, num_layers, epochs, ...;
+see graphnorm/config.py; keys not in the file keep their defaults) and print its record: metrics and timings.
+--out saves the full record, with the collapse metrics at every layer and the per-epoch history.
+For a grid of runs from a sweep YAML (base, grid, norm_settings): graphnorm sweep."""
+
+TRAIN_EPILOG = """\
+examples:
+  graphnorm train experiments/runs/cora_gcn.yaml
+  graphnorm train experiments/runs/cora_gcn.yaml epochs=50 norm=pairnorm num_layers=8
+  graphnorm train experiments/runs/zinc_graphormer.yaml --out runs/zinc_graphormer/record.json"""
+
+
 def _train_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("train", help="one run from a YAML of RunConfig keys; prints its record")
-    p.add_argument("config", help="YAML mapping of RunConfig keys")
+    p = sub.add_parser(
+        "train",
+        help="one run from a YAML of RunConfig keys; prints its record",
+        description=TRAIN_DESCRIPTION,
+        epilog=TRAIN_EPILOG,
+        formatter_class=HELP_FORMAT,
+    )
+    p.add_argument("config", help="YAML mapping of RunConfig keys, e.g. experiments/runs/*")
     p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. epochs=5 norm=pairnorm")
     p.add_argument(
         "--out",
         help="also write the full record (with per-layer rows and the per-epoch history) to this JSON file, and its "
         "learning curve beside it (<out>.learning_curve.png)",
     )
+    p.add_argument(
+        "--tensorboard",
+        metavar="DIR",
+        help="TensorBoard scalars (loss, metrics and learning rate per epoch, collapse metrics per layer) in "
+        "DIR/<run_id> (sets tensorboard_dir); watch with: tensorboard --logdir DIR",
+    )
+
+
+PREDICT_DESCRIPTION = """\
+Score the molecules of a CSV of SMILES with a model saved by a run with checkpoint_dir. Writes one prediction row
+per input row, in input order: line, the SMILES, valid (false for an invalid SMILES, with empty predictions) and
+one column per target (probability or value)."""
+
+PREDICT_EPILOG = """\
+example:
+  graphnorm predict ckpt/<run_id>.model.pt molecules.csv --out predictions.csv --smiles-column smiles"""
 
 
 def _predict_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "predict",
         help="score the molecules of a SMILES CSV with a trained model",
-        description="Write one prediction row per input row, in input order: line, the SMILES, valid (false for an "
-        "invalid SMILES, with empty predictions) and one column per target (probability or value).",
+        description=PREDICT_DESCRIPTION,
+        epilog=PREDICT_EPILOG,
+        formatter_class=HELP_FORMAT,
     )
     p.add_argument("model", help="model file <checkpoint_dir>/<run_id>.model.pt, written by a run with checkpoint_dir")
     p.add_argument("input", help="CSV file with a SMILES column")
@@ -87,6 +167,7 @@ def _predict_parser(sub: argparse._SubParsersAction) -> None:
 def cmd_predict(args: argparse.Namespace) -> int:
     from graphnorm.model_file import ModelFileError
     from graphnorm.predict import predict_csv
+    from graphnorm.sweep import ensure_writable_dir
 
     out = Path(args.out)
     try:
@@ -94,7 +175,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
             raise ValueError(f"--out {out} is a directory; give a file name, e.g. {out / 'predictions.csv'}")
         if args.batch_size < 1:
             raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
-        sweeps.ensure_writable_dir(out.parent, f"--out {out}")
+        ensure_writable_dir(out.parent, f"--out {out}")
         summary = predict_csv(args.model, args.input, out, args.smiles_column, args.batch_size, args.device)
     except (ModelFileError, ValueError, FileNotFoundError) as e:
         raise CommandError(str(e)) from None
@@ -106,40 +187,98 @@ def cmd_predict(args: argparse.Namespace) -> int:
     return 0
 
 
+MAIN_EPILOG = """\
+commands in short:
+  graphnorm sweep experiments/sweeps/cora_depth_quick.yaml   # the depth study: table and figures
+  graphnorm train experiments/runs/cora_gcn.yaml             # one run: prints its record
+  graphnorm norms                                            # the registered norms
+
+graphnorm <command> --help shows a command's options and examples."""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="graphnorm", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+    """The ``graphnorm`` parser; building it imports nothing heavy (no torch, PyG or pandas)."""
+    parser = argparse.ArgumentParser(
+        prog="graphnorm",
+        description="Study and cure oversmoothing and dimensional collapse in GNNs and graph transformers.",
+        epilog=MAIN_EPILOG,
+        formatter_class=HELP_FORMAT,
+    )
+    parser.add_argument("--version", action=_VersionAction, help="print graphnorm's version and exit")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{sweep,train,predict,norms}")
     _sweep_parser(sub)
     _train_parser(sub)
     _predict_parser(sub)
-    sub.add_parser("norms", help="list the registered norms")
+    sub.add_parser(
+        "norms",
+        help="list the registered norms",
+        description="Print the names of the registered norms, one per line: the values of a config's 'norm' key "
+        "(options of each: README, 'Norms').",
+    )
     return parser
+
+
+def _command_hint(command: str, path: Path) -> str:
+    return f"graphnorm {command} {shlex.quote(str(path))}"
+
+
+def check_is_sweep_file(path: Path) -> None:
+    """``CommandError`` pointing to ``graphnorm train`` when ``path`` holds a single-run config: a mapping with
+    RunConfig keys at the top and none of the sweep sections (base, grid, norm_settings)."""
+    from graphnorm.config import RunConfig
+
+    values = load_yaml_file(path, "sweep config")
+    if not isinstance(values, dict) or any(key in values for key in SWEEP_SECTIONS):
+        return  # load_sweep_config reports anything else wrong with it
+    run_keys = sorted(set(values) & set(RunConfig.field_names()))
+    if run_keys:
+        raise CommandError(
+            f"{path} is a single-run config (RunConfig keys such as {', '.join(run_keys[:3])}; no base, grid or "
+            f"norm_settings), not a sweep; run it with: {_command_hint('train', path)}"
+        )
+
+
+def check_is_run_values(path: Path, values: dict[str, Any]) -> None:
+    """``CommandError`` pointing to ``graphnorm sweep`` when the mapping read from ``path`` is a sweep config."""
+    sections = [key for key in SWEEP_SECTIONS if key in values]
+    if sections:
+        raise CommandError(
+            f"{path} is a sweep config (it has {', '.join(sections)}), not a single run; run it with: "
+            f"{_command_hint('sweep', path)}"
+        )
+
+
+def tensorboard_override(directory: str | None, key: str) -> list[str]:
+    """``[key=<directory>]`` for ``--tensorboard DIR`` (none without it), once the tensorboard package is there."""
+    if directory is None:
+        return []
+    from graphnorm.tensorboard_log import require_tensorboard
+
+    try:
+        require_tensorboard()
+    except ImportError as e:
+        raise CommandError(f"--tensorboard: {e}") from None
+    return [f"{key}={json.dumps(directory)}"]  # a JSON string is a YAML string: DIR is never read as a number
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     try:
+        check_is_sweep_file(Path(args.config))
         return _sweep(args)
     except (ValueError, FileNotFoundError, RuntimeError) as e:  # validation happens before any run starts
         raise CommandError(str(e)) from None
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    sweep = sweeps.load_sweep_config(args.config, args.overrides)
+    from graphnorm import sweep as sweeps
+
+    overrides = [*args.overrides, *tensorboard_override(args.tensorboard, "base.tensorboard_dir")]
+    sweep = sweeps.load_sweep_config(args.config, overrides)
     if args.metric:
         sweep["metric"] = args.metric
     out = Path(args.out) if args.out else Path("runs") / sweep["name"]
     if args.dry_run:
-        configs = sweeps.expand_grid(sweep)  # validates every run, exactly as a real sweep would
-        sweeps.resolve_run_fn(args.run_fn or sweep.get("run_fn"))  # and that the run function exists
-        table = sweeps.status_table(sweep, configs, out)
-        quiet = sweeps.load_results(out, list(table["run_id"]), warn=lambda message: None)  # status_table warned
-        sweeps.check_metric(sweep.get("metric"), quiet)
-        counts = table["state"].value_counts()
-        print(table.to_string(index=False))
-        states = ("done", "failed", "missing", "invalid")[: 4 if counts.get("invalid") else 3]
-        summary = ", ".join(f"{counts.get(s, 0)} {s}" for s in states)
-        print(f"\n{sweep['name']}: {len(table)} runs ({summary}) in {out}")
-        return 0
+        return _dry_run(sweep, out, args.run_fn)
     slurm = sweeps.SlurmOptions(
         partition=args.slurm_partition,
         time_min=args.slurm_time,
@@ -172,18 +311,44 @@ def _sweep(args: argparse.Namespace) -> int:
     return 0 if (runs["status"] == "ok").all() else 1
 
 
-def cmd_train(args: argparse.Namespace) -> int:
-    from graphnorm.config import RunConfig
+def _dry_run(sweep: dict[str, Any], out: Path, run_fn: str | None) -> int:
+    """``--dry-run``: validate every run as a real sweep would, print each with its state, run nothing."""
+    from graphnorm import sweep as sweeps
 
-    path = Path(args.config)
+    configs = sweeps.expand_grid(sweep)
+    sweeps.resolve_run_fn(run_fn or sweep.get("run_fn"))  # and that the run function exists
+    table = sweeps.status_table(sweep, configs, out)
+    quiet = sweeps.load_results(out, list(table["run_id"]), warn=lambda message: None)  # status_table warned
+    sweeps.check_metric(sweep.get("metric"), quiet)
+    counts = table["state"].value_counts()
+    print(table.to_string(index=False))
+    states = ("done", "failed", "missing", "invalid")[: 4 if counts.get("invalid") else 3]
+    summary = ", ".join(f"{counts.get(s, 0)} {s}" for s in states)
+    print(f"\n{sweep['name']}: {len(table)} runs ({summary}) in {out}")
+    return 0
+
+
+def _load_run_config(path: Path, overrides: list[str]) -> RunConfig:
+    """The RunConfig of a run YAML with ``key=value`` overrides; ``CommandError`` for any bad input."""
+    from graphnorm.config import RunConfig
+    from graphnorm.sweep import apply_overrides
+
     try:
         values = load_yaml_file(path, "config")
         values = {} if values is None else values  # an empty file: every key at its default
         if not isinstance(values, dict):
             raise ValueError(f"config {path} must be a YAML mapping of RunConfig keys, got {type(values).__name__}")
-        config = RunConfig.from_dict(sweeps.apply_overrides(values, args.overrides))
+        check_is_run_values(path, values)
+        return RunConfig.from_dict(apply_overrides(values, overrides))
     except (ValueError, TypeError, FileNotFoundError) as e:
         raise CommandError(str(e)) from None
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from graphnorm import sweep as sweeps
+
+    overrides = [*args.overrides, *tensorboard_override(args.tensorboard, "tensorboard_dir")]
+    config = _load_run_config(Path(args.config), overrides)
     out = Path(args.out) if args.out else None
     if out is not None:  # before training: a run whose record cannot be saved is lost
         if out.is_dir():
@@ -211,7 +376,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _save_learning_curve(history: list[dict], config: sweeps.RunConfig, path: Path) -> None:
+def _save_learning_curve(history: list[dict], config: RunConfig, path: Path) -> None:
     import matplotlib.pyplot as plt
     import pandas as pd
 
@@ -230,7 +395,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     argv = sys.argv[1:] if argv is None else list(argv)
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
     command = argv[0] if argv else None
-    if command not in commands:  # --help, a typo, or no command: argparse's own messages
+    if command not in commands:  # --help, --version, a typo, or no command: argparse's own messages
         return parser.parse_args(argv)
     args = commands[command].parse_intermixed_args(argv[1:])
     args.command = command

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -20,6 +21,13 @@ EXPERIMENTS = [
 ]
 EXPERIMENTS.append(REPO / "experiments" / "sweeps" / "cora_contranorm_protocol.yaml")
 FAKE = ["--run-fn", "test_sweep:fake_run", "--executor", "serial", "--no-plots"]
+
+
+def printed_record(out: str) -> dict:
+    """The record ``graphnorm train`` printed: the JSON block from the line ``{`` to the line ``}``."""
+    lines = out.splitlines()
+    start = lines.index("{")
+    return json.loads("\n".join(lines[start : lines.index("}", start) + 1]))
 
 
 @pytest.fixture
@@ -118,7 +126,7 @@ def test_train_command_prints_the_record(tmp_path: Path, data_root: Path, capsys
     config.write_text("dataset: cora\nnum_layers: 2\nhidden_channels: 8\nepochs: 5\n")
     record_file = tmp_path / "record.json"
     assert main(["train", str(config), "norm=pairnorm", "epochs=2", "--out", str(record_file)]) == 0
-    printed = json.loads(capsys.readouterr().out.split("\n(")[0])
+    printed = printed_record(capsys.readouterr().out)
     assert 0 <= printed["test_acc"] <= 1 and "layers" not in printed and "history" not in printed
     saved = json.loads(record_file.read_text())
     assert saved["test_acc"] == printed["test_acc"] and [row["epoch"] for row in saved["history"]] == [0, 1]
@@ -143,3 +151,106 @@ def test_unknown_run_function_fails_before_any_run(sweep_file, tmp_path, capsys)
     assert main(["sweep", str(sweep_file), "--out", str(out), "--run-fn", "graphnorm.train:nosuch"]) == 2
     assert "has no function 'nosuch'" in capsys.readouterr().err
     assert not out.exists()
+
+
+SWEEP_PRESETS = sorted((REPO / "experiments" / "sweeps").glob("*.yaml"))
+RUN_PRESETS = sorted((REPO / "experiments" / "runs").glob("*.yaml"))
+CORA_RUN = REPO / "experiments" / "runs" / "cora_gcn.yaml"
+
+
+@pytest.fixture
+def no_training(monkeypatch):
+    """A command that starts a run or a sweep fails the test."""
+    import graphnorm.sweep
+    import graphnorm.train
+
+    def started(*args, **kwargs):
+        raise AssertionError("the command started training")
+
+    monkeypatch.setattr(graphnorm.train, "run", started)
+    monkeypatch.setattr(graphnorm.sweep, "run_sweep", started)
+
+
+@pytest.mark.parametrize("path", SWEEP_PRESETS, ids=[p.stem for p in SWEEP_PRESETS])
+def test_sweep_presets_expand_and_train_points_to_sweep(path: Path, capsys, no_training):
+    assert expand_grid(load_sweep_config(path), log=None)
+    assert main(["train", str(path), "epochs=1"]) == 2
+    sections = ", ".join(k for k in ("base", "grid", "norm_settings") if k in yaml.safe_load(path.read_text()))
+    assert capsys.readouterr().err == (
+        f"graphnorm train: error: {path} is a sweep config (it has {sections}), not a single run; "
+        f"run it with: graphnorm sweep {path}\n"
+    )
+
+
+@pytest.mark.parametrize("path", RUN_PRESETS, ids=[p.stem for p in RUN_PRESETS])
+def test_run_presets_load_and_sweep_points_to_train(path: Path, capsys, no_training):
+    from graphnorm.config import RunConfig
+    from graphnorm.yaml_io import load_yaml_file
+
+    text = path.read_text()
+    config = RunConfig.from_dict(load_yaml_file(path))
+    assert f"graphnorm train experiments/runs/{path.name}" in text and "Expected runtime" in text
+    for extra in ([], ["--dry-run"], ["base.epochs=1"]):
+        assert main(["sweep", str(path), *extra]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"graphnorm sweep: error: {path} is a single-run config (RunConfig keys such as ")
+        assert err.endswith(f"not a sweep; run it with: graphnorm train {path}\n")
+    assert config.dataset in err or "dataset" in err  # names keys the file has
+
+
+def test_pointer_messages_quote_paths_and_leave_other_errors_alone(tmp_path: Path, capsys, no_training):
+    spaced = tmp_path / "my run.yaml"
+    spaced.write_text("norm: pairnorm\nnum_layers: 2\n")
+    assert main(["sweep", str(spaced)]) == 2
+    assert capsys.readouterr().err.endswith(f"run it with: graphnorm train '{spaced}'\n")
+    typo = tmp_path / "typo.yaml"  # neither RunConfig keys nor sweep sections: the sweep's own message
+    typo.write_text("name: x\ngird: {seed: [0]}\n")
+    assert main(["sweep", str(typo)]) == 2
+    assert "unknown sweep key(s) ['gird']" in capsys.readouterr().err
+
+
+def test_cora_run_preset_trains(tmp_path: Path, data_root: Path, capsys):
+    from graphnorm.config import RunConfig
+    from graphnorm.yaml_io import load_yaml_file
+
+    config = RunConfig.from_dict(load_yaml_file(CORA_RUN))
+    assert (config.dataset, config.model, config.num_layers, config.norm) == ("cora", "gcn", 4, "pairnorm")
+    assert (config.epochs, config.eval_nodes, config.adjacency) == (200, "rest", "row")
+    record_file = tmp_path / "record.json"
+    assert main(["train", str(CORA_RUN), "epochs=3", "--out", str(record_file)]) == 0
+    record = json.loads(record_file.read_text())
+    assert record["epochs_run"] == 3 and len(record["history"]) == 3
+    assert record["num_eval_nodes"] == 2068 and 0 <= record["test_acc_last"] <= 1
+    assert {row["layer"] for row in record["layers"]} == {1, 2, 3, 4}  # one row set per convolution
+    assert printed_record(capsys.readouterr().out)["test_acc_last"] == record["test_acc_last"]
+
+
+def test_train_tensorboard_flag_writes_the_runs_folder(tmp_path: Path, data_root: Path):
+    from graphnorm.config import RunConfig
+    from graphnorm.sweep import config_run_id
+
+    config = tmp_path / "run.yaml"
+    config.write_text("dataset: cora\nnum_layers: 2\nhidden_channels: 8\nepochs: 1\nprobe: false\n")
+    board = tmp_path / "tb"
+    assert main(["train", str(config), "--tensorboard", str(board)]) == 0
+    run_id = config_run_id(RunConfig.from_dict(yaml.safe_load(config.read_text())))
+    assert [p.name for p in board.iterdir()] == [run_id]  # one folder per run, named by its id
+    assert list((board / run_id).glob("events.out.tfevents.*"))
+
+
+def test_sweep_tensorboard_flag_sets_the_base_key(sweep_file, tmp_path, monkeypatch):
+    import graphnorm.sweep
+
+    seen = {}
+    monkeypatch.setattr(graphnorm.sweep, "run_sweep", lambda sweep, out, **kwargs: seen.update(sweep) or 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        main(["sweep", str(sweep_file), "--tensorboard", "123", "--out", str(tmp_path / "out"), *FAKE])
+    assert seen["base"]["tensorboard_dir"] == "123"  # a string, even when DIR looks like a number
+
+
+def test_tensorboard_flag_without_the_package_is_one_line(tmp_path, monkeypatch, capsys, no_training):
+    monkeypatch.setitem(sys.modules, "tensorboard", None)  # import tensorboard now raises ImportError
+    assert main(["train", str(CORA_RUN), "--tensorboard", str(tmp_path / "tb")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("graphnorm train: error: --tensorboard: tensorboard_dir needs the tensorboard package")
+    assert len(err.splitlines()) == 1
