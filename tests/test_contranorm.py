@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 import graphnorm.norms.contranorm as contranorm_module
+import graphnorm.norms.contranorm_symmetric as symmetric_module
 from graphnorm.norms import ContraNorm, build_norm
 
 
@@ -102,12 +103,18 @@ OPTIONS = list(itertools.product([True, False], [True, False], [True, False], [(
 
 
 @pytest.mark.parametrize("dtype,atol", [(torch.float32, 1e-5), (torch.float64, 1e-10)])
-@pytest.mark.parametrize("path", ["dense", "streaming"])
+@pytest.mark.parametrize("path", ["dense", "symmetric", "row-block"])
 @pytest.mark.parametrize("identity,exclude_neighbors,layer_norm,scale_tau", OPTIONS)
 def test_matches_dense_reference_on_a_batch(
     monkeypatch, dtype, atol, path, identity, exclude_neighbors, layer_norm, scale_tau
 ) -> None:
-    if path == "streaming":
+    if path == "symmetric":
+        # the edges are undirected: every graph with > 4 nodes goes through the half-tile kernel, the 37- and
+        # 90-node graphs in 3 and 6 tiles per side (E recomputed in backward), the 6- and 12-node graphs in one tile
+        monkeypatch.setattr(contranorm_module, "DENSE_MAX_NODES", 4)
+        monkeypatch.setattr(symmetric_module, "TILE_ROWS", 16)
+    elif path == "row-block":
+        monkeypatch.setattr(symmetric_module, "is_symmetric", lambda *args: False)
         # every graph with > 4 nodes goes through the streaming kernel: the 37- and 90-node graphs in several row
         # blocks (P recomputed in backward), the 6- and 12-node graphs in one block (P kept for backward)
         monkeypatch.setattr(contranorm_module, "DENSE_MAX_NODES", 4)
@@ -141,7 +148,7 @@ def test_dense_max_nodes_moves_graphs_between_exact_paths(monkeypatch, dense_max
     """0 streams every graph (even the 1- and 3-node ones), 10**6 computes all of them as dense n x n blocks (the
     reference's way, for comparisons); both match the reference in float64."""
     calls = {"dense": 0, "streaming": 0}
-    dense_fn, streaming_fn = contranorm_module._dense_negative_mix, contranorm_module._StreamingNegativeMix.apply
+    dense_fn, streaming_fn = contranorm_module._dense_negative_mix, contranorm_module._large_graph_mix
 
     def count(name, fn):
         def wrapped(*args):
@@ -151,7 +158,7 @@ def test_dense_max_nodes_moves_graphs_between_exact_paths(monkeypatch, dense_max
         return wrapped
 
     monkeypatch.setattr(contranorm_module, "_dense_negative_mix", count("dense", dense_fn))
-    monkeypatch.setattr(contranorm_module._StreamingNegativeMix, "apply", count("streaming", streaming_fn))
+    monkeypatch.setattr(contranorm_module, "_large_graph_mix", count("streaming", streaming_fn))
     sizes = [300] if single_graph else [6, 1, 300, 3, 90]
     batch, edge_index = random_graph_batch(sizes)
     x = torch.randn(batch.numel(), 8, dtype=torch.float64)
@@ -161,6 +168,45 @@ def test_dense_max_nodes_moves_graphs_between_exact_paths(monkeypatch, dense_max
     assert calls["streaming"] == expected_streaming
     assert (calls["dense"] > 0) == (expected_streaming < len(sizes))
     assert f"dense_max_nodes={dense_max_nodes}" in repr(norm)
+
+
+@pytest.mark.parametrize(
+    "edges,tau,dtype,expected",
+    [
+        ("undirected", 1.0, torch.float32, "symmetric"),
+        ("undirected", 0.05, torch.float64, "symmetric"),
+        ("directed", 1.0, torch.float64, "row-block"),  # the mask is not symmetric, so neither is E
+        ("undirected", 0.04, torch.float32, "row-block"),  # exp(-2/tau) would underflow float32 with a fixed shift
+        ("none", 0.5, torch.float64, "symmetric"),  # the transformer form: no edges, the node itself kept
+    ],
+)
+def test_large_graphs_take_the_symmetric_kernel_when_it_is_exact(monkeypatch, edges, tau, dtype, expected) -> None:
+    calls = []
+    for name, kernel in (("symmetric", symmetric_module.SymmetricNegativeMix), ("row-block", None)):
+        kernel = kernel or contranorm_module._StreamingNegativeMix
+        original = kernel.apply
+
+        def counted(*args, _name=name, _original=original):
+            calls.append(_name)
+            return _original(*args)
+
+        monkeypatch.setattr(kernel, "apply", counted)
+    monkeypatch.setattr(symmetric_module, "TILE_ROWS", 64)
+    n = contranorm_module.DENSE_MAX_NODES + 100
+    _, edge_index = random_graph_batch([n], edges_per_node=4, seed=3)
+    if edges == "directed":
+        edge_index = edge_index[:, edge_index[0] < edge_index[1]]
+    x = torch.randn(n, 8, dtype=dtype)
+    norm = make_norm(8, dtype, scale=0.7, tau=tau, exclude_neighbors=edges != "none")
+    compare(norm, x, None, None if edges == "none" else edge_index, 1e-5 if dtype == torch.float32 else 1e-9)
+    assert set(calls) == {expected}
+
+
+def test_symmetry_check_ignores_duplicates_and_catches_one_missing_pair() -> None:
+    rows, cols = torch.tensor([0, 1, 1, 2, 2, 0]), torch.tensor([1, 0, 0, 2, 0, 2])
+    assert symmetric_module.is_symmetric(rows, cols, 3)
+    assert not symmetric_module.is_symmetric(rows[:-1], cols[:-1], 3)
+    assert symmetric_module.is_symmetric(None, None, 3)
 
 
 @pytest.mark.parametrize("single_block_elements,kept", [(100, False), (10_000, True)])
@@ -319,7 +365,8 @@ def _rss_bytes(key: str) -> int:
     raise RuntimeError(f"{key} not in /proc/self/status")
 
 
-def test_memory_is_linear_not_quadratic(monkeypatch) -> None:
+@pytest.mark.parametrize("undirected", [False, True])
+def test_memory_is_linear_not_quadratic(monkeypatch, undirected) -> None:
     """Forward + backward at n = 6,000 must not allocate anything near n^2 floats (144 MB).
 
     Row blocks of 2^19 entries (2 MB) make the O(n * block) working set small against n^2 at this n; the default
@@ -328,6 +375,8 @@ def test_memory_is_linear_not_quadratic(monkeypatch) -> None:
     n, d = 6_000, 4
     x = torch.randn(n, d, requires_grad=True)
     edge_index = torch.randint(0, n, (2, 5 * n))
+    if undirected:  # the half-tile kernel, 512 x 512 tiles
+        edge_index = torch.cat([edge_index, edge_index.flip(0)], dim=1)
     norm = ContraNorm(d)
     with open("/proc/self/clear_refs", "w") as clear_refs:
         clear_refs.write("5")  # reset the peak-RSS counter VmHWM

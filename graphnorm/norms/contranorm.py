@@ -10,6 +10,7 @@ from torch import Tensor, nn
 from torch.autograd.function import FunctionCtx, once_differentiable
 from torch_geometric.utils import to_dense_batch
 
+from graphnorm.norms import contranorm_symmetric
 from graphnorm.norms.registry import register_norm
 from graphnorm.norms.utils import cast, check_batch, check_features, check_graph_ids, upcast
 
@@ -408,7 +409,7 @@ class ContraNorm(nn.Module):
                 flush_small_run(start)
                 rows, cols = _edges_in_range(edge_rows, edge_cols, start, end)
                 pieces.append(
-                    _StreamingNegativeMix.apply(
+                    _large_graph_mix(
                         x_hat[start:end],
                         x[start:end],
                         inv_tau,
@@ -439,7 +440,7 @@ class ContraNorm(nn.Module):
         if n <= dense_limit:
             local_batch = torch.zeros(n, dtype=torch.long, device=x.device)
             return _dense_negative_mix(x_hat, x, local_batch, 1, inv_tau, edge_rows, edge_cols, mask_self)
-        return _StreamingNegativeMix.apply(x_hat, x, inv_tau, edge_rows, edge_cols, mask_self)
+        return _large_graph_mix(x_hat, x, inv_tau, edge_rows, edge_cols, mask_self)
 
     def extra_repr(self) -> str:
         return (
@@ -447,6 +448,18 @@ class ContraNorm(nn.Module):
             f"identity={self.identity}, layer_norm={self.layer_norm is not None}, "
             f"dense_max_nodes={self.dense_max_nodes}"
         )
+
+
+def _large_graph_mix(
+    x_hat: Tensor, values: Tensor, inv_tau: float, edge_rows: Tensor | None, edge_cols: Tensor | None, mask_self: bool
+) -> Tensor:
+    """``P @ v`` for one graph above the dense limit: from half of the tiles when the exclusion mask is symmetric
+    (undirected edges) and no weight can underflow, else through the row-block kernel. Both are exact."""
+    if contranorm_symmetric.fits(inv_tau, x_hat.dtype) and contranorm_symmetric.is_symmetric(
+        edge_rows, edge_cols, x_hat.size(0)
+    ):
+        return contranorm_symmetric.SymmetricNegativeMix.apply(x_hat, values, inv_tau, edge_rows, edge_cols, mask_self)
+    return _StreamingNegativeMix.apply(x_hat, values, inv_tau, edge_rows, edge_cols, mask_self)
 
 
 def _edges_in_range(
