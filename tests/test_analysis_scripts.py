@@ -207,6 +207,9 @@ def test_last_layer_description_names_the_layer_per_model():
     assert "classifier output (logits" in last_layer_description(pd.DataFrame({"model": ["gcn"]}))
     graph_level = pd.DataFrame({"model": ["gcn"], "readout": ["mean"]})
     assert "before the readout" in last_layer_description(graph_level)
+    # A node-level run records num_eval_nodes; its readout column holds the config default "mean" all the same.
+    node_level = pd.DataFrame({"model": ["gat"], "readout": ["mean"], "num_eval_nodes": [2568]})
+    assert "classifier output (logits" in last_layer_description(node_level)
     assert "before the output Linear" in last_layer_description(pd.DataFrame({"model": ["gcnii"]}))
     assert last_layer_description(pd.DataFrame({"norm": ["x"]})) == "the last layer the probe watched"
 

@@ -345,7 +345,11 @@ def last_layer_description(runs: pd.DataFrame) -> str:
     """What the last probed layer is for the models in ``runs`` (the probe's layers: see each model's
     ``collapse_layers``)."""
     models = sorted(runs["model"].dropna().astype(str).unique()) if "model" in runs.columns else []
-    node_level = "readout" not in runs.columns or runs["readout"].isna().all()
+    # Node-level records carry num_eval_nodes (readout has a default even there, so it cannot tell).
+    if "num_eval_nodes" in runs.columns:
+        node_level = bool(runs["num_eval_nodes"].notna().all())
+    else:
+        node_level = "readout" not in runs.columns or runs["readout"].isna().all()
     meanings = {
         "gcn": "the classifier output (logits: the last GCN conv, no norm)"
         if node_level

@@ -1,0 +1,152 @@
+"""Copy a finished sweep folder into small tidy tables under ``analysis/data/<study>/``, with its provenance.
+
+Written per study:
+
+* ``runs.csv``: one row per ok run: the config keys that vary across the study's runs, the identity keys
+  (dataset, model, readout) and every recorded metric (val_* / test_*, *_last, majority_acc, epochs, timings).
+* ``layers.csv``: the collapse metrics the page shows (:data:`LAYER_METRICS`), node and graph-token rows, the
+  per-graph statistic ("value" for one graph, "mean" over a sample of graphs), 6 significant digits.
+* ``sweep.yaml``: the sweep's config as it ran (the folder's own copy), so ``graphnorm sweep`` can rerun it.
+* ``provenance.json``: the command, the commit (HEAD when runs.csv was last written), the date, the machine, the
+  sweep's metric and how many of the grid's runs finished.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import platform
+import shutil
+import subprocess
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+LAYER_METRICS = ("effective_rank", "mean_cosine", "cone_angle", "cone_angle_q90")
+IDENTITY_COLUMNS = ("run_id", "dataset", "model", "readout", "norm", "num_layers", "seed", "split")
+RUN_METRIC_PREFIXES = ("val_", "test_", "train_")
+RUN_METRIC_COLUMNS = (
+    "majority_acc",
+    "num_eval_nodes",
+    "best_epoch",
+    "epochs_run",
+    "num_params",
+    "wall_time_s",
+    "metric",
+)
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _git(*args: str, cwd: Path = REPO) -> str:
+    """Output of ``git args`` in the repository ('' when git is unavailable)."""
+    try:
+        result = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=False, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return result.stdout.strip() if result.returncode == 0 else ""
+
+
+def expected_runs(sweep: dict[str, Any]) -> int:
+    """Number of runs the sweep's grid defines (its validated expansion; the product of the grid's list lengths
+    when the config no longer validates)."""
+    try:
+        from graphnorm.sweep import expand_grid
+
+        return len(expand_grid(sweep, log=None))
+    except (ValueError, TypeError, KeyError):
+        grid = sweep.get("grid") or {}
+        return math.prod(len(v) if isinstance(v, list) else 1 for v in grid.values())
+
+
+def tidy_runs(runs: pd.DataFrame) -> pd.DataFrame:
+    """The ok runs with identity keys, the config keys that vary, and the metric columns."""
+    from graphnorm.config import RunConfig
+
+    if "status" in runs.columns:
+        runs = runs[runs["status"] == "ok"]
+    config = [c for c in RunConfig.field_names() if c in runs.columns and c not in IDENTITY_COLUMNS]
+    varying = [c for c in config if runs[c].astype(str).nunique() > 1]
+    metrics = [
+        c
+        for c in runs.columns
+        if c.startswith(RUN_METRIC_PREFIXES) or c in RUN_METRIC_COLUMNS or c.endswith("_last")
+        if c not in config
+    ]
+    keep = [c for c in IDENTITY_COLUMNS if c in runs.columns] + varying + metrics
+    return runs[list(dict.fromkeys(keep))].reset_index(drop=True)
+
+
+def tidy_layers(layers: pd.DataFrame, run_ids: set[str]) -> pd.DataFrame:
+    """The page's collapse metrics of the ok runs: per-graph statistic, node and token rows, rounded."""
+    if layers.empty:
+        return layers
+    table = layers[layers["run_id"].isin(run_ids) & layers["metric"].isin(LAYER_METRICS)]
+    if "stat" in table.columns:
+        table = table[table["stat"].isin(["value", "mean"]) | table["stat"].isna()]
+    columns = [c for c in ("run_id", "layer", "layer_name", "rows", "metric", "stat", "value") if c in table.columns]
+    table = table[columns].copy()
+    table["value"] = table["value"].map(lambda v: float(f"{v:.6g}") if pd.notna(v) else v)
+    return table.sort_values(["run_id", "layer", "rows", "metric"], kind="stable").reset_index(drop=True)
+
+
+def provenance(
+    run_dir: Path, sweep: dict[str, Any], runs: pd.DataFrame, command: str | None, study: str, note: str | None
+) -> dict:
+    """Where the study's numbers come from: command, commit, date, machine, completeness."""
+    written = datetime.fromtimestamp((run_dir / "runs.csv").stat().st_mtime, tz=timezone.utc)
+    commit = _git("log", "-1", f"--before={written.isoformat()}", "--format=%h")
+    ok = int((runs["status"] == "ok").sum()) if "status" in runs.columns else len(runs)
+    expected = expected_runs(sweep)
+    return {
+        "study": study,
+        "name": sweep.get("name", study),
+        "command": command or f"graphnorm sweep analysis/data/{study}/sweep.yaml --out runs/{study}",
+        "commit": commit or "unknown",
+        "commit_note": "HEAD of the repository when runs.csv was last written (git log --before)",
+        "date": written.strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": f"{platform.node() or 'unknown host'}, {platform.machine()}, {_cpu_count()} CPUs",
+        "metric": sweep.get("metric"),
+        "runs_ok": ok,
+        "runs_failed": int(len(runs) - ok),
+        "runs_expected": expected,
+        "complete": ok >= expected,
+        "source": str(run_dir),
+        "note": note or "",
+    }
+
+
+def _cpu_count() -> int:
+    import os
+
+    return os.cpu_count() or 1
+
+
+def collect_sweep(
+    run_dir: str | Path, study: str, data_dir: str | Path, command: str | None = None, note: str | None = None
+) -> Path:
+    """Write the tidy tables and provenance of the sweep folder ``run_dir`` into ``data_dir/study``; the folder is
+    only read. ``note`` (e.g. what part of a preset was run) is shown under the study. Returns the data folder."""
+    run_dir = Path(run_dir)
+    runs_path = run_dir / "runs.csv"
+    if not runs_path.exists():
+        raise FileNotFoundError(f"{runs_path} not found: --collect needs a sweep output folder with runs.csv")
+    if not study or "/" in study or study.startswith("."):
+        raise ValueError(f"--study must be a plain folder name, got {study!r}")
+    runs = pd.read_csv(runs_path)
+    sweep_path = run_dir / "sweep.yaml"
+    sweep = yaml.safe_load(sweep_path.read_text()) if sweep_path.exists() else {}
+    layers_path = run_dir / "layers.csv"
+    layers = pd.read_csv(layers_path) if layers_path.exists() and layers_path.stat().st_size else pd.DataFrame()
+    tidy = tidy_runs(runs)
+    out = Path(data_dir) / study
+    out.mkdir(parents=True, exist_ok=True)
+    tidy.to_csv(out / "runs.csv", index=False, float_format="%.6g")
+    tidy_layers(layers, set(tidy["run_id"])).to_csv(out / "layers.csv", index=False)
+    if sweep_path.exists():
+        shutil.copyfile(sweep_path, out / "sweep.yaml")
+    record = provenance(run_dir, sweep or {}, runs, command, study, note)
+    (out / "provenance.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    return out

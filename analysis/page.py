@@ -1,0 +1,228 @@
+"""The results page: figures and tables of every study under ``analysis/data/``, written as one markdown page.
+
+Three kinds of data, each a folder or file of ``analysis/data/``:
+
+* a collected sweep (``<study>/runs.csv``, ``layers.csv``, ``provenance.json``; see ``collect.py``): the sweep's
+  metric against depth (with the majority-class line when recorded), the collapse metrics against layer, and the
+  summary tables of :func:`graphnorm.analysis.plots.summary_markdown`;
+* ``recorded/measurements.csv``: numbers recorded by hand in the presets' headers before this page existed, one
+  measured value a row, shown as tables per study (plus mean ± std over seeds where a study has several), and
+  ``recorded/notes.md``, the narrative those numbers came with;
+* ``benchmarks/ratios.csv``: speed ratios against a baseline timed in the same process, with their source.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only
+
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from graphnorm.analysis import plots  # noqa: E402
+
+HEADLINE_STUDY = "cora_depth_quick"  # the README's main job: first on the page when collected
+COLLAPSE_FIGURE_METRICS = ("effective_rank", "mean_cosine", "cone_angle_q90")
+SWEEP_FILES = ("runs.csv", "provenance.json")
+
+
+@dataclass
+class Study:
+    """A collected sweep: its tidy tables and where they came from."""
+
+    name: str
+    runs: pd.DataFrame
+    layers: pd.DataFrame
+    provenance: dict
+
+
+def load_studies(data_dir: Path) -> list[Study]:
+    """Every collected sweep under ``data_dir`` (folders with runs.csv and provenance.json), the headline first,
+    then by name."""
+    studies = []
+    for folder in sorted(p for p in data_dir.iterdir() if p.is_dir()):
+        if not all((folder / name).exists() for name in SWEEP_FILES):
+            continue
+        layers_path = folder / "layers.csv"
+        layers = pd.read_csv(layers_path) if layers_path.exists() and layers_path.stat().st_size > 1 else None
+        provenance = json.loads((folder / "provenance.json").read_text())
+        runs = pd.read_csv(folder / "runs.csv")
+        studies.append(Study(folder.name, runs, layers if layers is not None else pd.DataFrame(), provenance))
+    return sorted(studies, key=lambda s: (s.name != HEADLINE_STUDY, s.name))
+
+
+def save_png(figure: plt.Figure, path: Path) -> None:
+    """PNG without a software/date stamp, so the same data give the same bytes."""
+    figure.savefig(path, dpi=80, bbox_inches="tight", metadata={"Software": None})
+    plt.close(figure)
+
+
+def provenance_lines(record: dict) -> list[str]:
+    """The bullet list under a study's title: command, commit, date, machine, completeness."""
+    done = f"{record['runs_ok']} of {record['runs_expected']} runs finished"
+    state = "complete" if record.get("complete") else "**incomplete**: the tables show the finished runs only"
+    return [
+        f"- command: `{record['command']}`",
+        f"- commit: `{record['commit']}` ({record.get('commit_note', '')}); date: {record['date']}",
+        f"- machine: {record['machine']}; {done} ({state}); source folder: `{record['source']}`",
+        *([f"- note: {record['note']}"] if record.get("note") else []),
+        "",
+    ]
+
+
+def study_section(study: Study, figures: Path, link_prefix: str) -> list[str]:
+    """Markdown of one collected sweep; writes its figures into ``figures``."""
+    runs, layers, record = study.runs, study.layers, study.provenance
+    metric = record.get("metric")
+    parts = [f"## {study.name}", "", *provenance_lines(record)]
+    datasets = plots._datasets(runs)
+    table = plots.layer_table(runs, layers)
+    for dataset in datasets:
+        name = dataset if "dataset" in runs.columns else None
+        suffix = f"_{dataset}" if len(datasets) > 1 else ""
+        subset = runs if name is None else runs[runs["dataset"].astype(str) == dataset]
+        if subset["num_layers"].nunique() > 1:
+            with contextlib.suppress(ValueError):
+                stem = f"{study.name}{suffix}_metric_vs_depth.png"
+                save_png(plots.plot_main_metric_vs_depth(runs, metric=metric, dataset=name), figures / stem)
+                parts += [f"![{study.name} {dataset}: metric vs depth]({link_prefix}{stem})", ""]
+        if not table.empty:
+            with contextlib.suppress(ValueError):
+                stem = f"{study.name}{suffix}_collapse_vs_layer.png"
+                figure = plots.plot_metric_vs_layer(table, metrics=COLLAPSE_FIGURE_METRICS, dataset=name)
+                save_png(figure, figures / stem)
+                cone = (
+                    "the robust cone (cone_angle_q90)"
+                    if "cone_angle_q90" in set(table["metric"])
+                    else "the exact cone (these runs predate the robust one)"
+                )
+                parts += [
+                    f"![{study.name} {dataset}: collapse vs layer]({link_prefix}{stem})",
+                    "",
+                    f"Collapse by layer, one column per depth (mean ± std over seeds); the cone panel shows {cone}.",
+                    "",
+                ]
+    summary = plots.summary_markdown(runs, layers, metric).split("\n", 1)[1]  # drop "# Sweep summary"
+    parts += [line.replace("## ", "### ", 1) if line.startswith("## ") else line for line in summary.splitlines()]
+    return [*parts, ""]
+
+
+def _cell_table(frame: pd.DataFrame, index: list[str], columns: list[str]) -> str:
+    """Markdown pivot of the recorded values (kept as written) with ``index`` rows and ``columns`` headers."""
+    frame = frame.fillna({c: "" for c in index})
+    wide = frame.pivot_table(index=index, columns=columns, values="value", aggfunc="first", sort=False)
+    wide.columns = [" ".join(str(c) for c in key if str(c)) if isinstance(key, tuple) else str(key) for key in wide]
+    lines = ["| " + " | ".join([*index, *wide.columns]) + " |", "|" + "---|" * (len(index) + len(wide.columns))]
+    for key, row in wide.iterrows():
+        keys = key if isinstance(key, tuple) else (key,)
+        lines.append("| " + " | ".join([*(str(k) for k in keys), *("" if pd.isna(v) else str(v) for v in row)]) + " |")
+    return "\n".join(lines)
+
+
+def seed_summary(frame: pd.DataFrame) -> pd.DataFrame:
+    """Mean ± std (sample std) over seeds of every (variant, norm, split, metric, epoch) recorded for >= 2 seeds."""
+    seeded = frame[frame["seed"].astype(str).str.fullmatch(r"\d+")].copy()
+    seeded["number"] = seeded["value"].astype(float)
+    keys = ["variant", "norm", "split", "metric", "epoch"]
+    stats = seeded.fillna({k: "" for k in keys}).groupby(keys, sort=False)["number"].agg(["mean", "std", "count"])
+    stats = stats[stats["count"] >= 2].reset_index()
+    stats["value"] = [f"{m:.3f} ± {s:.3f} (n={n})" for m, s, n in zip(stats["mean"], stats["std"], stats["count"])]
+    return stats
+
+
+def recorded_section(path: Path, notes: Path | None) -> list[str]:
+    """Tables of the hand-recorded measurements, one per study, with their sources, then the notes."""
+    frame = pd.read_csv(path, dtype=str, keep_default_na=False).replace("", pd.NA)
+    parts = [
+        "## Recorded measurements (Graphormer on ZINC and MolHIV, SepNorm vs ShareNorm)",
+        "",
+        f"These runs were recorded by hand in the presets' headers; their run folders were not kept, so the tables "
+        f"below are regenerated from the transcribed values in `{path.parent.name}/{path.name}` (one measured value "
+        "a row, with its date, commit where recorded, and source). Empty seed: not stated in the record.",
+        "",
+    ]
+    for study, group in frame.groupby("study", sort=False):
+        first = group.iloc[0]
+        parts += [f"### {study}: {first['dataset']}, {first['model']}", ""]
+        sources = sorted(set(group["source"].dropna()))
+        dates = ", ".join(sorted(set(group["date"].dropna())))
+        commits = ", ".join(sorted(set(group["commit"].dropna()))) or "not recorded"
+        parts += [f"- command: `{c}`" for c in sorted(set(group["command"].dropna()))]
+        parts += [f"- date: {dates}; commit: {commits}; source: {'; '.join(sources)}", ""]
+        parts += [_cell_table(group, ["variant", "norm", "seed", "epoch"], ["split", "metric"]), ""]
+        summary = seed_summary(group)
+        if not summary.empty:
+            table = _cell_table(summary, ["variant", "norm", "epoch"], ["split", "metric"])
+            parts += ["Mean ± std over seeds:", "", table, ""]
+    if notes is not None and notes.exists():
+        text = notes.read_text().strip().splitlines()
+        demoted = [f"##{line}" if line.startswith("## ") else line for line in text]  # under this page's ###
+        parts += ["### Notes recorded with these runs", "", *demoted, ""]
+    return parts
+
+
+def benchmark_section(path: Path) -> list[str]:
+    """The benchmark ratios table, as collected."""
+    frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    header = "| " + " | ".join(frame.columns) + " |"
+    rows = ["| " + " | ".join(row) + " |" for row in frame.itertuples(index=False)]
+    return [
+        "## Benchmark ratios",
+        "",
+        "Time of a graphnorm model or norm over its baseline timed in the same process (interleaved rounds, "
+        "median); below 1 is faster. Absolute times are not comparable across machines or loads.",
+        "",
+        header,
+        "|" + "---|" * len(frame.columns),
+        *rows,
+        "",
+    ]
+
+
+def build_page(data_dir: Path, out_dir: Path, command: str) -> Path:
+    """Write ``out_dir/README.md`` and ``out_dir/figures/*.png`` from ``data_dir``; returns the page's path."""
+    figures = out_dir / "figures"
+    figures.mkdir(parents=True, exist_ok=True)
+    for old in figures.glob("*.png"):
+        old.unlink()
+    parts = [
+        "# Results",
+        "",
+        "Generated: do not edit. Every figure and table below is rebuilt from the tidy tables under "
+        "`analysis/data/` by one command, from the repository root:",
+        "",
+        "```bash",
+        command,
+        "```",
+        "",
+        "Add or refresh a sweep study: `python analysis/build.py --collect RUN_DIR --study NAME --command "
+        '"graphnorm sweep ..."` (copies the sweep folder\'s runs.csv / layers.csv into `analysis/data/NAME/` '
+        "with its provenance), then the command above.",
+        "",
+        "Layers: the collapse tables name the layer they show; the collapse figures draw the robust cone "
+        "(`cone_angle_q90`, the smallest cone of the 90 % of rows closest to their mean direction), the tables the "
+        "exact smallest cone (`cone_angle`) and the robust one beside it when recorded.",
+        "",
+    ]
+    studies = load_studies(data_dir)
+    if studies:
+        parts += ["Studies: " + ", ".join(f"[{s.name}](#{s.name})" for s in studies), ""]
+    if all(s.name != HEADLINE_STUDY for s in studies):
+        parts += [f"The Cora depth study (`{HEADLINE_STUDY}`, the README's main job) is not collected yet.", ""]
+    for study in studies:
+        parts += study_section(study, figures, "figures/")
+    recorded = data_dir / "recorded" / "measurements.csv"
+    if recorded.exists():
+        parts += recorded_section(recorded, data_dir / "recorded" / "notes.md")
+    ratios = data_dir / "benchmarks" / "ratios.csv"
+    if ratios.exists():
+        parts += benchmark_section(ratios)
+    page = out_dir / "README.md"
+    page.write_text("\n".join(parts).rstrip() + "\n")
+    return page
