@@ -30,6 +30,10 @@ scheduler, epoch, best-validation state, RNG states) after every epoch to ``<che
 that file exists, resumes from it, so a killed run continues where it stopped and ends with the same record.
 ``max_train_minutes`` stops training cleanly once the training loop (steps and per-epoch evaluation) has used that
 budget; the record says so (``stopped_by_time``).
+
+Any run may set ``tensorboard_dir``: it then writes TensorBoard event files to ``<tensorboard_dir>/<run_id>``
+(:mod:`graphnorm.tensorboard_log`). Where files live (``data_root``, ``checkpoint_dir``, ``tensorboard_dir``) is not
+part of a run's id, so setting them never re-runs a finished sweep.
 """
 
 from __future__ import annotations
@@ -138,6 +142,9 @@ class RunConfig:
     device: str = "cpu"  # cpu | cuda | auto
     max_train_minutes: float | None = None  # graph level: stop training once the training loop used this much time
     checkpoint_dir: str | None = None  # graph level: save every epoch to <dir>/<run_id>.pt and resume from it
+    # TensorBoard scalars (loss, metrics, lr per epoch; collapse metrics per layer) in <dir>/<run_id>; like data_root
+    # and checkpoint_dir, not part of the run id (see graphnorm.tensorboard_log)
+    tensorboard_dir: str | None = None
     # --- analysis ---
     probe: bool = True  # collapse metrics at every layer of the final model, written to the sweep's layers.csv
     probe_graphs: int = 64  # graph-level datasets: size of the fixed validation sample the probe measures

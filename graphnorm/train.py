@@ -22,12 +22,20 @@ collapse probe can run on it; ``run(config)`` returns only the JSON-serializable
 ``wall_time_s``, and ``history``: the learning curve, one dict per epoch (node level: ``epoch``, ``train_loss``,
 ``val_loss``, ``val_acc``, ``test_acc``; graph level: ``epoch``, ``step``, ``lr``, ``train_loss``,
 ``val_<metric>``, ``test_<metric>``, ``train_time_s``; a sweep writes it to ``epochs.csv``).
-Graph-level records add ``steps`` (optimizer steps), ``stopped_by_time``, ``resumed_at_epoch``
-(``None`` for a run that never resumed) and ``train_graphs_per_s`` (training throughput over the batch loops,
-evaluation excluded); Graphormer records add ``dropped_graphs_<split>`` (graphs above ``max_nodes`` left out with
-``drop_large_graphs``). The training-loop time (summed over resumes, what ``max_train_minutes`` limits) is printed
-every epoch and kept in the checkpoint, not in the record's flat keys, so that records of equal runs are equal apart
+Node-level records add ``num_eval_nodes`` and ``majority_acc`` (:func:`majority_accuracy`: the accuracy on the
+same evaluated nodes of always predicting the training nodes' most frequent class). Graph-level records add
+``steps`` (optimizer steps), ``stopped_by_time``, ``resumed_at_epoch`` (``None`` for a run that never resumed) and
+``train_graphs_per_s`` (training throughput over the batch loops, evaluation excluded); Graphormer records add
+``dropped_graphs_<split>`` (graphs above ``max_nodes`` left out with ``drop_large_graphs``). The training-loop time
+(summed over resumes, what ``max_train_minutes`` limits) is kept in the history's ``train_time_s`` and in the
+checkpoint, not in the record's flat keys, so that records of equal runs are equal apart
 from the timings ``wall_time_s``, ``probe_time_s``, ``train_graphs_per_s`` and the history's ``train_time_s``.
+
+Progress: every run writes flushed progress lines to stderr (run id, epoch/total, train loss, validation and test
+metric, elapsed seconds) at most every 10 s and at its last epoch, and draws an epoch bar only on a terminal
+(:class:`graphnorm.progress.EpochProgress`); with ``tensorboard_dir`` it writes TensorBoard scalars to
+``<tensorboard_dir>/<run_id>``: per epoch the history's curves and the learning rate, and the collapse probe's metrics
+per layer (:mod:`graphnorm.tensorboard_log`).
 
 Seams for other models: :func:`build_model` (``config.model``), :func:`model_outputs` (how a model is called on a
 PyG batch: DeepGCN takes ``(x, edge_index, batch, batch_size)``, any other model the whole ``Data``/``Batch``),
@@ -42,7 +50,6 @@ import math
 import os
 import random
 import shutil
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -55,7 +62,6 @@ from torch import Tensor, nn
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 from torch_geometric import seed_everything
 from torch_geometric.loader import DataLoader
-from tqdm import tqdm
 
 from graphnorm.config import RunConfig
 from graphnorm.data import GraphTask, load_dataset
@@ -68,8 +74,11 @@ from graphnorm.data.graphormer_preprocess import (
 from graphnorm.data.size_buckets import SizeBucketBatchSampler
 from graphnorm.models import DeepGAT, DeepGCN, Graphormer, graphormer_optimizer
 from graphnorm.models.gcnii import GCNII
+from graphnorm.progress import EpochProgress
+from graphnorm.tensorboard_log import TensorBoardLog, require_tensorboard
 
 SPLITS = ("train", "val", "test")
+NODE_PROGRESS_KEYS = ("train_loss", "val_acc", "test_acc")  # what a node-level progress line shows
 GRAPHORMER_DEFAULT_HOPS = 5  # Graphormer's multi_hop_max_dist default
 
 
@@ -207,8 +216,28 @@ def prepare_task(config: RunConfig) -> GraphTask:
     return task
 
 
-def _progress(iterable, **kwargs):
-    return tqdm(iterable, disable=not sys.stderr.isatty(), leave=False, **kwargs)
+def run_id_of(config: RunConfig) -> str:
+    """The sweep's run id of ``config`` (a hash of the config; its progress lines and TensorBoard folder use it)."""
+    from graphnorm.sweep import config_run_id
+
+    return config_run_id(config)
+
+
+def open_tensorboard(config: RunConfig, purge_step: int | None = 0) -> TensorBoardLog | None:
+    """The run's TensorBoard log (``<tensorboard_dir>/<run_id>``), or None without ``tensorboard_dir``.
+    ``purge_step``: earlier attempts' points from this epoch on are hidden (0: a fresh start; None: keep all)."""
+    if config.tensorboard_dir is None:
+        return None
+    return TensorBoardLog(config.tensorboard_dir, run_id_of(config), purge_step)
+
+
+def report_epoch(
+    progress: EpochProgress, board: TensorBoardLog | None, row: dict[str, Any], lr: float, shown: tuple[str, ...]
+) -> None:
+    """One epoch's ``history`` row to the progress line (the keys ``shown``, in order) and to TensorBoard."""
+    progress.update(row["epoch"], {key: row[key] for key in shown if key in row})
+    if board is not None:
+        board.epoch(row["epoch"], row, lr)
 
 
 def _clip(model: nn.Module, config: RunConfig) -> None:
@@ -251,8 +280,9 @@ def train_node_level(
     best = {"val_acc": -1.0, "val_loss": math.inf}
     best_state: dict[str, Tensor] = {}
     history: list[dict[str, Any]] = []
-    bar = _progress(range(config.epochs), desc=f"{config.dataset} L={config.num_layers} {config.norm}")
-    for epoch in bar:
+    progress = EpochProgress(run_id_of(config), config.epochs)
+    board = open_tensorboard(config)
+    for epoch in range(config.epochs):
         schedule.start_epoch(epoch)
         model.train()
         optimizer.zero_grad()
@@ -278,9 +308,12 @@ def train_node_level(
         history.append(
             {"epoch": epoch, "train_loss": loss.item(), "val_loss": val_loss, "val_acc": val_acc, "test_acc": test_acc}
         )
-        bar.set_postfix(loss=f"{loss.item():.3f}", val=f"{val_acc:.3f}", test=f"{test_acc:.3f}")
+        report_epoch(progress, board, history[-1], optimizer.param_groups[0]["lr"], NODE_PROGRESS_KEYS)
         if patience_exhausted(config, epoch, best.get("best_epoch")):
             break
+    progress.close()
+    if board is not None:
+        board.close()
     record = {
         "val_acc": best["val_acc"],
         "test_acc": best["test_acc"],
@@ -290,10 +323,24 @@ def train_node_level(
         "train_loss": loss.item(),
         "train_loss_first": first_loss,
         "num_eval_nodes": int(eval_mask.sum()),
+        "majority_acc": majority_accuracy(data, eval_mask),
         "epochs_run": len(history),
         "history": history,
     }
     return record, best_state
+
+
+def majority_accuracy(data, eval_mask: Tensor) -> float:
+    """The accuracy on the ``eval_mask`` nodes of always predicting the most frequent class among the training
+    nodes: the level a collapsed model falls to. Ties among the training counts (Cora's public split has 20 nodes of
+    every class) go to the class most frequent among the validation nodes, then to the lowest class index; neither
+    looks at the evaluated nodes' labels. Cora: class 3, 0.319 on the 1000 test nodes, 640/2068 on the rest."""
+    num_classes = int(data.y.max()) + 1
+    train_counts = torch.bincount(data.y[data.train_mask], minlength=num_classes)
+    val_counts = torch.bincount(data.y[data.val_mask], minlength=num_classes)
+    tied = train_counts == train_counts.max()
+    majority = int(torch.where(tied, val_counts, -1).argmax())  # argmax: the first of equal maxima
+    return float((data.y[eval_mask] == majority).float().mean())
 
 
 # --- graph level ------------------------------------------------------------------------------------------------
@@ -699,8 +746,10 @@ def train_graph_level(
         resumed_at = state["epoch"]
         print(f"resuming from {path} at epoch {resumed_at} (step {state['step']})", flush=True)
 
-    bar = _progress(range(state["epoch"], config.epochs), desc=f"{config.dataset} L={config.num_layers} {config.norm}")
-    for epoch in bar:
+    progress = EpochProgress(run_id_of(config), config.epochs, start_epoch=state["epoch"])
+    board = open_tensorboard(config, purge_step=state["epoch"])
+    shown = ("train_loss", f"val_{metric}", f"test_{metric}", "lr", "step")
+    for epoch in range(state["epoch"], config.epochs):
         if state["done"]:
             break
         epoch_start = time.perf_counter()
@@ -761,12 +810,7 @@ def train_graph_level(
                     "train_time_s": state["train_time_s"],
                 }
             )
-            print(
-                f"epoch {epoch:4d} step {state['step']:7d} loss {train_loss:.4f} val_{metric} {val_value:.4f} "
-                f"test_{metric} {test_value:.4f} lr {schedule.lr:.3e} train_time {state['train_time_s']:.0f}s",
-                flush=True,
-            )
-            bar.set_postfix(loss=f"{train_loss:.3f}", val=f"{val_value:.3f}")
+            report_epoch(progress, board, state["history"][-1], schedule.lr, shown)
         if path is not None:
             save_checkpoint(
                 path,
@@ -779,6 +823,9 @@ def train_graph_level(
                     **({"ema": ema.state_dict()} if ema is not None else {}),
                 },
             )
+    progress.close()
+    if board is not None:
+        board.close()
     best, last = state["best"], state["last"]
     record = {
         f"val_{metric}": best["val"],
@@ -804,6 +851,8 @@ def train_graph_level(
 def train(config: RunConfig) -> tuple[nn.Module, GraphTask, dict[str, Any]]:
     """Train one run; returns the model at its best-validation weights (eval mode), the task and the record."""
     config.validate()
+    if config.tensorboard_dir is not None:
+        require_tensorboard()  # before loading and preprocessing, not after
     start = time.perf_counter()
     seed_everything(config.seed)  # random, numpy, torch
     device = resolve_device(config.device)
@@ -867,4 +916,8 @@ def run(config: RunConfig) -> dict[str, Any]:
         forward = (lambda m, d: m(d)) if isinstance(model, Graphormer) else None
         record["layers"] = probe_records(model, data, split=split, forward=forward)
         record["probe_time_s"] = time.perf_counter() - start
+        board = open_tensorboard(config, purge_step=None)  # appends to the folder the training loop wrote
+        if board is not None:
+            board.probe(record["layers"])
+            board.close()
     return record

@@ -180,3 +180,29 @@ def test_molhiv_subset_without_positives_fails_before_training(data_root: Path) 
     config = RunConfig(dataset="molhiv", data_root=str(data_root), limit_graphs=5, num_layers=2, epochs=1)
     with pytest.raises(ValueError, match=r"limit_graphs=5 leaves the \w+ split of molhiv with one class only"):
         run(config)
+
+
+@pytest.mark.parametrize(("eval_nodes", "expected"), [("test", 319 / 1000), ("rest", 640 / 2068)])
+def test_cora_majority_class_accuracy(data_root: Path, eval_nodes: str, expected: float) -> None:
+    """By hand: Cora's 140 training nodes are 20 per class, a 7-way tie; the 500 validation nodes count
+    [61, 36, 78, 158, 81, 57, 29], so the majority class is 3, which is 319 of the 1000 test nodes and 640 of the
+    2068 nodes outside train+val."""
+    record = run(kipf_config(0, data_root, epochs=1, probe=False, eval_nodes=eval_nodes))
+    assert record["majority_acc"] == pytest.approx(expected)
+
+
+def test_majority_class_is_the_training_nodes_most_frequent() -> None:
+    from types import SimpleNamespace
+
+    from graphnorm.train import majority_accuracy
+
+    y = torch.tensor([2, 2, 1, 0, 1, 1, 1, 2, 0, 0])
+    train = torch.tensor([1, 1, 1, 0, 0, 0, 0, 0, 0, 0], dtype=torch.bool)  # two 2s, one 1: class 2
+    val = torch.tensor([0, 0, 0, 1, 1, 1, 1, 0, 0, 0], dtype=torch.bool)  # mostly 1s: ignored, no tie
+    data = SimpleNamespace(y=y, train_mask=train, val_mask=val)
+    evaluated = torch.tensor([0, 0, 0, 0, 0, 0, 0, 1, 1, 1], dtype=torch.bool)  # labels 2, 0, 0
+    assert majority_accuracy(data, evaluated) == pytest.approx(1 / 3)
+    tie = torch.tensor([0, 0, 1, 1, 0, 0, 0, 0, 0, 0], dtype=torch.bool)  # one 1, one 0: the validation nodes decide
+    assert majority_accuracy(SimpleNamespace(y=y, train_mask=tie, val_mask=val), evaluated) == 0.0  # class 1
+    no_val = torch.zeros(10, dtype=torch.bool)  # still tied: the lower class, 0
+    assert majority_accuracy(SimpleNamespace(y=y, train_mask=tie, val_mask=no_val), evaluated) == pytest.approx(2 / 3)
