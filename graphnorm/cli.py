@@ -230,7 +230,7 @@ def check_is_sweep_file(path: Path) -> None:
     values = load_yaml_file(path, "sweep config")
     if not isinstance(values, dict) or any(key in values for key in SWEEP_SECTIONS):
         return  # load_sweep_config reports anything else wrong with it
-    run_keys = sorted(set(values) & set(RunConfig.field_names()))
+    run_keys = [key for key in values if key in RunConfig.field_names()]  # in the file's order
     if run_keys:
         raise CommandError(
             f"{path} is a single-run config (RunConfig keys such as {', '.join(run_keys[:3])}; no base, grid or "
