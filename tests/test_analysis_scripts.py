@@ -229,3 +229,10 @@ def test_sweep_summary_prints_and_marks_the_majority_class(tmp_path):
     assert "majority class (always the most frequent training class): 0.319" in text and "0.319" in printed[0]
     write_summary({**sweep, "metric": "test_acc_last"}, runs.drop(columns="majority_acc"), tmp_path, log=print)
     assert "majority" not in (tmp_path / "summary.md").read_text() and " *" not in (tmp_path / "summary.md").read_text()
+    # Several datasets: each one's level in the note, no marks (one level would not fit every row).
+    two = pd.concat([runs.assign(dataset="cora"), runs.assign(dataset="texas", majority_acc=0.59)])
+    sweep["grid"]["dataset"] = ["cora", "texas"]
+    write_summary({**sweep, "metric": "test_acc_last"}, two, tmp_path, log=print)
+    text = (tmp_path / "summary.md").read_text()
+    assert "majority class (always the most frequent training class): cora 0.319, texas 0.590" in text
+    assert " *" not in text
