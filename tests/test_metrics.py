@@ -310,3 +310,20 @@ def test_collapse_records_carry_the_robust_cone_per_graph_and_pooled():
     expected = [robust_cone_angle(g, tol_deg=1e-3) for g in graphs]
     assert batched["cone_angle_q90"] == pytest.approx(float(np.mean(expected)), abs=1e-6)
     assert batched["cone_angle_q90_pooled"] == pytest.approx(robust_cone_angle(x, tol_deg=1e-3), abs=1e-6)
+
+
+def test_robust_cone_where_the_exact_cone_is_certified_90_by_centred_rows():
+    """Rows summing to zero (as after PairNorm): the exact cone is 90 by its certificate, without a Wolfe cycle;
+    the robust cone is still computed, per graph too (the batched path skips only graphs with no mean direction)."""
+    from graphnorm.analysis.metrics import robust_cone_angle
+
+    graph = torch.zeros(10, 3, dtype=torch.float64)
+    graph[:9, 0] = 1.0
+    graph[9, 0] = -9.0  # sum of rows 0; mean unit row 0.8 e1
+    graph[:9, 1] = torch.linspace(-0.01, 0.01, 9, dtype=torch.float64)
+    assert cone_angle(graph) == 90.0
+    single = robust_cone_angle(graph, tol_deg=1e-3)
+    assert single < 1.0
+    batched = collapse_metrics(torch.cat([graph, graph]), batch=torch.tensor([0] * 10 + [1] * 10))
+    assert batched["cone_angle"] == 90.0
+    assert batched["cone_angle_q90"] == pytest.approx(single, abs=1e-9)
