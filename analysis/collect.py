@@ -13,6 +13,7 @@ Written per study:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import platform
@@ -107,7 +108,7 @@ def provenance(
         "commit": commit or "unknown",
         "commit_note": "HEAD of the repository when runs.csv was last written (git log --before)",
         "date": written.strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": f"{platform.node() or 'unknown host'}, {platform.machine()}, {_cpu_count()} CPUs",
+        "machine": f"runs on {_run_hosts(run_dir) or 'unrecorded hosts'}; collected on {_this_machine()}",
         "metric": sweep.get("metric"),
         "runs_ok": ok,
         "runs_failed": int(len(runs) - ok),
@@ -118,10 +119,21 @@ def provenance(
     }
 
 
-def _cpu_count() -> int:
+def _run_hosts(run_dir: Path) -> str:
+    """The hosts the runs' result files name (graphnorm sweep records each run's host), '' when none do."""
+    hosts = set()
+    for path in sorted((run_dir / "results").glob("*.json")):
+        with contextlib.suppress(OSError, ValueError):
+            host = json.loads(path.read_text()).get("host")
+            if isinstance(host, str):
+                hosts.add(host)
+    return ", ".join(sorted(hosts))
+
+
+def _this_machine() -> str:
     import os
 
-    return os.cpu_count() or 1
+    return f"{platform.node() or 'unknown host'} ({platform.machine()}, {os.cpu_count() or 1} CPUs)"
 
 
 def collect_sweep(
