@@ -1,0 +1,63 @@
+"""Regenerate the executed notebooks (``notebooks/<name>.ipynb``, with outputs) from their jupytext sources.
+
+    python notebooks/execute.py                       # all three, at their defaults
+    python notebooks/execute.py train_collapse        # one
+    python notebooks/execute.py --cwd . --no-write    # time them with the kernel in the repository root
+
+Each source ``notebooks/<name>.py`` is converted with jupytext and executed with nbclient in a fresh ``python3``
+kernel, whose working directory is ``notebooks/`` (as when Jupyter opens the notebook) unless ``--cwd`` says
+otherwise; the executed notebook is written beside the source and the wall time printed. The sweep notebook needs
+the main job's output first (``graphnorm sweep experiments/sweeps/cora_depth_quick.yaml``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import jupytext
+import nbformat
+from nbclient import NotebookClient
+
+NOTEBOOKS = Path(__file__).resolve().parent
+NAMES = ("sweep_results", "train_collapse", "molecules_collapse")
+TIMEOUT_S = 900  # per cell
+
+
+def execute(name: str, cwd: Path, write: bool = True) -> float:
+    """Execute ``notebooks/<name>.py`` with the kernel in ``cwd``; write ``<name>.ipynb`` if ``write``; seconds."""
+    notebook = jupytext.read(NOTEBOOKS / f"{name}.py")
+    start = time.perf_counter()
+    client = NotebookClient(
+        notebook,
+        timeout=TIMEOUT_S,
+        kernel_name="python3",
+        record_timing=False,  # no timestamps in the committed files: re-executing changes only the outputs
+        resources={"metadata": {"path": str(cwd)}},
+    )
+    client.execute()
+    seconds = time.perf_counter() - start
+    if write:
+        nbformat.write(notebook, NOTEBOOKS / f"{name}.ipynb")
+    return seconds
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("names", nargs="*", help=f"notebooks to run, of {', '.join(NAMES)} (default: all)")
+    parser.add_argument("--cwd", type=Path, default=NOTEBOOKS, help="the kernel's working directory (notebooks/)")
+    parser.add_argument("--no-write", action="store_true", help="only execute and time; keep the committed files")
+    args = parser.parse_args(argv)
+    unknown = [name for name in args.names if name not in NAMES]
+    if unknown:
+        parser.error(f"unknown notebook(s) {unknown}; choose from {', '.join(NAMES)}")
+    for name in args.names or NAMES:
+        seconds = execute(name, args.cwd.resolve(), write=not args.no_write)
+        print(f"{name}: executed in {seconds:.0f} s (kernel in {args.cwd.resolve()})", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
