@@ -47,6 +47,7 @@ import yaml
 from tqdm import tqdm
 
 from graphnorm.config import RunConfig
+from graphnorm.progress import SweepProgress
 from graphnorm.sweep_processes import init_worker, signals_interrupt, stop_workers
 from graphnorm.sweep_results import check_history, check_layers, load_results
 from graphnorm.yaml_io import load_yaml_file, parse_yaml
@@ -61,7 +62,7 @@ DEFAULT_METRICS = ("test_acc", "test_rocauc", "test_mae")
 REPLICATE_KEYS = ("seed", "split")
 LAYER_COLUMNS = ("run_id", "layer", "layer_name", "rows", "metric", "value")
 # Config fields that do not change a run's result, left out of its run_id so a sweep resumes on another machine.
-NOT_HASHED = ("data_root", "checkpoint_dir")
+NOT_HASHED = ("data_root", "checkpoint_dir", "tensorboard_dir")
 CSV_REFRESH_S = 2.0  # regenerate the CSVs at most this often while runs finish (always at the end)
 
 
@@ -328,9 +329,15 @@ def execute_run(run_fn: RunFn, config_values: dict[str, Any], out_dir: str, thre
     result: dict[str, Any] = {"run_id": run_id, "config": config.to_dict(), "host": socket.gethostname()}
     result["pid"] = os.getpid()
     start = time.perf_counter()
-    # A run's own prints go to its log file: parallel runs would otherwise interleave on one terminal.
-    # Appended: a run executed again (after an interrupt, or --retry-failed) keeps the log of its earlier attempts.
-    with open(out / "logs" / f"{run_id}.log", "a") as log, contextlib.redirect_stdout(log):
+    # A run's own output (stdout and stderr: its progress lines, warnings) goes to its log file, flushed line by line
+    # (tail -f shows a live run): parallel runs would otherwise interleave on one terminal, and the log is no
+    # terminal, so the run draws no epoch bar. Appended: a run executed again (after an interrupt, or
+    # --retry-failed) keeps the log of its earlier attempts.
+    with (
+        open(out / "logs" / f"{run_id}.log", "a", buffering=1) as log,
+        contextlib.redirect_stdout(log),
+        contextlib.redirect_stderr(log),
+    ):
         print(f"==== attempt started {time.strftime('%Y-%m-%dT%H:%M:%S')} on {result['host']} (pid {os.getpid()}) ====")
         try:
             record = run_fn(config)
@@ -473,10 +480,12 @@ def summary_table(
     rows: list[str] | tuple[str, ...] = ("norm",),
     columns: str = "num_layers",
     digits: int = 3,
+    mark_at_most: float | None = None,
 ) -> pd.DataFrame:
     """``metric`` as "mean ± std" over the remaining keys (seeds) per ``rows`` x ``columns``; failed runs excluded.
 
-    Rows keep their first-appearance order, columns are sorted. A cell over one run shows the value alone.
+    Rows keep their first-appearance order, columns are sorted. A cell over one run shows the value alone. Cells
+    whose mean is at most ``mark_at_most`` (e.g. one point above the majority-class level) end in " *".
     """
     if metric not in runs_df.columns:
         available = [c for c in runs_df.columns if c not in RunConfig.field_names()]
@@ -492,9 +501,10 @@ def summary_table(
     def fmt(stat: pd.Series) -> str:
         if stat["count"] == 0 or math.isnan(stat["mean"]):
             return ""
+        mark = " *" if mark_at_most is not None and stat["mean"] <= mark_at_most else ""
         if stat["count"] == 1 or math.isnan(stat["std"]):
-            return f"{stat['mean']:.{digits}f}"
-        return f"{stat['mean']:.{digits}f} ± {stat['std']:.{digits}f}"
+            return f"{stat['mean']:.{digits}f}{mark}"
+        return f"{stat['mean']:.{digits}f} ± {stat['std']:.{digits}f}{mark}"
 
     cells = stats.apply(fmt, axis=1) if len(stats) else pd.Series(dtype=object, index=stats.index)
     table = cells.unstack(columns).fillna("") if len(cells) else pd.DataFrame()
@@ -667,8 +677,7 @@ def run_sweep(
         tables.write()
         done = len(configs) - len(todo)
         log(f"sweep {sweep['name']}: {len(configs)} runs, {done} already done, {len(todo)} to run -> {out}")
-        # disable=None: tqdm shows the bar only on a terminal.
-        bar = tqdm(total=len(todo), desc=sweep["name"], unit="run", disable=None if progress is None else not progress)
+        bar = SweepProgress(sweep["name"], len(todo), log, bar=progress)  # a bar on a terminal, else lines
         failures = 0
 
         def finished(run_id: str) -> None:
@@ -677,7 +686,7 @@ def run_sweep(
             if result is not None and result["status"] != "ok":
                 failures += 1
                 tqdm.write(f"run {run_id} failed: {result['error']}", file=sys.stderr)
-            bar.update(1)
+            report_finished(bar, run_id, result, sweep.get("metric"))
 
         try:
             _execute(executor, run_fn, todo, out, workers, threads, slurm or SlurmOptions(), finished)
@@ -695,6 +704,19 @@ def run_sweep(
     if make_plots:
         make_report(out, log)
     return runs
+
+
+def report_finished(bar: SweepProgress, run_id: str, result: dict[str, Any] | None, metric: str | None) -> None:
+    """The progress line of a finished run: its status, the sweep's metric (default: ``test_<record's metric>``,
+    else the first of :data:`DEFAULT_METRICS` it recorded) and its run time."""
+    if result is None:  # its result file is unreadable (load_results warned)
+        bar.finished(run_id, "unreadable", None, None, None)
+        return
+    record = result.get("record") or {}
+    if metric is None:
+        named = f"test_{record['metric']}" if isinstance(record.get("metric"), str) else None
+        metric = named if named in record else next((m for m in DEFAULT_METRICS if m in record), None)
+    bar.finished(run_id, result["status"], metric, record.get(metric), result.get("elapsed_s"))
 
 
 def _prepare_out(
@@ -886,12 +908,42 @@ def write_summary(sweep: dict[str, Any], runs: pd.DataFrame, out: Path, log: Cal
     varying = [k for k in grid_keys(sweep) if k not in ("num_layers", *REPLICATE_KEYS)]
     rows = [k for k in ["norm", *varying] if k in runs.columns and (k == "norm" or runs[k].nunique() > 1)]
     rows = list(dict.fromkeys(rows))
-    table = summary_table(runs, metric, rows=rows, columns="num_layers")
+    majority, note = majority_note(runs, metric)
+    mark = None if majority is None else majority + MAJORITY_MARGIN
+    table = summary_table(runs, metric, rows=rows, columns="num_layers", mark_at_most=mark)
     ok = int((runs["status"] == "ok").sum())
     over = "seeds x splits" if "split" in grid_keys(sweep) else "seeds"
     title = f"{sweep['name']}: {metric}, mean ± std over {over} ({ok} ok, {len(runs) - ok} failed runs)"
-    log(f"\n{title}\n{table.to_string()}\n")
-    atomic_write_text(out / "summary.md", f"# {title}\n\n{markdown_table(table)}")
+    log(f"\n{title}\n{table.to_string()}\n{note}")
+    atomic_write_text(out / "summary.md", f"# {title}\n\n{markdown_table(table)}" + (f"\n{note}" if note else ""))
+
+
+MAJORITY_MARGIN = 0.01
+
+
+def majority_note(runs: pd.DataFrame, metric: str) -> tuple[float | None, str]:
+    """(level, note) of the majority class under the summary table: one dataset, its level and a note explaining
+    the " *" marks; several datasets, their levels in the note and no marks (None); nothing recorded: (None, "")."""
+    datasets = sorted(runs["dataset"].dropna().astype(str).unique()) if "dataset" in runs.columns else []
+    what = "majority class (always the most frequent training class)"
+    if len(datasets) > 1:
+        levels = {name: majority_level(runs[runs["dataset"].astype(str) == name], metric) for name in datasets}
+        shown = ", ".join(f"{name} {level:.3f}" for name, level in levels.items() if level is not None)
+        return None, f"{what}: {shown}\n" if shown else ""
+    majority = majority_level(runs, metric)
+    if majority is None:
+        return None, ""
+    return majority, f"{what}: {majority:.3f}; * = at most {MAJORITY_MARGIN:.2f} above it\n"
+
+
+def majority_level(runs: pd.DataFrame, metric: str) -> float | None:
+    """Mean ``majority_acc`` of the ok runs (accuracy of always predicting the most frequent training class) for
+    an accuracy ``metric``; None when the runs did not record it (older sweeps) or the metric is no accuracy."""
+    if "acc" not in metric or "majority_acc" not in runs.columns:
+        return None
+    ok = runs if "status" not in runs.columns else runs[runs["status"] == "ok"]
+    values = pd.to_numeric(ok["majority_acc"], errors="coerce").dropna()
+    return float(values.mean()) if len(values) else None
 
 
 def make_report(out: Path, log: Callable[[str], None] = print) -> None:
