@@ -1,0 +1,111 @@
+"""The "same numbers" fixture: seeded tiny runs whose records must stay bit-identical across refactors.
+
+``python tests/test_refactor_fixtures.py --record`` runs them once and writes ``tests/fixtures/refactor_records.json``
+(test metrics, learning curves and per-layer probe tables of each run; timings left out). The test re-runs them on
+the CPU with one torch thread and compares the canonical JSON text of every part: floats are written by ``repr``, so
+equal text means equal bits (NaN included).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from graphnorm.config import RunConfig
+from graphnorm.train import run
+
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "refactor_records.json"
+# Keys that measure time or how the run was executed, not what it computed.
+TIMING_KEYS = ("wall_time_s", "probe_time_s", "train_graphs_per_s", "resumed_at_epoch")
+
+CORA = dict(dataset="cora", num_layers=4, hidden_channels=16, epochs=3, dropout=0.5, probe=True)
+GRAPHORMER = dict(
+    model="graphormer",
+    num_layers=2,
+    hidden_channels=16,
+    num_heads=4,
+    model_kwargs={"ffn_channels": 16, "multi_hop_max_dist": 3},
+    norm="layernorm",
+    dropout=0.1,
+    optimizer="adamw",
+    scheduler="polynomial",
+    lr=5e-3,
+    weight_decay=0.0,
+    warmup_steps=1,
+    grad_clip=5.0,
+    batch_size=25,
+    epochs=1,
+    probe_graphs=8,
+)
+# name -> RunConfig keys (data_root added at run time)
+RUNS: dict[str, dict[str, Any]] = {
+    "cora_gcn_none": dict(CORA, norm="none"),
+    "cora_gcn_pairnorm": dict(CORA, norm="pairnorm"),
+    "cora_gcn_contranorm": dict(CORA, norm="contranorm", adjacency="row", layer_order="dropout-conv-norm-act"),
+    "zinc_graphormer": dict(GRAPHORMER, dataset="zinc", limit_graphs=50),
+    "molhiv_graphormer": dict(GRAPHORMER, dataset="molhiv", limit_graphs=300, batch_size=100),
+    "zinc_gcn_virtual_node": dict(
+        dataset="zinc",
+        limit_graphs=60,
+        num_layers=3,
+        hidden_channels=16,
+        dropout=0.0,
+        lr=0.003,
+        weight_decay=0.0,
+        epochs=2,
+        batch_size=20,
+        virtual_node=True,
+        norm="layernorm",
+        probe_graphs=8,
+    ),
+}
+
+
+def record_of(name: str, data_root: str) -> dict[str, str]:
+    """Run ``name`` on the CPU with one thread; its record split in parts, each as canonical JSON text."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        record = run(RunConfig.from_dict({**RUNS[name], "data_root": data_root, "device": "cpu"}))
+    finally:
+        torch.set_num_threads(threads)
+    history = [{k: v for k, v in row.items() if k != "train_time_s"} for row in record.pop("history")]
+    layers = record.pop("layers", [])
+    scalars = {k: v for k, v in record.items() if k not in TIMING_KEYS}
+    parts = {"metrics": scalars, "history": history, "layers": layers}
+    return {part: json.dumps(value, sort_keys=True) for part, value in parts.items()}
+
+
+@pytest.mark.parametrize("name", list(RUNS))
+def test_refactor_keeps_numbers(name: str, data_root: Path) -> None:
+    expected = json.loads(FIXTURE.read_text())[name]
+    got = record_of(name, str(data_root))
+    for part in ("metrics", "history", "layers"):
+        assert got[part] == expected[part], f"{name}: {part} differ from {FIXTURE.name}"
+
+
+def main() -> None:
+    """Write the fixture (``--record``) from the current code."""
+    if sys.argv[1:] != ["--record"]:
+        raise SystemExit(f"usage: python {Path(__file__).name} --record")
+    import os
+
+    from graphnorm.data.root import ENV_MIRROR, resolve_root
+
+    repo = Path(__file__).resolve().parents[1]
+    if not os.environ.get(ENV_MIRROR) and (repo.parent / "shared" / "data").is_dir():
+        os.environ[ENV_MIRROR] = str(repo.parent / "shared" / "data")
+    root = str(resolve_root())
+    records = {name: record_of(name, root) for name in RUNS}
+    FIXTURE.parent.mkdir(parents=True, exist_ok=True)
+    FIXTURE.write_text(json.dumps(records, indent=1, sort_keys=True) + "\n")
+    print(f"wrote {FIXTURE} ({FIXTURE.stat().st_size} bytes)")
+
+
+if __name__ == "__main__":
+    main()
