@@ -124,7 +124,7 @@ def _solve_affine(corral: np.ndarray) -> np.ndarray:
 
 
 def _wolfe_min_norm_point(
-    points: np.ndarray, tol_deg: float, max_iter: int, working_size: int = 256
+    points: np.ndarray, tol_deg: float, max_iter: int, working_size: int = 256, points_sum: np.ndarray | None = None
 ) -> tuple[np.ndarray, float, float, int, bool]:
     """Min-norm point of conv(points) for unit rows; returns (p, upper_deg, lower_deg, iterations, converged).
 
@@ -132,9 +132,12 @@ def _wolfe_min_norm_point(
     working set of rows (at first those pointing furthest from the mean direction). When the stop criterion
     holds on the working set, all rows are checked once; violators join the working set and the iteration
     continues from the same state. Only the all-rows check yields the returned (certified) upper bound.
+    ``points_sum``: ``points.sum(axis=0)`` when the caller has it.
     """
     num_points = points.shape[0]
-    alignment = points @ points.sum(axis=0)  # alignment with the mean direction (all zero if it vanishes)
+    if points_sum is None:
+        points_sum = points.sum(axis=0)
+    alignment = points @ points_sum  # alignment with the mean direction (all zero if it vanishes)
     # Start at the row closest to the mean direction: usually already near the final axis.
     start = int(np.argmax(alignment))
     if num_points <= 2 * working_size:
@@ -205,21 +208,24 @@ def _wolfe_min_norm_point(
 
 
 def cone_from_unit_rows(
-    units: np.ndarray, norms: np.ndarray, tol_deg: float, max_iter: int = 10_000
+    units: np.ndarray, norms: np.ndarray, tol_deg: float, max_iter: int = 10_000, units_sum: np.ndarray | None = None
 ) -> tuple[float, np.ndarray | None, float, int, bool]:
     """Cone of non-empty unit rows ``units`` [m, d] (float64, rows of norm 1) whose original rows had ``norms``.
 
     Returns (angle_deg, axis or None, gap_deg, iterations, converged): the shared core of
-    :func:`cone_angle_info` and of the collapse probe, which passes unit rows it has already computed.
+    :func:`cone_angle_info` and of the collapse probe, which passes unit rows it has already computed (and their
+    sum ``units.sum(axis=0)``, shared with the robust cone: the same numbers without another pass over the rows).
     """
+    if units_sum is None:
+        units_sum = units.sum(axis=0)
     # Certificate for 90 degrees: two hull points that are (near) zero when the rows surround the origin.
     threshold = math.sin(math.radians(tol_deg))
-    mean_unit = units.mean(axis=0)
+    mean_unit = units_sum / units.shape[0]  # = units.mean(axis=0), bit for bit
     weighted = (norms @ units) / norms.sum()
     smallest = min(math.sqrt(float(mean_unit @ mean_unit)), math.sqrt(float(weighted @ weighted)))
     if smallest <= threshold:
         return 90.0, None, 90.0 - math.degrees(math.acos(min(smallest, 1.0))), 0, True
-    p, upper, lower, iterations, converged = _wolfe_min_norm_point(units, tol_deg, max_iter)
+    p, upper, lower, iterations, converged = _wolfe_min_norm_point(units, tol_deg, max_iter, points_sum=units_sum)
     norm_p = math.sqrt(float(p @ p))
     if upper >= 90.0 or norm_p == 0.0:
         return 90.0, None, max(0.0, 90.0 - lower), iterations, converged
@@ -260,11 +266,14 @@ def cone_angle(x: Tensor | np.ndarray, tol_deg: float = 1e-4) -> float:
     return cone_angle_info(x, tol_deg=tol_deg).angle_deg
 
 
-def robust_cone_from_unit_rows(units: np.ndarray, norms: np.ndarray, q: float, tol_deg: float) -> float:
+def robust_cone_from_unit_rows(
+    units: np.ndarray, norms: np.ndarray, q: float, tol_deg: float, units_sum: np.ndarray | None = None
+) -> float:
     """Robust cone half-angle of level ``q`` of non-empty unit rows ``units`` [m, d] (float64) whose original rows
-    had ``norms`` (see the module docstring): the exact cone of the ceil(q m) rows closest to the mean direction."""
+    had ``norms`` (see the module docstring): the exact cone of the ceil(q m) rows closest to the mean direction.
+    ``units_sum``: ``units.sum(axis=0)`` when the caller has it."""
     m = units.shape[0]
-    total = units.sum(axis=0)
+    total = units.sum(axis=0) if units_sum is None else units_sum
     total_norm = math.sqrt(float(total @ total))
     if total_norm <= m * math.sin(math.radians(tol_deg)):
         return 90.0
@@ -273,8 +282,8 @@ def robust_cone_from_unit_rows(units: np.ndarray, norms: np.ndarray, q: float, t
     if k < m:
         threshold = np.partition(cosines, m - k)[m - k]  # k-th largest cosine
         keep = cosines >= threshold
-        units, norms = units[keep], norms[keep]
-    return cone_from_unit_rows(units, norms, tol_deg)[0]
+        return cone_from_unit_rows(units[keep], norms[keep], tol_deg)[0]
+    return cone_from_unit_rows(units, norms, tol_deg, units_sum=total)[0]
 
 
 def robust_cone_angle(x: Tensor | np.ndarray, q: float = ROBUST_CONE_LEVEL, tol_deg: float = 1e-4) -> float:
