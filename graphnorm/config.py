@@ -54,7 +54,6 @@ NODE_DATASETS = ("cora", "citeseer", *HETEROPHILIC_DATASETS)
 # Datasets with several standard splits and how many; every other dataset has one (and `split` stays null).
 DATASET_SPLITS = {name: 10 for name in HETEROPHILIC_DATASETS}
 GRAPH_DATASETS = tuple(name for name in DATASETS if name not in NODE_DATASETS)
-MODELS = ("gcn", "graphormer", "gcnii", "gat")
 ADJACENCIES = ("sym", "row")
 FEATURE_NORMS = ("none", "row_l1")
 LAYER_ORDERS = ("conv-norm-act-dropout", "dropout-conv-norm-act")
@@ -63,21 +62,22 @@ EVAL_NODES = ("test", "rest")
 OPTIMIZERS = ("adam", "adamw")
 SCHEDULERS = ("none", "cosine", "plateau", "polynomial")
 DEVICES = ("cpu", "cuda", "auto")
-# DeepGCN constructor keywords a config may pass through model_kwargs (the rest are config keys).
-GCN_KWARGS = ("init",)
-# DeepGAT constructor keywords a config may pass through model_kwargs (heads: the num_heads key).
-GAT_KWARGS = ("concat", "output_heads", "attention_dropout", "negative_slope")
-# GCNII constructor keywords a config may pass through model_kwargs (theta is the paper's lambda).
-GCNII_KWARGS = ("alpha", "theta", "shared_weights", "conv_weight_decay")
-# Graphormer constructor keywords a config may pass through model_kwargs (see Graphormer.from_config).
-GRAPHORMER_KWARGS = (
-    "ffn_channels",
-    "max_degree",
-    "max_distance",
-    "multi_hop_max_dist",
-    "pre_ln",
-    "attention_dropout",
-    "activation_dropout",
+# RunConfig keys a model receives when its constructor has a parameter of that name (readout at graph level only);
+# its other constructor keywords come through model_kwargs, and the task's (in/out channels, feature kinds) from the
+# dataset (graphnorm.models.registry.TASK_KEYWORDS).
+MODEL_CONFIG_KEYS = (
+    "num_layers",
+    "hidden_channels",
+    "num_heads",
+    "norm",
+    "norm_kwargs",
+    "dropout",
+    "residual",
+    "adjacency",
+    "layer_order",
+    "shared_layernorm",
+    "readout",
+    "virtual_node",
 )
 
 
@@ -301,9 +301,11 @@ def check_size(key: str, value: Any) -> None:
 
 
 def check_choices(config: RunConfig) -> None:
+    from graphnorm.models import available_models
+
     choices = {
         "dataset": DATASETS,
-        "model": MODELS,
+        "model": tuple(available_models()),
         "adjacency": ADJACENCIES,
         "feature_norm": FEATURE_NORMS,
         "layer_order": LAYER_ORDERS,
@@ -428,20 +430,43 @@ def check_gat_rules(config: RunConfig) -> None:
         )
 
 
+def model_keywords(config: RunConfig, level: str) -> dict[str, Any]:
+    """The keywords of ``config.model``'s constructor that the config sets: every :data:`MODEL_CONFIG_KEYS` key the
+    constructor takes (``readout`` at graph level only), then ``model_kwargs``. A key the model does not take must
+    keep its default (else ``ValueError``: it would be silently ignored)."""
+    from graphnorm.models import model_spec
+
+    accepted = model_spec(config.model).keywords()
+    defaults = RunConfig()
+    keywords = {}
+    for key in MODEL_CONFIG_KEYS:
+        if key == "readout" and level == "node":
+            continue
+        if key in accepted:
+            keywords[key] = getattr(config, key)
+        elif getattr(config, key) != getattr(defaults, key):
+            raise ValueError(
+                f"{key}={getattr(config, key)!r} is not an option of model {config.model!r}: leave {key} at "
+                f"{getattr(defaults, key)!r}"
+            )
+    return {**keywords, **config.model_kwargs}
+
+
 def check_model_kwargs(config: RunConfig) -> None:
     """Unknown keys, then value types (from the model constructor's annotations), then the constructor's own checks,
     run on the meta device so that nothing is allocated."""
-    from graphnorm.models import GCNII, DeepGAT, DeepGCN, Graphormer
+    from graphnorm.models import model_spec
 
-    valid, model_class = {
-        "graphormer": (GRAPHORMER_KWARGS, Graphormer),
-        "gcnii": (GCNII_KWARGS, GCNII),
-        "gat": (GAT_KWARGS, DeepGAT),
-    }.get(config.model, (GCN_KWARGS, DeepGCN))
+    spec = model_spec(config.model)
+    model_class = spec.factory
+    valid = [key for key in spec.keywords() if key not in MODEL_CONFIG_KEYS]
     unknown = sorted(set(config.model_kwargs) - set(valid))
     if unknown:
         raise ValueError(f"unknown model_kwargs {unknown} for {config.model}; valid: {', '.join(valid)}")
-    check_keyword_types("model_kwargs", config.model_kwargs, model_class.__init__)
+    check_keyword_types(
+        "model_kwargs", config.model_kwargs, model_class.__init__ if isinstance(model_class, type) else model_class
+    )
+    model_keywords(config, "node" if config.is_node_level else "graph")
     if not config.model_kwargs:  # the config's own keys are checked already
         return
     if "ffn_channels" in config.model_kwargs:
@@ -457,7 +482,9 @@ def check_model_kwargs(config: RunConfig) -> None:
             bond_feature_dims=[1],
         )
     elif config.model == "gat":  # the heads must fit the width
-        arguments = dict(in_channels=1, hidden_channels=config.hidden_channels, num_layers=1, heads=config.num_heads)
+        arguments = dict(
+            in_channels=1, hidden_channels=config.hidden_channels, num_layers=1, num_heads=config.num_heads
+        )
     else:
         arguments = dict(in_channels=1, hidden_channels=1, num_layers=1)
     error = construction_error(model_class, **arguments, out_channels=1, norm="none", **keywords)

@@ -17,11 +17,12 @@ from pathlib import Path
 
 import torch
 from torch import Tensor, nn
-from torch_geometric.loader import DataLoader
 
 from graphnorm.config import RunConfig
+from graphnorm.data.loaders import collate_for
 from graphnorm.data.smiles import file_text, read_smiles_csv, smiles_graph
 from graphnorm.model_file import load_model_file
+from graphnorm.models import model_outputs, model_spec
 
 DEFAULT_BATCH_SIZE = 256
 
@@ -30,21 +31,12 @@ DEFAULT_BATCH_SIZE = 256
 def score_graphs(model: nn.Module, config: RunConfig, graphs: list, batch_size: int) -> Tensor:
     """The model's outputs ``[len(graphs), outputs]`` for PyG graphs, in their order (Graphormer: preprocessed and
     collated as in training)."""
-    from graphnorm.data.graphormer_preprocess import GraphormerPreprocess, collate_graphormer
-    from graphnorm.models import Graphormer
-    from graphnorm.train import graphormer_hops, model_outputs
-
     device = next(model.parameters()).device
+    inputs = model_spec(config.model).inputs
     outputs = []
     for start in range(0, len(graphs), batch_size):
-        chunk = graphs[start : start + batch_size]
-        if isinstance(model, Graphormer):
-            hops = graphormer_hops(config)
-            chunk = GraphormerPreprocess(hops, config.max_nodes).process_many(chunk)
-            outputs.append(model(collate_graphormer(chunk, multi_hop_max_dist=hops).to(device)).cpu())
-        else:
-            batch = next(iter(DataLoader(chunk, batch_size=len(chunk))))
-            outputs.append(model_outputs(model, batch.to(device)).cpu())
+        batch = collate_for(graphs[start : start + batch_size], config, inputs)
+        outputs.append(model_outputs(model, batch.to(device)).cpu())
     return torch.cat(outputs) if outputs else torch.empty(0)
 
 

@@ -45,7 +45,6 @@ PyG batch: DeepGCN takes ``(x, edge_index, batch, batch_size)``, any other model
 from __future__ import annotations
 
 import copy
-import functools
 import math
 import os
 import random
@@ -57,71 +56,25 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-import torch_geometric.transforms as T
 from torch import Tensor, nn
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 from torch_geometric import seed_everything
-from torch_geometric.loader import DataLoader
 
-from graphnorm.config import RunConfig
-from graphnorm.data import GraphTask, load_dataset
-from graphnorm.data.graphormer_preprocess import (
-    GraphormerPreprocess,
-    collate_graphormer,
-    filter_max_nodes,
-    preprocess_dataset,
-)
-from graphnorm.data.size_buckets import SizeBucketBatchSampler
-from graphnorm.models import DeepGAT, DeepGCN, Graphormer, graphormer_optimizer
-from graphnorm.models.gcnii import GCNII
+from graphnorm.config import RunConfig, model_keywords
+from graphnorm.data import GraphTask
+from graphnorm.data.loaders import graph_loaders, graphormer_sample, prepare_task
+from graphnorm.models import build_model as build_registered_model
+from graphnorm.models import model_outputs, model_spec, polynomial_optimizer
 from graphnorm.progress import EpochProgress
 from graphnorm.tensorboard_log import TensorBoardLog, require_tensorboard
 
-SPLITS = ("train", "val", "test")
 NODE_PROGRESS_KEYS = ("train_loss", "val_acc", "test_acc")  # what a node-level progress line shows
-GRAPHORMER_DEFAULT_HOPS = 5  # Graphormer's multi_hop_max_dist default
 
 
 # --- building blocks ------------------------------------------------------------------------------------------
 def build_model(config: RunConfig, task: GraphTask) -> nn.Module:
-    """The model named by ``config.model`` for ``task``."""
-    if config.model == "graphormer":
-        return Graphormer.from_config(config, task)
-    # The message-passing models share these arguments; each adds its own below.
-    common = dict(
-        in_channels=task.num_features,
-        hidden_channels=config.hidden_channels,
-        out_channels=task.num_outputs,
-        num_layers=config.num_layers,
-        norm=config.norm,
-        norm_kwargs=config.norm_kwargs,
-        dropout=config.dropout,
-        readout=config.readout if task.level == "graph" else None,
-        atom_encoder=task.atom_encoder,
-        **config.model_kwargs,
-    )
-    gcn_layout = dict(
-        residual=config.residual,
-        layer_order=config.layer_order,
-        shared_layernorm=config.shared_layernorm,
-        virtual_node=config.virtual_node,
-    )
-    if config.model == "gcn":
-        return DeepGCN(**common, **gcn_layout, adjacency=config.adjacency)
-    if config.model == "gat":  # DeepGCN's layout with attention convolutions (no adjacency option)
-        return DeepGAT(**common, **gcn_layout, heads=config.num_heads)
-    if config.model == "gcnii":
-        return GCNII(**common)
-    raise ValueError(f"unknown model {config.model!r}")
-
-
-def model_outputs(model: nn.Module, data) -> Tensor:
-    """Run ``model`` on a PyG ``Data``/``Batch``: DeepGCN and GCNII by tensors, other models on the whole batch
-    object."""
-    if isinstance(model, (DeepGCN, GCNII)):
-        batch = getattr(data, "batch", None)
-        return model(data.x, data.edge_index, batch=batch, batch_size=data.num_graphs if batch is not None else None)
-    return model(data)
+    """The model registered as ``config.model``, built for ``task`` with the config's model keywords."""
+    return build_registered_model(config.model, task, **model_keywords(config, task.level))
 
 
 def build_optimizer(config: RunConfig, model: nn.Module) -> torch.optim.Optimizer:
@@ -188,34 +141,6 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def prepare_task(config: RunConfig) -> GraphTask:
-    """Load the dataset and apply the config's data options (feature normalization, graph subsets)."""
-    # dataset_kwargs (dataset=smiles) may name the SMILES loader's own split rule; config.split is null there
-    task = load_dataset(config.dataset, config.data_root, **{"split": config.split, **config.dataset_kwargs})
-    if config.feature_norm == "row_l1":
-        # PyG's NormalizeFeatures: each row divided by its sum (exact row-L1 for the non-negative Planetoid features).
-        task.data = T.NormalizeFeatures()(task.data.clone())
-    if config.limit_graphs is not None:
-        # Smoke runs: a fixed random subset (seed 0, independent of the run seed) so every seed sees the same graphs.
-        generator = torch.Generator().manual_seed(0)
-        for split in SPLITS:
-            dataset = getattr(task, split)
-            if len(dataset) > config.limit_graphs:
-                keep = torch.randperm(len(dataset), generator=generator)[: config.limit_graphs].sort().values
-                setattr(task, split, dataset[keep])
-        if task.metric == "rocauc":
-            # ROC-AUC needs both classes in every split: fail now, not after the first epoch of training.
-            for split in SPLITS:
-                labels = getattr(task, split).y.view(-1)
-                labels = labels[~torch.isnan(labels.float())]
-                if labels.numel() == 0 or bool((labels == labels[0]).all()):
-                    raise ValueError(
-                        f"limit_graphs={config.limit_graphs} leaves the {split} split of {config.dataset} with one "
-                        "class only, so ROC-AUC is undefined: raise limit_graphs (MolHIV has ~3% positives)"
-                    )
-    return task
-
-
 def run_id_of(config: RunConfig) -> str:
     """The sweep's run id of ``config`` (a hash of the config; its progress lines and TensorBoard folder use it)."""
     from graphnorm.sweep import config_run_id
@@ -248,12 +173,8 @@ def _clip(model: nn.Module, config: RunConfig) -> None:
 # --- node classification --------------------------------------------------------------------------------------
 def sparse_features_help(model: nn.Module, x: Tensor) -> bool:
     """Whether ``model`` takes ``x`` as raw features that are sparse enough (<= 10% nonzero) to pass as COO.
-    Other models than DeepGCN say so by an optional ``takes_sparse_features`` attribute (GCNII)."""
-    if isinstance(model, DeepGCN):
-        takes_sparse = model.input_layer.encoder is None and not model.virtual_node
-    else:
-        takes_sparse = getattr(model, "takes_sparse_features", False)
-    if not takes_sparse:
+    A model says so by an optional ``takes_sparse_features`` attribute (DeepGCN, GCNII)."""
+    if not getattr(model, "takes_sparse_features", False):
         return False
     return x.is_floating_point() and x.numel() > 0 and int(torch.count_nonzero(x)) <= 0.1 * x.numel()
 
@@ -396,84 +317,6 @@ def evaluate_graphs(model: nn.Module, loader, task: GraphTask, device: torch.dev
         outputs.append(model_outputs(model, batch).cpu())
         targets.append(batch.y.cpu())
     return graph_metric(task, torch.cat(outputs), torch.cat(targets))
-
-
-def graphormer_hops(config: RunConfig) -> int:
-    """Hops of a path the Graphormer edge encoding uses (and that preprocessing stores)."""
-    return int(config.model_kwargs.get("multi_hop_max_dist", GRAPHORMER_DEFAULT_HOPS))
-
-
-def graphormer_splits(task: GraphTask, config: RunConfig) -> tuple[dict[str, list], dict[str, int]]:
-    """Every split preprocessed for Graphormer (list of ``Data`` with shortest paths, edge paths, degrees) and the
-    number of graphs dropped per split for having more than ``max_nodes`` nodes (only with ``drop_large_graphs``;
-    otherwise such a graph is an error, before any preprocessing).
-
-    The preprocessing is cached as ``graphormer_<split>_h<hops>[_limit<n>][_max<m>].pt`` in the dataset's processed
-    folder: a ``limit_graphs`` subset or a filtered split gets its own file, and the cache re-checks the hop count and
-    the graphs' node and edge counts before it is used.
-    """
-    hops = graphormer_hops(config)
-    splits, dropped = {}, {}
-    for split in SPLITS:
-        dataset = getattr(task, split)
-        graphs = [dataset[i] for i in range(len(dataset))]
-        name = f"graphormer_{split}_h{hops}"
-        if config.limit_graphs is not None:
-            name += f"_limit{config.limit_graphs}"
-        dropped[split] = 0
-        if config.max_nodes is not None:
-            sizes = [int(g.num_nodes) for g in graphs]
-            large = sum(n > config.max_nodes for n in sizes)
-            if large and not config.drop_large_graphs:
-                raise ValueError(
-                    f"{task.name} {split}: {large} graph(s) have more than max_nodes={config.max_nodes} nodes "
-                    f"(largest: {max(sizes)}); raise max_nodes, or set drop_large_graphs: true to leave them out "
-                    "(counted in the record)"
-                )
-            if large:
-                graphs, dropped[split] = filter_max_nodes(graphs, config.max_nodes)
-                name += f"_max{config.max_nodes}"
-                if not graphs:
-                    raise ValueError(f"{task.name} {split}: every graph has more than max_nodes={config.max_nodes}")
-        cache = Path(dataset.processed_dir) / f"{name}.pt"
-        splits[split] = preprocess_dataset(graphs, hops, config.max_nodes, cache_path=cache)
-    return splits, dropped
-
-
-def size_order(graphs: list) -> list[int]:
-    """Indices of ``graphs`` by node count (stable): the evaluation order of Graphormer's padded batches."""
-    return sorted(range(len(graphs)), key=lambda i: int(graphs[i].num_nodes))
-
-
-def graph_loaders(
-    task: GraphTask, config: RunConfig, generator: torch.Generator
-) -> tuple[Any, Any, Any, dict[str, Any]]:
-    """Train (shuffled by ``generator``), val and test loaders, plus extra record entries (Graphormer: drop counts)."""
-    if config.model != "graphormer":
-        train_loader = DataLoader(task.train, batch_size=config.batch_size, shuffle=True, generator=generator)
-        val_loader = DataLoader(task.val, batch_size=config.batch_size)
-        test_loader = DataLoader(task.test, batch_size=config.batch_size)
-        return train_loader, val_loader, test_loader, {}
-    splits, dropped = graphormer_splits(task, config)
-    collate = functools.partial(collate_graphormer, multi_hop_max_dist=graphormer_hops(config))
-    if config.bucket_batches > 1:
-        sizes = [int(graph.num_nodes) for graph in splits["train"]]
-        sampler = SizeBucketBatchSampler(sizes, config.batch_size, config.bucket_batches, generator)
-        train_loader = torch.utils.data.DataLoader(splits["train"], batch_sampler=sampler, collate_fn=collate)
-    else:
-        train_loader = torch.utils.data.DataLoader(
-            splits["train"], batch_size=config.batch_size, shuffle=True, generator=generator, collate_fn=collate
-        )
-    # Evaluation in eval mode does not depend on which graphs share a batch (tested), and the metrics do not depend
-    # on the order of the graphs, so val/test run in size order: each batch pads to graphs of about its own size
-    # (MolHIV val with Graphormer-slim: 12.4 s -> 3.2 s, the same ROC-AUC).
-    val_loader, test_loader = (
-        torch.utils.data.DataLoader(
-            splits[split], batch_size=config.batch_size, sampler=size_order(splits[split]), collate_fn=collate
-        )
-        for split in ("val", "test")
-    )
-    return train_loader, val_loader, test_loader, {f"dropped_graphs_{split}": dropped[split] for split in SPLITS}
 
 
 # --- checkpoints ------------------------------------------------------------------------------------------------
@@ -671,7 +514,7 @@ class StepSchedule:
                     f"warmup_steps={config.warmup_steps} must be below the run's {total_steps} optimizer steps "
                     f"({config.epochs} epochs x {steps_per_epoch} steps); lower it or set total_steps"
                 )
-            self.optimizer, self.scheduler = graphormer_optimizer(
+            self.optimizer, self.scheduler = polynomial_optimizer(
                 model,
                 lr=config.lr,
                 weight_decay=config.weight_decay,
@@ -713,7 +556,8 @@ def train_graph_level(
 ) -> tuple[dict[str, Any], dict[str, Tensor]]:
     path = prepare_checkpoint_dir(config)
     generator = torch.Generator().manual_seed(config.seed)  # shuffling fixed by the seed
-    train_loader, val_loader, test_loader, extra = graph_loaders(task, config, generator)
+    inputs = model_spec(config.model).inputs
+    train_loader, val_loader, test_loader, extra = graph_loaders(task, config, generator, inputs)
     schedule = StepSchedule(config, model, len(train_loader), task.higher_is_better)
     # With ema_decay, an exponential moving average of the weights (buffers too: BatchNorm's running statistics)
     # is what is evaluated, selected by validation and returned; the first update copies the weights.
@@ -889,14 +733,9 @@ def probe_sample(model: nn.Module, task: GraphTask, config: RunConfig) -> tuple[
     if task.level == "node":
         return task.data, "all"
     sample = evaluation_sample(task.val, num_graphs=config.probe_graphs, seed=0)
-    if not isinstance(model, Graphormer):
+    if model_spec(config.model).inputs == "pyg":
         return sample, "val_sample"
-    graphs = sample.to_data_list()
-    if config.max_nodes is not None and config.drop_large_graphs:
-        graphs, _ = filter_max_nodes(graphs, config.max_nodes)
-    hops = graphormer_hops(config)
-    graphs = GraphormerPreprocess(hops, config.max_nodes).process_many(graphs)
-    return collate_graphormer(graphs, multi_hop_max_dist=hops), "val_sample"
+    return graphormer_sample(sample, config), "val_sample"
 
 
 def run(config: RunConfig) -> dict[str, Any]:
@@ -913,8 +752,7 @@ def run(config: RunConfig) -> dict[str, Any]:
         start = time.perf_counter()
         model = model.to("cpu")
         data, split = probe_sample(model, task, config)
-        forward = (lambda m, d: m(d)) if isinstance(model, Graphormer) else None
-        record["layers"] = probe_records(model, data, split=split, forward=forward)
+        record["layers"] = probe_records(model, data, split=split, forward=model_outputs)
         record["probe_time_s"] = time.perf_counter() - start
         board = open_tensorboard(config, purge_step=None)  # appends to the folder the training loop wrote
         if board is not None:

@@ -16,8 +16,9 @@ from typing import Any, get_type_hints
 import pytest
 import torch
 
-from graphnorm.config import GCN_KWARGS, GRAPHORMER_KWARGS, RunConfig
+from graphnorm.config import MODEL_CONFIG_KEYS, RunConfig
 from graphnorm.data import GraphTask
+from graphnorm.models import model_spec
 from graphnorm.norms import available_norms, norm_keywords
 from graphnorm.train import build_model, prepare_task, run
 
@@ -149,7 +150,8 @@ def mutate(rng: random.Random, values: dict[str, Any]) -> set[str]:
         values["norm_kwargs"] = {rng.choice(keywords): nested_junk(rng) for _ in range(rng.randint(0, 2))}
         return {"norm", "norm_kwargs"}
     else:
-        keywords = list(GCN_KWARGS + GRAPHORMER_KWARGS) + ["heads"]
+        own = [key for model in ("gcn", "graphormer") for key in model_spec(model).keywords()]
+        keywords = [key for key in own if key not in MODEL_CONFIG_KEYS] + ["heads"]
         values["model_kwargs"] = {rng.choice(keywords): nested_junk(rng) for _ in range(rng.randint(1, 2))}
         key = "model_kwargs"
     return {key}

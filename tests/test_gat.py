@@ -40,13 +40,13 @@ def molecule_batch(sizes: tuple[int, ...] = (4, 6, 3)) -> Batch:
 @pytest.mark.parametrize("num_layers", [1, 2, 16])
 def test_node_level_shapes_and_heads(num_layers: int) -> None:
     graph = random_graph(9)
-    model = DeepGAT(5, 16, 3, num_layers, norm="contranorm", heads=4)
+    model = DeepGAT(5, 16, 3, num_layers, norm="contranorm", num_heads=4)
     assert model(graph.x, graph.edge_index).shape == (9, 3)
     hidden = [block.conv for block in model.blocks[:-1]]
     assert all(conv.heads == 4 and conv.out_channels == 4 and conv.concat for conv in hidden)
     classifier = model.blocks[-1].conv
     assert (classifier.heads, classifier.out_channels, classifier.concat) == (1, 3, False)
-    averaged = DeepGAT(5, 16, 3, 2, heads=3, concat=False, output_heads=2)
+    averaged = DeepGAT(5, 16, 3, 2, num_heads=3, concat=False, output_heads=2)
     assert (averaged.blocks[0].conv.heads, averaged.blocks[0].conv.out_channels) == (3, 16)
     assert averaged(graph.x, graph.edge_index).shape == (9, 3)
 
@@ -54,7 +54,7 @@ def test_node_level_shapes_and_heads(num_layers: int) -> None:
 @pytest.mark.parametrize(("norm", "readout"), [("sepnorm", "virtual"), ("contranorm", "mean"), ("batchnorm", "sum")])
 def test_graph_level_shapes_with_virtual_node(norm: str, readout: str) -> None:
     batch = molecule_batch()
-    model = DeepGAT(28, 8, 2, 3, norm=norm, readout=readout, virtual_node=True, atom_encoder="zinc", heads=2)
+    model = DeepGAT(28, 8, 2, 3, norm=norm, readout=readout, virtual_node=True, atom_encoder="zinc", num_heads=2)
     out = model(batch.x, batch.edge_index, batch.batch, batch.num_graphs)
     assert out.shape == (3, 2) and torch.isfinite(out).all()
     out.sum().backward()
@@ -65,7 +65,7 @@ def test_self_loops_added_once_match_gatconv_defaults() -> None:
     """A one-layer DeepGAT is a GATConv that adds its own self loops, on a graph with self loops and duplicates."""
     graph = random_graph(7)
     edge_index = torch.cat([graph.edge_index, torch.tensor([[0, 3, 3], [0, 3, 5]])], dim=1)
-    model = DeepGAT(5, 8, 3, 1, heads=2, output_heads=2).eval()
+    model = DeepGAT(5, 8, 3, 1, num_heads=2, output_heads=2).eval()
     reference = GATConv(5, 3, heads=2, concat=False).eval()  # add_self_loops=True: remove, then add one per node
     reference.load_state_dict(model.blocks[0].conv.state_dict())
     torch.testing.assert_close(model(graph.x, edge_index), reference(graph.x, edge_index))
@@ -77,7 +77,7 @@ def test_self_loops_added_once_match_gatconv_defaults() -> None:
 def test_equals_pyg_gat_with_the_same_weights() -> None:
     """norm='none', conv-norm-act-dropout order, heads averaged at the output: PyG's GAT, layer for layer."""
     graph = random_graph(12, channels=6)
-    ours = DeepGAT(6, 16, 4, 3, heads=4, output_heads=4, dropout=0.5).eval()
+    ours = DeepGAT(6, 16, 4, 3, num_heads=4, output_heads=4, dropout=0.5).eval()
     pyg = GAT(6, 16, 3, 4, heads=4, dropout=0.5).eval()
     for block, conv in zip(ours.blocks, pyg.convs):
         conv.load_state_dict(block.conv.state_dict())
@@ -87,7 +87,7 @@ def test_equals_pyg_gat_with_the_same_weights() -> None:
 @pytest.mark.parametrize("norm", ["contranorm", "sepnorm", "graphnorm", "batchnorm"])
 def test_graph_outputs_independent_of_batch_mates_in_eval(norm: str) -> None:
     graphs = [molecule_batch((5,)).get_example(0), molecule_batch((7,)).get_example(0)]
-    model = DeepGAT(28, 8, 2, 3, norm=norm, readout="sum", virtual_node=True, atom_encoder="zinc", heads=2).eval()
+    model = DeepGAT(28, 8, 2, 3, norm=norm, readout="sum", virtual_node=True, atom_encoder="zinc", num_heads=2).eval()
     together = Batch.from_data_list(graphs)
     out_together = model(together.x, together.edge_index, together.batch, 2)
     for index, graph in enumerate(graphs):
@@ -135,10 +135,10 @@ def test_cora_run_learns_and_probes_every_layer(data_root: Path) -> None:
 
 def test_bad_models_raise_clear_errors() -> None:
     graph = random_graph(6)
-    with pytest.raises(ValueError, match="hidden_channels=30 must be divisible by heads=4"):
-        DeepGAT(5, 30, 3, 2, heads=4)
+    with pytest.raises(ValueError, match="hidden_channels=30 must be divisible by num_heads=4"):
+        DeepGAT(5, 30, 3, 2, num_heads=4)
     with pytest.raises(ValueError, match="heads"):
-        DeepGAT(5, 32, 3, 2, heads=0)
+        DeepGAT(5, 32, 3, 2, num_heads=0)
     with pytest.raises(ValueError, match="output_heads"):
         DeepGAT(5, 32, 3, 2, output_heads=0)
     with pytest.raises(ValueError, match="attention_dropout"):

@@ -315,35 +315,32 @@ def test_ogb_molecule_features_as_in_molhiv() -> None:
     assert int(batch.spatial_pos[1, 0, 1]) == -1
 
 
-def test_from_config_for_zinc_and_ogb_tasks() -> None:
-    from graphnorm.config import RunConfig
+def test_build_model_for_zinc_and_ogb_tasks() -> None:
+    """The registry builds Graphormer from the task's description (feature kinds, output size), not a run config."""
     from graphnorm.data.datasets import GraphTask
+    from graphnorm.models import build_model
 
-    config = RunConfig(
-        dataset="zinc",
-        model="graphormer",
-        num_layers=3,
-        hidden_channels=24,
-        num_heads=4,
-        norm="sepnorm",
-        dropout=0.1,
-        model_kwargs={"ffn_channels": 40, "multi_hop_max_dist": 2, "pre_ln": False},
-    )
+    keywords = dict(
+        num_layers=3, hidden_channels=24, num_heads=4, norm="sepnorm", dropout=0.1, ffn_channels=40,
+        multi_hop_max_dist=2, pre_ln=False,
+    )  # fmt: skip
     zinc = GraphTask(
         name="zinc", level="graph", task_type="regression", metric="mae", num_features=28, num_outputs=1,
         atom_encoder="zinc",
     )  # fmt: skip
-    model = Graphormer.from_config(config, zinc)
+    model = build_model("graphormer", zinc, **keywords)
     assert len(model.layers) == 3 and model.layers[0].fc1.out_features == 40 and not model.pre_ln
     assert model.atom_embedding.feature_dims == [28] and model.attention_bias.hop_weight.shape == (2, 4, 4)
     ogb = GraphTask(
         name="molhiv", level="graph", task_type="binary", metric="rocauc", num_features=9, num_outputs=1,
         atom_encoder="ogb",
     )  # fmt: skip
-    assert len(Graphormer.from_config(config, ogb).atom_embedding.feature_dims) == 9
+    assert len(build_model("graphormer", ogb, **keywords).atom_embedding.feature_dims) == 9
     cora = GraphTask(name="cora", level="node", task_type="multiclass", metric="acc", num_features=5, num_outputs=7)
-    with pytest.raises(ValueError, match="node-level"):
-        Graphormer.from_config(config, cora)
+    with pytest.raises(ValueError, match="graph level; the task is node"):
+        build_model("graphormer", cora, **keywords)
+    with pytest.raises(ValueError, match="come from the task"):
+        build_model("graphormer", zinc, out_channels=2, **keywords)
 
 
 def test_attention_equals_scaled_dot_product_attention() -> None:
@@ -413,13 +410,24 @@ def test_attention_bias_without_path_hops_is_the_spatial_bias() -> None:
     torch.testing.assert_close(bias[real_pair], bias_module.spatial_embedding(spatial_index)[real_pair])
 
 
-@pytest.mark.parametrize("model_kind", ["graphormer", "gcn"])
+# model -> norm positions: Graphormer 2 layers x 2 norms + final norm; DeepGCN/DeepGAT 3 hidden layers; GCNII 4 layers
+NORM_POSITIONS = {"graphormer": 2 * 2 + 1, "gcn": 3, "gat": 3, "gcnii": 4}
+
+
+@pytest.mark.parametrize("model_kind", list(NORM_POSITIONS))
 def test_norm_instance_is_copied_for_every_position(model_kind):
     """A norm given as an instance fills each position with its own copy: no parameters or statistics shared."""
+    from graphnorm.models import GCNII, DeepGAT
+
     template = build_norm("batchnorm", 16)
-    model = small_model(template) if model_kind == "graphormer" else DeepGCN(5, 16, 3, 4, norm=template)
+    model = {
+        "graphormer": lambda: small_model(template),
+        "gcn": lambda: DeepGCN(5, 16, 3, 4, norm=template),
+        "gat": lambda: DeepGAT(5, 16, 3, 4, norm=template, num_heads=2),
+        "gcnii": lambda: GCNII(5, 16, 3, 4, norm=template),
+    }[model_kind]()
     positions = [m for m in model.modules() if isinstance(m, type(template))]
-    expected = 2 * 2 + 1 if model_kind == "graphormer" else 3  # 2 layers x 2 norms + final norm; 3 hidden GCN layers
+    expected = NORM_POSITIONS[model_kind]
     assert len(positions) == expected
     assert template not in positions
     parameter_ids = [id(p) for m in positions for p in m.parameters()]

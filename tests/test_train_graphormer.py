@@ -15,20 +15,10 @@ from sklearn.metrics import roc_auc_score
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from graphnorm.config import RunConfig
+from graphnorm.data.loaders import graph_loaders, graphormer_splits, prepare_task, size_order
 from graphnorm.data.size_buckets import SizeBucketBatchSampler
-from graphnorm.train import (
-    build_model,
-    checkpoint_path,
-    evaluate_graphs,
-    graph_loaders,
-    graphormer_splits,
-    load_checkpoint,
-    model_outputs,
-    prepare_task,
-    run,
-    size_order,
-    train,
-)
+from graphnorm.models import model_outputs
+from graphnorm.train import build_model, checkpoint_path, evaluate_graphs, load_checkpoint, run, train
 
 # Keys that measure time or how the run was executed, not what it computed.
 TIMING_KEYS = ("wall_time_s", "probe_time_s", "train_graphs_per_s", "resumed_at_epoch")
@@ -85,7 +75,7 @@ def test_zinc_run_learns_probes_tokens_and_resumes_after_a_kill_to_the_same_reco
     size-grouped batches, whose permutations come from the checkpointed generator, and with a weight EMA, whose
     average is checkpointed."""
     config = tiny_graphormer(data_root, bucket_batches=bucket_batches, ema_decay=ema_decay)
-    train_loader = graph_loaders(prepare_task(config), config, torch.Generator())[0]
+    train_loader = graph_loaders(prepare_task(config), config, torch.Generator(), "graphormer")[0]
     assert isinstance(train_loader.batch_sampler, SizeBucketBatchSampler) == (bucket_batches > 1)
     record = run(config)
     # (10 batches of 12 graphs: grouped by size, 8 epochs learn a little less than plain shuffling)
@@ -137,7 +127,7 @@ def test_evaluation_runs_in_size_order_and_scores_as_dataset_order(data_root: Pa
     for dataset, limit in [("zinc", 120), ("molhiv", 1000)]:
         config = tiny_graphormer(data_root, dataset=dataset, limit_graphs=limit)
         task = prepare_task(config)
-        val_loader = graph_loaders(task, config, torch.Generator())[1]
+        val_loader = graph_loaders(task, config, torch.Generator(), "graphormer")[1]
         val = val_loader.dataset
         order = list(val_loader.sampler)
         assert sorted(order) == list(range(len(val)))

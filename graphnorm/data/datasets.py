@@ -84,6 +84,10 @@ class GraphTask:
     num_features: int
     num_outputs: int
     atom_encoder: str | None = None  # None (float features) | zinc | ogb
+    # categorical features: values per node (atom) and edge (bond) feature column; None: float features / no edge
+    # features. Set from atom_encoder when not given (zinc: [28] and [4]; ogb: OGB's molecule featurization).
+    atom_feature_dims: list[int] | None = None
+    bond_feature_dims: list[int] | None = None
     data: Data | None = None
     train: Dataset | None = None
     val: Dataset | None = None
@@ -93,6 +97,12 @@ class GraphTask:
     split: int | None = None
     target_names: list[str] | None = None  # graph level: names of the output columns (SMILES CSV target columns)
     stats: dict[str, Any] = field(default_factory=dict)  # loading facts the run's record carries (invalid SMILES)
+
+    def __post_init__(self) -> None:
+        if self.atom_feature_dims is None and self.atom_encoder is not None:
+            self.atom_feature_dims, self.bond_feature_dims = categorical_feature_dims(
+                self.atom_encoder, self.num_features
+            )
 
     @property
     def higher_is_better(self) -> bool:
@@ -106,6 +116,17 @@ class GraphTask:
         else:
             sizes = f"graphs={len(self.train)}/{len(self.val)}/{len(self.test)}"
         return f"GraphTask({self.name}, {self.level}, {self.task_type}, metric={self.metric}, {sizes})"
+
+
+def categorical_feature_dims(atom_encoder: str, num_features: int) -> tuple[list[int], list[int]]:
+    """Values per atom and per bond feature column of a categorical feature kind."""
+    if atom_encoder == "zinc":
+        return [num_features], [ZINC_NUM_BOND_TYPES]
+    if atom_encoder == "ogb":
+        from ogb.utils.features import get_atom_feature_dims, get_bond_feature_dims
+
+        return list(get_atom_feature_dims()), list(get_bond_feature_dims())
+    raise ValueError(f"unknown categorical feature kind {atom_encoder!r}; valid: zinc, ogb")
 
 
 def load_dataset(

@@ -1,9 +1,18 @@
-"""Models: one import per model."""
+"""Models: one file per model, each registered by name (:func:`register_model`); :func:`build_model` builds one for
+a task. Importing this package registers the built-in models: gcn, gat, gcnii, graphormer."""
 
 from graphnorm.models.gat import DeepGAT
 from graphnorm.models.gcn import DeepGCN, GCNBlock
 from graphnorm.models.gcnii import GCNII, GCNIIBlock
-from graphnorm.models.graphormer import GRAPHORMER_CLIP_NORM, Graphormer, graphormer_optimizer, graphormer_slim
+from graphnorm.models.graphormer import Graphormer, graphormer_optimizer, graphormer_slim, polynomial_optimizer
+from graphnorm.models.registry import (
+    ModelSpec,
+    available_models,
+    build_model,
+    model_outputs,
+    model_spec,
+    register_model,
+)
 
 __all__ = [
     "DeepGAT",
@@ -12,7 +21,13 @@ __all__ = [
     "GCNII",
     "GCNIIBlock",
     "Graphormer",
+    "ModelSpec",
+    "available_models",
+    "build_model",
     "graphormer_optimizer",
     "graphormer_slim",
-    "GRAPHORMER_CLIP_NORM",
+    "model_outputs",
+    "model_spec",
+    "polynomial_optimizer",
+    "register_model",
 ]

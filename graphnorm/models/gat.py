@@ -29,13 +29,15 @@ from torch_geometric.nn import GATConv
 from torch_geometric.utils import add_self_loops
 
 from graphnorm.models.gcn import DeepGCN
+from graphnorm.models.registry import register_model
 
 
+@register_model("gat")
 class DeepGAT(DeepGCN):
     """Deep GAT with a norm per hidden layer; see the module docstring and :class:`DeepGCN` for the layout.
 
     Args (besides DeepGCN's, which mean the same; there is no ``adjacency`` and no ``init``):
-        heads: attention heads of every hidden layer (``hidden_channels`` must be divisible by it when ``concat``).
+        num_heads: attention heads of every hidden layer (``hidden_channels`` must be divisible by it when ``concat``).
         concat: concatenate the hidden heads (each ``hidden_channels // heads`` wide) or average them (each
             ``hidden_channels`` wide).
         output_heads: heads of the node-level classifier, averaged.
@@ -58,18 +60,19 @@ class DeepGAT(DeepGCN):
         readout: str | None = None,
         virtual_node: bool = False,
         atom_encoder: str | None = None,
-        heads: int = 4,
+        num_heads: int = 4,
         concat: bool = True,
         output_heads: int = 1,
         attention_dropout: float | None = None,
         negative_slope: float = 0.2,
     ) -> None:
-        for value, name in ((heads, "heads (num_heads)"), (output_heads, "output_heads")):
+        heads = num_heads
+        for value, name in ((heads, "num_heads"), (output_heads, "output_heads")):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         if concat and isinstance(hidden_channels, int) and hidden_channels % heads != 0:
             raise ValueError(
-                f"hidden_channels={hidden_channels} must be divisible by heads={heads} when concat=True "
+                f"hidden_channels={hidden_channels} must be divisible by num_heads={heads} when concat=True "
                 "(the heads are concatenated to hidden_channels); or set concat=False"
             )
         if attention_dropout is not None and not 0.0 <= attention_dropout < 1.0:

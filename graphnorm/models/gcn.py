@@ -42,6 +42,7 @@ from torch_geometric.nn import GCNConv, global_add_pool, global_mean_pool
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from torch_geometric.utils import add_remaining_self_loops, degree, remove_self_loops
 
+from graphnorm.models.registry import register_model
 from graphnorm.norms import build_norm
 
 ADJACENCIES = ("sym", "row")
@@ -203,6 +204,7 @@ class GCNBlock(nn.Module):
         return x
 
 
+@register_model("gcn")
 class DeepGCN(nn.Module):
     """Deep GCN with a norm per hidden layer; see the module docstring for the layer layout and conventions.
 
@@ -272,6 +274,8 @@ class DeepGCN(nn.Module):
         self.adjacency = adjacency
         self.readout = readout
         self.virtual_node = virtual_node
+        # Raw float features may come as sparse COO (the node-level trainer passes bag-of-words features so).
+        self.takes_sparse_features = atom_encoder is None and not virtual_node
 
         self.input_layer = InputLayer(in_channels, hidden_channels, atom_encoder, virtual_node)
         self.shared_layernorm = nn.LayerNorm(hidden_channels) if shared_layernorm else None

@@ -50,6 +50,7 @@ from graphnorm.models.gcn import (
     check_sizes,
     dropout_nonzeros,
 )
+from graphnorm.models.registry import register_model
 from graphnorm.norms import build_norm
 
 READOUTS = (None, "mean", "sum")
@@ -111,6 +112,7 @@ class GCNIIBlock(nn.Module):
         return F.relu(x)
 
 
+@register_model("gcnii")
 class GCNII(nn.Module):
     """GCNII / GCNII* with a norm per layer; see the module docstring for the layout and the layer formula.
 

@@ -30,6 +30,7 @@ from torch import Tensor, nn
 
 from graphnorm.data.graphormer_preprocess import GraphormerBatch
 from graphnorm.models.dropout import FastDropout, fast_dropout
+from graphnorm.models.registry import register_model
 from graphnorm.norms import build_norm
 
 
@@ -209,11 +210,13 @@ class GraphormerLayer(nn.Module):
         return self.tap(rows)
 
 
+@register_model("graphormer", levels=("graph",), inputs="graphormer")
 class Graphormer(nn.Module):
     """Graphormer for graph-level prediction from the virtual graph token (see the module docs).
 
     Args:
-        num_layers, hidden_channels, num_heads, ffn_channels: encoder size (``hidden_channels % num_heads == 0``).
+        num_layers, hidden_channels, num_heads, ffn_channels: encoder size (``hidden_channels % num_heads == 0``;
+            ``ffn_channels`` None: ``hidden_channels``).
         out_channels: prediction size (1 for ZINC regression and MolHIV's logit).
         atom_feature_dims: number of values per node feature column (ZINC ``[28]``; OGB ``get_atom_feature_dims()``).
         bond_feature_dims: same for edge features (ZINC ``[4]``; OGB ``get_bond_feature_dims()``); ``None``: no
@@ -234,10 +237,10 @@ class Graphormer(nn.Module):
         num_layers: int,
         hidden_channels: int,
         num_heads: int,
-        ffn_channels: int,
-        out_channels: int,
-        atom_feature_dims: Sequence[int],
-        bond_feature_dims: Sequence[int] | None,
+        ffn_channels: int | None = None,
+        out_channels: int = 1,
+        atom_feature_dims: Sequence[int] | None = None,
+        bond_feature_dims: Sequence[int] | None = None,
         max_degree: int = 64,
         max_distance: int = 20,
         multi_hop_max_dist: int = 5,
@@ -249,6 +252,9 @@ class Graphormer(nn.Module):
         activation_dropout: float = 0.1,
     ) -> None:
         super().__init__()
+        if atom_feature_dims is None:
+            raise ValueError("Graphormer needs categorical atom features (atom_feature_dims), e.g. ZINC's or OGB's")
+        ffn_channels = hidden_channels if ffn_channels is None else ffn_channels
         for name, value in [
             ("num_layers", num_layers),
             ("hidden_channels", hidden_channels),
@@ -305,39 +311,6 @@ class Graphormer(nn.Module):
         self.head_norm = nn.LayerNorm(hidden_channels)
         self.head_out = nn.Linear(hidden_channels, out_channels)
         self.reset_parameters()
-
-    @classmethod
-    def from_config(cls, config: Any, task: Any) -> Graphormer:
-        """Build from a ``RunConfig`` and a graph-level ``GraphTask`` (``atom_encoder`` ``"zinc"`` or ``"ogb"``).
-
-        ``config.model_kwargs`` may set ``ffn_channels`` (default: ``hidden_channels``), ``max_degree``,
-        ``max_distance``, ``multi_hop_max_dist``, ``pre_ln``, ``attention_dropout`` and ``activation_dropout``.
-        """
-        if task.level != "graph":
-            raise ValueError(f"Graphormer predicts per graph; dataset {task.name!r} is {task.level}-level")
-        if task.atom_encoder == "zinc":
-            atom_feature_dims, bond_feature_dims = [task.num_features], [4]  # 28 atom types; bond none/1/2/3
-        elif task.atom_encoder == "ogb":
-            from ogb.utils.features import get_atom_feature_dims, get_bond_feature_dims
-
-            atom_feature_dims, bond_feature_dims = get_atom_feature_dims(), get_bond_feature_dims()
-        else:
-            raise ValueError(f"Graphormer needs categorical atom features (zinc or ogb), got {task.atom_encoder!r}")
-        keywords = dict(config.model_kwargs)
-        ffn_channels = keywords.pop("ffn_channels", config.hidden_channels)
-        return cls(
-            num_layers=config.num_layers,
-            hidden_channels=config.hidden_channels,
-            num_heads=config.num_heads,
-            ffn_channels=ffn_channels,
-            out_channels=task.num_outputs,
-            atom_feature_dims=atom_feature_dims,
-            bond_feature_dims=bond_feature_dims,
-            norm=config.norm,
-            norm_kwargs=config.norm_kwargs,
-            dropout=config.dropout,
-            **keywords,
-        )
 
     def reset_parameters(self) -> None:
         """The Graphormer initialization: N(0, 0.02) for linear and embedding weights, zero biases; the norms keep
@@ -480,4 +453,5 @@ def graphormer_optimizer(
     return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor)
 
 
-GRAPHORMER_CLIP_NORM = 5.0  # the paper's gradient clipping
+# The recipe's schedule is not Graphormer's alone: the trainer's scheduler='polynomial' uses it for any model.
+polynomial_optimizer = graphormer_optimizer

@@ -1,0 +1,157 @@
+"""A run's data: the dataset with the config's data options (:func:`prepare_task`) and the graph-level loaders
+(:func:`graph_loaders`), PyG mini-batches or, for a model with Graphormer inputs, every split preprocessed once
+(shortest paths, edge paths, degrees; cached next to the dataset's processed files) and collated by
+:func:`collate_graphormer`."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch_geometric.transforms as T
+from torch_geometric.data import Batch
+from torch_geometric.loader import DataLoader
+
+from graphnorm.data.datasets import GraphTask, load_dataset
+from graphnorm.data.graphormer_preprocess import (
+    GraphormerPreprocess,
+    collate_graphormer,
+    filter_max_nodes,
+    preprocess_dataset,
+)
+from graphnorm.data.size_buckets import SizeBucketBatchSampler
+
+if TYPE_CHECKING:
+    from graphnorm.config import RunConfig
+
+SPLITS = ("train", "val", "test")
+GRAPHORMER_DEFAULT_HOPS = 5  # Graphormer's multi_hop_max_dist default
+
+
+def prepare_task(config: RunConfig) -> GraphTask:
+    """Load the dataset and apply the config's data options (feature normalization, graph subsets)."""
+    # dataset_kwargs (dataset=smiles) may name the SMILES loader's own split rule; config.split is null there
+    task = load_dataset(config.dataset, config.data_root, **{"split": config.split, **config.dataset_kwargs})
+    if config.feature_norm == "row_l1":
+        # PyG's NormalizeFeatures: each row divided by its sum (exact row-L1 for the non-negative Planetoid features).
+        task.data = T.NormalizeFeatures()(task.data.clone())
+    if config.limit_graphs is not None:
+        # Smoke runs: a fixed random subset (seed 0, independent of the run seed) so every seed sees the same graphs.
+        generator = torch.Generator().manual_seed(0)
+        for split in SPLITS:
+            dataset = getattr(task, split)
+            if len(dataset) > config.limit_graphs:
+                keep = torch.randperm(len(dataset), generator=generator)[: config.limit_graphs].sort().values
+                setattr(task, split, dataset[keep])
+        if task.metric == "rocauc":
+            # ROC-AUC needs both classes in every split: fail now, not after the first epoch of training.
+            for split in SPLITS:
+                labels = getattr(task, split).y.view(-1)
+                labels = labels[~torch.isnan(labels.float())]
+                if labels.numel() == 0 or bool((labels == labels[0]).all()):
+                    raise ValueError(
+                        f"limit_graphs={config.limit_graphs} leaves the {split} split of {config.dataset} with one "
+                        "class only, so ROC-AUC is undefined: raise limit_graphs (MolHIV has ~3% positives)"
+                    )
+    return task
+
+
+def collate_for(graphs: list, config: RunConfig, inputs: str) -> Any:
+    """One batch of ``graphs`` for a model of input kind ``inputs``: a PyG ``Batch``, or (``"graphormer"``) the graphs
+    preprocessed and collated as in training."""
+    if inputs == "pyg":
+        return Batch.from_data_list(graphs)
+    hops = graphormer_hops(config)
+    graphs = GraphormerPreprocess(hops, config.max_nodes).process_many(graphs)
+    return collate_graphormer(graphs, multi_hop_max_dist=hops)
+
+
+def graphormer_sample(sample: Any, config: RunConfig) -> Any:
+    """A PyG batch of graphs preprocessed and collated for Graphormer (graphs above ``max_nodes`` left out when
+    ``drop_large_graphs``): what the collapse probe feeds such a model."""
+    graphs = sample.to_data_list()
+    if config.max_nodes is not None and config.drop_large_graphs:
+        graphs, _ = filter_max_nodes(graphs, config.max_nodes)
+    return collate_for(graphs, config, "graphormer")
+
+
+def graphormer_hops(config: RunConfig) -> int:
+    """Hops of a path the Graphormer edge encoding uses (and that preprocessing stores)."""
+    return int(config.model_kwargs.get("multi_hop_max_dist", GRAPHORMER_DEFAULT_HOPS))
+
+
+def graphormer_splits(task: GraphTask, config: RunConfig) -> tuple[dict[str, list], dict[str, int]]:
+    """Every split preprocessed for Graphormer (list of ``Data`` with shortest paths, edge paths, degrees) and the
+    number of graphs dropped per split for having more than ``max_nodes`` nodes (only with ``drop_large_graphs``;
+    otherwise such a graph is an error, before any preprocessing).
+
+    The preprocessing is cached as ``graphormer_<split>_h<hops>[_limit<n>][_max<m>].pt`` in the dataset's processed
+    folder: a ``limit_graphs`` subset or a filtered split gets its own file, and the cache re-checks the hop count and
+    the graphs' node and edge counts before it is used.
+    """
+    hops = graphormer_hops(config)
+    splits, dropped = {}, {}
+    for split in SPLITS:
+        dataset = getattr(task, split)
+        graphs = [dataset[i] for i in range(len(dataset))]
+        name = f"graphormer_{split}_h{hops}"
+        if config.limit_graphs is not None:
+            name += f"_limit{config.limit_graphs}"
+        dropped[split] = 0
+        if config.max_nodes is not None:
+            sizes = [int(g.num_nodes) for g in graphs]
+            large = sum(n > config.max_nodes for n in sizes)
+            if large and not config.drop_large_graphs:
+                raise ValueError(
+                    f"{task.name} {split}: {large} graph(s) have more than max_nodes={config.max_nodes} nodes "
+                    f"(largest: {max(sizes)}); raise max_nodes, or set drop_large_graphs: true to leave them out "
+                    "(counted in the record)"
+                )
+            if large:
+                graphs, dropped[split] = filter_max_nodes(graphs, config.max_nodes)
+                name += f"_max{config.max_nodes}"
+                if not graphs:
+                    raise ValueError(f"{task.name} {split}: every graph has more than max_nodes={config.max_nodes}")
+        cache = Path(dataset.processed_dir) / f"{name}.pt"
+        splits[split] = preprocess_dataset(graphs, hops, config.max_nodes, cache_path=cache)
+    return splits, dropped
+
+
+def size_order(graphs: list) -> list[int]:
+    """Indices of ``graphs`` by node count (stable): the evaluation order of Graphormer's padded batches."""
+    return sorted(range(len(graphs)), key=lambda i: int(graphs[i].num_nodes))
+
+
+def graph_loaders(
+    task: GraphTask, config: RunConfig, generator: torch.Generator, inputs: str = "pyg"
+) -> tuple[Any, Any, Any, dict[str, Any]]:
+    """Train (shuffled by ``generator``), val and test loaders, plus extra record entries (Graphormer: drop counts).
+    ``inputs``: the model's input kind (:data:`graphnorm.models.registry.INPUTS`): PyG batches, or Graphormer's
+    preprocessed padded batches."""
+    if inputs == "pyg":
+        train_loader = DataLoader(task.train, batch_size=config.batch_size, shuffle=True, generator=generator)
+        val_loader = DataLoader(task.val, batch_size=config.batch_size)
+        test_loader = DataLoader(task.test, batch_size=config.batch_size)
+        return train_loader, val_loader, test_loader, {}
+    splits, dropped = graphormer_splits(task, config)
+    collate = functools.partial(collate_graphormer, multi_hop_max_dist=graphormer_hops(config))
+    if config.bucket_batches > 1:
+        sizes = [int(graph.num_nodes) for graph in splits["train"]]
+        sampler = SizeBucketBatchSampler(sizes, config.batch_size, config.bucket_batches, generator)
+        train_loader = torch.utils.data.DataLoader(splits["train"], batch_sampler=sampler, collate_fn=collate)
+    else:
+        train_loader = torch.utils.data.DataLoader(
+            splits["train"], batch_size=config.batch_size, shuffle=True, generator=generator, collate_fn=collate
+        )
+    # Evaluation in eval mode does not depend on which graphs share a batch (tested), and the metrics do not depend
+    # on the order of the graphs, so val/test run in size order: each batch pads to graphs of about its own size
+    # (MolHIV val with Graphormer-slim: 12.4 s -> 3.2 s, the same ROC-AUC).
+    val_loader, test_loader = (
+        torch.utils.data.DataLoader(
+            splits[split], batch_size=config.batch_size, sampler=size_order(splits[split]), collate_fn=collate
+        )
+        for split in ("val", "test")
+    )
+    return train_loader, val_loader, test_loader, {f"dropped_graphs_{split}": dropped[split] for split in SPLITS}
