@@ -32,7 +32,7 @@ from graphnorm.analysis import (
     numerical_rank,
     singular_values,
 )
-from graphnorm.analysis.collapse import PER_GRAPH_METRICS, POOLED_METRICS
+from graphnorm.analysis.collapse import PER_GRAPH_METRICS, POOLED_METRICS, LayerStream, collapse_records_layers
 from graphnorm.analysis.cone import robust_cone_angle
 from graphnorm.data import load_dataset
 from graphnorm.models import GCNII, DeepGCN
@@ -171,3 +171,31 @@ def test_probe_graph_level_zinc_equals_reference(zinc_sample, norm, virtual_node
         28, 32, 1, depth, norm=norm, readout="mean", virtual_node=virtual_node, atom_encoder="zinc", dropout=0.0
     )
     _assert_table_equals_reference(model, zinc_sample)
+
+
+def test_layer_stream_equals_collapse_records_layers():
+    """The probe's per-hook path gives the records of the list path: layers of two widths added out of order, a
+    layer added twice (the last call counts), zero rows, a directed edge list; invalid layers rejected."""
+    generator = torch.Generator().manual_seed(3)
+    edge_index = torch.randint(0, 90, (2, 300), generator=generator)
+    xs = [torch.randn(90, 16, generator=generator) for _ in range(4)] + [torch.randn(90, 5, generator=generator)]
+    xs[1][::4] = 0.0
+    xs[2] = xs[2][:, :1].repeat(1, 16) + 1e-9 * xs[2]  # collapsed: cone of a few 1e-7 degrees
+    stream = LayerStream(edge_index, num_singular_values=4, cone_tol_deg=TOL_DEG)
+    stream.add(3, torch.zeros(90, 16))
+    for index in (4, 0, 3, 2, 1):
+        stream.add(index, xs[index])
+    expected = collapse_records_layers(xs, edge_index=edge_index, num_singular_values=4, cone_tol_deg=TOL_DEG)
+    got = stream.records()
+    assert [[(r["rows"], r["metric"], r["stat"]) for r in layer] for layer in got] == [
+        [(r["rows"], r["metric"], r["stat"]) for r in layer] for layer in expected
+    ]
+    for layer_got, layer_expected in zip(got, expected):
+        for record, reference in zip(layer_got, layer_expected):
+            assert record["value"] == pytest.approx(reference["value"], rel=1e-12, abs=1e-15, nan_ok=True), record
+    with pytest.raises(ValueError, match="same 90 rows"):
+        stream.add(5, torch.randn(80, 16))
+    bad = torch.randn(90, 16)
+    bad[3, 2] = math.nan
+    with pytest.raises(ValueError, match="NaN or Inf"):
+        stream.add(5, bad)

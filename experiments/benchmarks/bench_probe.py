@@ -1,9 +1,10 @@
-"""Benchmark 5: cost of the collapse probe on a 64-layer GCN on Cora, against one forward pass of that model.
+"""Benchmark 5: cost of the collapse probe on 64- and 16-layer GCNs on Cora, against one forward pass of that model.
 
-``graphnorm.analysis.CollapseProbe(model).probe(data)`` runs one eval/no-grad forward with hooks on every layer and
-then every collapse metric on every captured layer output. The baseline is one forward pass of the same model in
-eval mode under ``torch.no_grad()`` (the least any probe must do). Interleaved rounds, median; no target, the ratio
-is reported together with the probe's own split into forward and metrics time.
+``graphnorm.analysis.CollapseProbe(model).probe(data)`` runs one eval/no-grad forward with hooks on every layer that
+measure each layer's output as it appears (one graph) and then batches the rest over layers. The baseline is one
+forward pass of the same model in eval mode under ``torch.no_grad()`` (the least any probe must do). Interleaved
+rounds; the probe / forward ratio of each round (min and median) is reported with the probe's own split. Target
+(issue 20): at most 1.5x at 64 layers.
 
     python -m experiments.benchmarks.bench_probe [--quick] [--out DIR]
 """
@@ -25,13 +26,12 @@ from graphnorm.analysis.collapse import single_thread
 from graphnorm.models.gcn import DeepGCN
 
 HIDDEN = 64
+TARGET_RATIO = 1.5  # issue 20: probing every layer of a 64-layer model at most 1.5x one forward pass
 
 
-def run(quick: bool = False, out_dir: Path | None = None, repeats: int | None = None) -> common.BenchReport:
-    data: Data = synthetic_graph() if quick else load_cora()
-    num_layers = 4 if quick else 64
-    repeats = repeats or (2 if quick else 5)
-    min_seconds = 0.002 if quick else 0.02  # a candidate faster than this is looped within a round
+def _measure(data: Data, num_layers: int, repeats: int, min_seconds: float) -> dict:
+    """One depth: forward (this run's threads and one thread) and probe in interleaved rounds; the probe / forward
+    ratio of every round (min and median), and the probe's own split into forward and metrics time."""
     torch.manual_seed(0)
     model = DeepGCN(data.num_features, HIDDEN, int(data.y.max()) + 1, num_layers, norm="none", dropout=0.5)
     probe = CollapseProbe(model)
@@ -57,42 +57,54 @@ def run(quick: bool = False, out_dir: Path | None = None, repeats: int | None = 
         "forward_1_thread": forward_one_thread,
         "probe": probe_call,
     }
-    times = _common.time_interleaved(fns, repeats=repeats, min_seconds=min_seconds)
-    ratio = times["probe"] / times["forward"]
-    ratio_one_thread = times["probe"] / times["forward_1_thread"]
-    records = probe.probe(data)
-    row = {
+    samples = _common.time_interleaved_samples(fns, repeats=repeats, min_seconds=min_seconds)
+    times = {name: _common.median(values) for name, values in samples.items()}
+    ratios = [p / f for p, f in zip(samples["probe"], samples["forward"])]
+    ratios_one_thread = [p / f for p, f in zip(samples["probe"], samples["forward_1_thread"])]
+    return {
         "model": f"DeepGCN {num_layers} layers, hidden {HIDDEN}",
         "forward (ms)": times["forward"] * 1e3,
         "forward 1 thread (ms)": times["forward_1_thread"] * 1e3,
         "probe (ms)": times["probe"] * 1e3,
-        "probe / forward": ratio,
-        "probe / forward 1 thread": ratio_one_thread,
-        "probe: its forward (ms)": _common.median(split["forward_s"]) * 1e3,
-        "probe: metrics (ms)": _common.median(split["metrics_s"]) * 1e3,
-        "metrics per layer (ms)": _common.median(split["metrics_s"]) * 1e3 / len(probe.layers),
-        "records": len(records),
+        "probe / forward (min)": min(ratios),
+        "probe / forward (median)": _common.median(ratios),
+        "probe / forward 1 thread (median)": _common.median(ratios_one_thread),
+        "probe: its forward with per-layer metrics (ms)": _common.median(split["forward_s"]) * 1e3,
+        "probe: batched rest (ms)": _common.median(split["metrics_s"]) * 1e3,
+        "records": len(probe.probe(data)),
     }
-    print(common.format_row(row), flush=True)
+
+
+def run(quick: bool = False, out_dir: Path | None = None, repeats: int | None = None) -> common.BenchReport:
+    data: Data = synthetic_graph() if quick else load_cora()
+    depths = (4,) if quick else (64, 16)
+    repeats = repeats or (2 if quick else 7)
+    min_seconds = 0.002 if quick else 0.02  # a candidate faster than this is looped within a round
+    rows = []
+    for num_layers in depths:
+        rows.append(_measure(data, num_layers, repeats, min_seconds))
+        print(common.format_row(rows[-1]), flush=True)
     graph = "random graph" if quick else "Cora"
     setup = (
-        f"{graph} ({data.num_nodes} nodes), DeepGCN with {num_layers} layers (norm none, hidden {HIDDEN}); "
-        f"probe = CollapseProbe(model).probe(data) over {len(probe.layers)} layers with the default metrics; "
-        f"baseline = one eval/no-grad forward with this run's torch threads ({torch.get_num_threads()}) and on one "
-        "thread (the probe runs its own forward and metrics on one thread); "
-        f"{repeats} interleaved rounds, median. No target: reported."
+        f"{graph} ({data.num_nodes} nodes), DeepGCN with {' and '.join(map(str, depths))} layers (norm none, hidden "
+        f"{HIDDEN}); probe = CollapseProbe(model).probe(data) over every layer with the default metrics (each layer "
+        "measured in its forward hook, the rest batched over layers); baseline = one eval/no-grad forward with this "
+        f"run's torch threads ({torch.get_num_threads()}) and on one thread (the probe runs its own forward and "
+        f"metrics on one thread); {repeats} interleaved rounds, ratio of each round, min and median. "
+        f"Target (issue 20): probe / forward <= {TARGET_RATIO} at 64 layers."
     )
+    targets = []
+    for row, num_layers in zip(rows, depths):
+        ratio = row["probe / forward (median)"]
+        met = ratio <= TARGET_RATIO if num_layers == 64 else None
+        required = f"<= {TARGET_RATIO}" if num_layers == 64 else "reported (no target)"
+        targets.append(common.Target(f"probe / forward, median ({num_layers} layers)", required, ratio, met))
     return common.BenchReport(
         name="probe",
         title="5. Collapse probe vs one forward pass",
         setup=setup,
-        tables=[common.markdown_table([row])],
-        targets=[
-            common.Target(f"probe / forward ({num_layers} layers)", "reported (no target)", ratio, None),
-            common.Target(
-                f"probe / forward on 1 thread ({num_layers} layers)", "reported (no target)", ratio_one_thread, None
-            ),
-        ],
+        tables=[common.markdown_table(rows)],
+        targets=targets,
     )
 
 

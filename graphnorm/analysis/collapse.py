@@ -37,7 +37,14 @@ from graphnorm.analysis.cone import ROBUST_CONE_LEVEL, cone_from_unit_rows, robu
 from graphnorm.analysis.magnitude import check_not_too_large
 from graphnorm.analysis.metrics import _check_edge_index
 
-__all__ = ["collapse_records", "collapse_records_layers", "collapse_metrics", "records_to_flat_dict", "METRIC_NAMES"]
+__all__ = [
+    "LayerStream",
+    "collapse_records",
+    "collapse_records_layers",
+    "collapse_metrics",
+    "records_to_flat_dict",
+    "METRIC_NAMES",
+]
 
 # Metrics per graph (and pooled when marked) in the order they appear in tables.
 PER_GRAPH_METRICS = (
@@ -490,21 +497,27 @@ def _edge_metrics_layers(layers: Sequence[_Layer], rows: _Rows) -> dict[str, Ten
     return {name: torch.from_numpy(np.stack([part[name] for part in parts])) for name in EDGE_METRICS}
 
 
-def _records_one_graph(xs: Sequence[Tensor], rows: _Rows, num_singular_values: int, cone_tol_deg: float) -> list:
-    """Node-row records of every layer when the rows form one graph (stat "value"), one layer at a time."""
-    summaries, edge_values = [], []
-    for x in xs:
-        layer = _layer(x, rows.node_rows)
-        summaries.append(_summarize_set(layer, cone_tol_deg))
-        if rows.edge_source is not None:
-            edge_values.append(_edge_metrics_layer(layer, rows))
+def _one_graph_part(layer: _Layer, rows: _Rows, cone_tol_deg: float) -> tuple[_SetSummary, dict | None]:
+    """What one layer's node rows contribute when they form one graph: the set summary and the edge metrics."""
+    edges = _edge_metrics_layer(layer, rows) if rows.edge_source is not None else None
+    return _summarize_set(layer, cone_tol_deg), edges
+
+
+def _one_graph_records(parts: list[tuple[_SetSummary, dict | None]], num_singular_values: int) -> list[list[dict]]:
+    """Node-row records (stat "value") of layers of one width from their :func:`_one_graph_part`."""
     records = []
-    for position, values in enumerate(_set_metrics(summaries, num_singular_values)):
-        if edge_values:
-            values.update({name: float(edge_values[position][name][0]) for name in EDGE_METRICS})
+    for (_, edges), values in zip(parts, _set_metrics([summary for summary, _ in parts], num_singular_values)):
+        if edges is not None:
+            values.update({name: float(edges[name][0]) for name in EDGE_METRICS})
         ordered = [name for name in PER_GRAPH_METRICS if name in values] + [k for k in values if k.startswith("sv_")]
         records.append([dict(rows="node", metric=k, stat="value", value=values[k]) for k in ordered])
     return records
+
+
+def _records_one_graph(xs: Sequence[Tensor], rows: _Rows, num_singular_values: int, cone_tol_deg: float) -> list:
+    """Node-row records of every layer when the rows form one graph (stat "value"), one layer at a time."""
+    parts = [_one_graph_part(_layer(x, rows.node_rows), rows, cone_tol_deg) for x in xs]
+    return _one_graph_records(parts, num_singular_values)
 
 
 def _records_per_graph(xs: Sequence[Tensor], rows: _Rows, num_singular_values: int, cone_tol_deg: float) -> list:
@@ -583,11 +596,11 @@ def collapse_records_layers(
     """:func:`collapse_records` of every representation in ``xs`` (each [n, d_l], the same n rows and
     context), one list of records per layer, equal to calling :func:`collapse_records` per layer.
 
-    Fast path of the probe: the context (token rows, graphs, edges) is validated and built once;
-    layers of equal width are stacked into [L, n, d] float64 tensors and measured in batched passes (one
-    batched Gram / eigvalsh for the singular values of every layer; row norms and unit rows computed once and
-    shared by cosine, MAD and the cone; one gather of edge endpoints per layer for both the Dirichlet energy and
-    the neighbour cosines, one direction per pair for symmetric edge lists).
+    Fast path of the probe: the context (token rows, graphs, edges) is validated and built once; each layer's
+    rows are converted to float64 once, in cache, with row norms and unit rows shared by every metric; the
+    singular values of all layers of a width come from one batched eigvalsh of their stacked d x d Gram
+    matrices; one gather of edge endpoints per layer gives both the Dirichlet energy and the neighbour cosines
+    (one direction per pair for symmetric edge lists); per-graph statistics are scatter sums over stacked layers.
     The cone angle remains one min-norm-point problem per layer (and graph).
     """
     if isinstance(xs, Tensor):
@@ -610,6 +623,46 @@ def collapse_records_layers(
             for index, records in zip(indices, layer_records):
                 results[index] = records
         return results  # type: ignore[return-value]
+
+
+class LayerStream:
+    """:func:`collapse_records_layers` fed one layer at a time, for rows that form one graph (no ``batch``, no token
+    rows): the probe measures each layer's output in its forward hook, while the output is still in cache, and keeps
+    only a small summary per layer ([d, d] Gram matrix, unit-row sum, cones, edge metrics), so the forward pass
+    reuses its buffers instead of holding every layer's output. :meth:`records` then batches the rest over layers.
+
+    Gives the records of :func:`collapse_records_layers` on the same layers.
+    """
+
+    def __init__(self, edge_index: Tensor | None = None, num_singular_values: int = 16, cone_tol_deg: float = 1e-3):
+        self.edge_index = edge_index
+        self.num_singular_values = num_singular_values
+        self.cone_tol_deg = cone_tol_deg
+        self._rows: _Rows | None = None
+        self._parts: dict[int, tuple[int, tuple[_SetSummary, dict | None]]] = {}
+
+    def add(self, index: int, x: Tensor) -> None:
+        """Measure layer ``index`` (0-based position) with output ``x`` [n, d]; a later call for the same index
+        replaces it. ``ValueError`` / ``TypeError`` as :func:`collapse_records` for invalid ``x``."""
+        _check_layer(x, None if self._rows is None else self._rows.num_rows, index + 1)
+        with single_thread():
+            if self._rows is None:
+                self._rows = _build_rows(x.size(0), self.edge_index, None, None)
+            part = _one_graph_part(_layer(x, None), self._rows, self.cone_tol_deg)
+        self._parts[index] = (x.size(1), part)
+
+    def records(self) -> list[list[dict]]:
+        """Records of every added layer, in index order (layers of equal width batched together)."""
+        indices = sorted(self._parts)
+        results: dict[int, list[dict]] = {}
+        widths: dict[int, list[int]] = {}
+        for index in indices:
+            widths.setdefault(self._parts[index][0], []).append(index)
+        with single_thread():
+            for group in widths.values():
+                group_records = _one_graph_records([self._parts[i][1] for i in group], self.num_singular_values)
+                results.update(zip(group, group_records))
+        return [results[index] for index in indices]
 
 
 def collapse_records(

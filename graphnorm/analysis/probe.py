@@ -1,10 +1,15 @@
 """CollapseProbe: the collapse metrics of the representation after every layer of a model, as a tidy table.
 
-How it works. Forward hooks on the watched layers capture each layer's output during one forward pass in
-eval mode under ``torch.no_grad()`` (the model's train/eval mode is restored afterwards, also on error). Then
-:func:`graphnorm.analysis.collapse.collapse_records_layers` measures all captured outputs together (context
-built once, layers of equal width stacked into float64 [L, n, d] passes); its records equal
-:func:`~graphnorm.analysis.collapse.collapse_records` called per layer.
+How it works. Forward hooks on the watched layers see each layer's output during one forward pass in eval mode
+under ``torch.no_grad()`` on one thread (the model's train/eval mode is restored afterwards, also on error).
+When the rows form one graph (node-level data, no token rows) each hook measures its layer at once with
+:class:`graphnorm.analysis.collapse.LayerStream`, while the output is still in cache, and keeps only a small
+summary (a d x d Gram matrix, the unit-row sum, both cones, the edge metrics); the spectra (one batched
+eigendecomposition of the stacked Gram matrices) and the records are then computed for all layers together. So the
+forward reuses its buffers instead of holding 64 layer outputs. Otherwise (batches of graphs, token rows) the
+outputs are captured and :func:`graphnorm.analysis.collapse.collapse_records_layers` measures them (layers of
+equal width stacked). Either way the records equal :func:`~graphnorm.analysis.collapse.collapse_records` called
+per layer.
 
 Which layers. graphnorm models expose ``collapse_layers() -> [(name, module)]`` and ``probe_context(data) ->
 {batch, token_mask, edge_index}`` for the rows those layers output (e.g. DeepGCN's virtual-node rows as token
@@ -28,7 +33,7 @@ import pandas as pd
 import torch
 from torch import Tensor, nn
 
-from graphnorm.analysis.collapse import collapse_records_layers, single_thread
+from graphnorm.analysis.collapse import LayerStream, collapse_records_layers, single_thread
 
 __all__ = ["CollapseProbe", "probe_records", "evaluation_sample", "TABLE_COLUMNS"]
 
@@ -69,7 +74,8 @@ class CollapseProbe:
 
     ``probe(data)`` returns a DataFrame with columns layer (1-based position in ``layers``), layer_name, rows
     ("node"/"token"), metric, stat, value; ``probe_records(data)`` the same as a list of dicts. The time of the
-    last call is in ``last_timing`` (forward / metrics seconds).
+    last call is in ``last_timing``: ``forward_s`` (the forward pass, with the per-layer measurements its hooks
+    make for one graph) and ``metrics_s`` (the rest).
     """
 
     def __init__(
@@ -111,11 +117,19 @@ class CollapseProbe:
     def capture(self, data: Any) -> list[Tensor]:
         """One forward pass in eval mode without grad; the output of every watched layer (its last call)."""
         outputs: dict[int, Tensor] = {}
+        self._run(data, outputs.__setitem__)
+        return [outputs[i] for i in range(len(self.layers))]
+
+    def _run(self, data: Any, on_output: Callable[[int, Tensor], None]) -> None:
+        """One forward pass in eval mode without grad, on one thread, calling ``on_output(position, output)`` (0-based
+        position in ``layers``) as each watched layer returns; hooks removed and the mode restored, also on error."""
+        called: set[int] = set()
         handles = []
         for index, (_, module) in enumerate(self.layers):
 
             def hook(_module: nn.Module, _inputs: Any, output: Any, index: int = index) -> None:
-                outputs[index] = _first_tensor(output).detach()
+                called.add(index)
+                on_output(index, _first_tensor(output).detach())
 
             handles.append(module.register_forward_hook(hook))
         was_training = self.model.training
@@ -127,10 +141,9 @@ class CollapseProbe:
             for handle in handles:
                 handle.remove()
             self.model.train(was_training)
-        missing = [self.layers[i][0] for i in range(len(self.layers)) if i not in outputs]
+        missing = [self.layers[i][0] for i in range(len(self.layers)) if i not in called]
         if missing:
             raise RuntimeError(f"CollapseProbe: layers {missing} were not called in the forward pass")
-        return [outputs[i] for i in range(len(self.layers))]
 
     def _context(self, data: Any) -> dict[str, Tensor | None]:
         if hasattr(self.model, "probe_context"):
@@ -141,29 +154,31 @@ class CollapseProbe:
     def probe_records(self, data: Any) -> list[dict]:
         """Tidy records ``{layer, layer_name, rows, metric, stat, value[, split]}`` for every watched layer."""
         start = time.perf_counter()
-        outputs = self.capture(data)
-        captured = time.perf_counter()
         context = self._context(data)
-        for (name, _), output in zip(self.layers, outputs):
-            if output.dim() != 2 or output.size(0) != (
-                context["batch"].numel() if context["batch"] is not None else output.size(0)
-            ):
-                raise ValueError(
-                    f"CollapseProbe: layer {name!r} output has shape {tuple(output.shape)}, expected [rows, d] "
-                    "over the rows described by the probe context"
-                )
-        if len({output.size(0) for output in outputs}) > 1:
-            sizes = {name: output.size(0) for (name, _), output in zip(self.layers, outputs)}
-            raise ValueError(f"CollapseProbe: watched layers output different numbers of rows: {sizes}")
-        # Every layer at once: the context is built once and layers of equal width are measured in stacked passes.
-        per_layer = collapse_records_layers(
-            outputs,
-            edge_index=context["edge_index"],
-            batch=context["batch"],
-            token_mask=context["token_mask"],
-            num_singular_values=self.num_singular_values,
-            cone_tol_deg=self.cone_tol_deg,
-        )
+        token_mask = context["token_mask"]
+        if context["batch"] is None and (token_mask is None or not bool(token_mask.any())):
+            # One graph: each layer is measured in its hook while its output is in cache (LayerStream).
+            stream = LayerStream(context["edge_index"], self.num_singular_values, self.cone_tol_deg)
+            self._run(data, lambda index, output: stream.add(index, self._checked(index, output, None)))
+            captured = time.perf_counter()
+            per_layer = stream.records()
+        else:
+            outputs = self.capture(data)
+            captured = time.perf_counter()
+            for index, output in enumerate(outputs):
+                self._checked(index, output, context["batch"])
+            if len({output.size(0) for output in outputs}) > 1:
+                sizes = {name: output.size(0) for (name, _), output in zip(self.layers, outputs)}
+                raise ValueError(f"CollapseProbe: watched layers output different numbers of rows: {sizes}")
+            # Layers of equal width are measured in stacked passes; the context is built once.
+            per_layer = collapse_records_layers(
+                outputs,
+                edge_index=context["edge_index"],
+                batch=context["batch"],
+                token_mask=token_mask,
+                num_singular_values=self.num_singular_values,
+                cone_tol_deg=self.cone_tol_deg,
+            )
         extra = {} if self.split is None else {"split": self.split}
         records = [
             {"layer": position, "layer_name": name, **record, **extra}
@@ -172,6 +187,15 @@ class CollapseProbe:
         ]
         self.last_timing = {"forward_s": captured - start, "metrics_s": time.perf_counter() - captured}
         return records
+
+    def _checked(self, index: int, output: Tensor, batch: Tensor | None) -> Tensor:
+        """``output`` of layer ``index`` if it is [rows, d] over the rows of the probe context, else ValueError."""
+        if output.dim() != 2 or (batch is not None and output.size(0) != batch.numel()):
+            raise ValueError(
+                f"CollapseProbe: layer {self.layers[index][0]!r} output has shape {tuple(output.shape)}, expected "
+                "[rows, d] over the rows described by the probe context"
+            )
+        return output
 
     def probe(self, data: Any) -> pd.DataFrame:
         """:meth:`probe_records` as a DataFrame (columns :data:`TABLE_COLUMNS` [+ split])."""
