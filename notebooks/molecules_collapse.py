@@ -23,26 +23,37 @@
 # (metrics per molecule, averaged over molecules) and the graph-token rows (one row per molecule, measured across
 # molecules).
 #
-# **Runtime at the defaults** (500 graphs per split, 6 epochs, two runs): RUNTIME_NOTE
+# **Runtime at the defaults** (500 graphs per split, 6 epochs, two runs, one torch thread): about 2.5 minutes,
+# 152-202 s measured (kernel in notebooks/ or in the repository root) on a 2-core machine shared with other jobs,
+# so a quiet machine is faster; the first run on a machine adds the preprocessing of the subset (shortest paths,
+# cached afterwards).
 #
 # It is a short run, far from the full recipe: read it as a demonstration of the probe, not as the result. The
 # measured full-data comparison (12 epochs on all of ZINC, 3 seeds) is on the results page, `analysis/README.md`.
 # Settings through environment variables, set before starting Jupyter: `GRAPHNORM_NB_GRAPHS` (graphs per split),
-# `GRAPHNORM_NB_EPOCHS`, `GRAPHNORM_NB_LAYERS`. The first run preprocesses the subset (shortest paths), cached in the
-# data root (`GRAPHNORM_DATA`, `GRAPHNORM_DATA_MIRROR`; relative paths are taken from where Jupyter was started).
+# `GRAPHNORM_NB_EPOCHS`, `GRAPHNORM_NB_LAYERS`, `GRAPHNORM_NB_THREADS` (torch threads, default 1). The first run
+# preprocesses the subset (shortest paths), cached in the data root (`GRAPHNORM_DATA`, `GRAPHNORM_DATA_MIRROR`;
+# relative paths are taken from where Jupyter was started).
 
 # %%
 import math
 import os
+import warnings
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pandas as pd
+import torch
 from IPython.display import Markdown, display
 
-from graphnorm.config import RunConfig
-from graphnorm.train import run
+# tqdm.auto warns that ipywidgets is missing (harmless: progress comes as text lines); before graphnorm imports it
+warnings.filterwarnings("ignore", message="IProgress not found")
 
+from graphnorm.config import RunConfig  # noqa: E402
+from graphnorm.train import run  # noqa: E402
+
+# One thread: these models are small, and a second thread slows them down on a busy machine.
+torch.set_num_threads(int(os.environ.get("GRAPHNORM_NB_THREADS", "1")))
 GRAPHS = int(os.environ.get("GRAPHNORM_NB_GRAPHS", "500"))
 EPOCHS = int(os.environ.get("GRAPHNORM_NB_EPOCHS", "6"))
 LAYERS = int(os.environ.get("GRAPHNORM_NB_LAYERS", "12"))
@@ -141,12 +152,15 @@ plt.show()
 last = layers[(layers.layer == layers.layer.max()) & layers.metric.isin(list(METRICS))]
 table = last.pivot_table(index="norm", columns=["rows", "metric"], values="value").round(3)
 display(table)
-token_rank = table[("token", "effective_rank")]
-less, more = token_rank.idxmax(), token_rank.idxmin()
+LESS_COLLAPSED = {"effective_rank": "higher", "mean_cosine": "lower", "cone_angle_q90": "larger"}
+lines = [
+    f"- {METRICS[metric]}: SepNorm {table.loc['sepnorm', ('token', metric)]:.3g}, ShareNorm "
+    f"{table.loc['layernorm', ('token', metric)]:.3g} ({LESS_COLLAPSED[metric]} is less collapsed)"
+    for metric in METRICS
+]
 display(
     Markdown(
-        f"In this run the graph tokens at the last layer are less collapsed with **{NORMS[less]}** (effective rank "
-        f"{token_rank[less]:.2f}) than with **{NORMS[more]}** ({token_rank[more]:.2f}), after {STEPS} optimizer "
-        f"steps on {GRAPHS} training molecules."
+        f"Graph-token rows at the last layer, after {STEPS} optimizer steps on {GRAPHS} training molecules "
+        "(the metrics need not agree in a run this short):\n" + "\n".join(lines)
     )
 )

@@ -30,13 +30,17 @@
 
 # %%
 import os
+import warnings
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 from IPython.display import Markdown, display
 
-import graphnorm
-from graphnorm.analysis import plots
+# tqdm.auto warns that ipywidgets is missing (harmless: progress comes as text lines); before graphnorm imports it
+warnings.filterwarnings("ignore", message="IProgress not found")
+
+import graphnorm  # noqa: E402
+from graphnorm.analysis import plots  # noqa: E402
 
 MAIN_JOB = "experiments/sweeps/cora_depth_quick.yaml"
 DEFAULT_RUN_DIR = "runs/cora_depth_quick"  # the main job's output, relative to the repository root

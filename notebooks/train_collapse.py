@@ -17,25 +17,36 @@
 # effective rank and the robust cone angle (the smallest cone around 90 % of the node rows) against layer.
 # The accuracy is the last epoch's, on the 2068 nodes outside train and validation (the papers' protocol).
 #
-# **Runtime at the defaults** (2 depths x 2 norms x 100 epochs): RUNTIME_NOTE
+# **Runtime at the defaults** (depths 4 and 16, no norm and PairNorm, 100 epochs each, one torch thread): about one
+# minute, 51-102 s measured (kernel in notebooks/ or in the repository root) on a 2-core machine shared with other
+# jobs, so a quiet machine is faster. Adding ContraNorm
+# (`GRAPHNORM_NB_NORMS=none,pairnorm,contranorm`) costs about 3 more minutes there, mostly its 16-layer model.
 #
 # Smaller or larger settings through environment variables, set before starting Jupyter: `GRAPHNORM_NB_EPOCHS`,
 # `GRAPHNORM_NB_DEPTHS` (e.g. `2,8,16`), `GRAPHNORM_NB_NORMS` (e.g. `none,pairnorm,contranorm`; ContraNorm costs
-# several times more per layer). The test suite runs it with 2 epochs. Datasets come from the data root
-# (`GRAPHNORM_DATA`, `GRAPHNORM_DATA_MIRROR`; relative paths are taken from the folder where Jupyter was started).
+# several times more per layer), `GRAPHNORM_NB_THREADS` (torch threads, default 1). The test suite runs it with 2
+# epochs. Datasets come from the data root (`GRAPHNORM_DATA`, `GRAPHNORM_DATA_MIRROR`; relative paths are taken
+# from the folder where Jupyter was started).
 
 # %%
 import os
+import warnings
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pandas as pd
+import torch
 from IPython.display import clear_output, display
 
-from graphnorm.analysis import CollapseProbe
-from graphnorm.config import RunConfig
-from graphnorm.train import train
+# tqdm.auto warns that ipywidgets is missing (harmless: progress comes as text lines); before graphnorm imports it
+warnings.filterwarnings("ignore", message="IProgress not found")
 
+from graphnorm.analysis import CollapseProbe  # noqa: E402
+from graphnorm.config import RunConfig  # noqa: E402
+from graphnorm.train import train  # noqa: E402
+
+# One thread: these models are small, and a second thread slows them down on a busy machine.
+torch.set_num_threads(int(os.environ.get("GRAPHNORM_NB_THREADS", "1")))
 EPOCHS = int(os.environ.get("GRAPHNORM_NB_EPOCHS", "100"))
 DEPTHS = [int(depth) for depth in os.environ.get("GRAPHNORM_NB_DEPTHS", "4,16").split(",")]
 NORMS = os.environ.get("GRAPHNORM_NB_NORMS", "none,pairnorm").split(",")
@@ -108,6 +119,9 @@ for depth in DEPTHS:
         display(pd.DataFrame(results))
 
 # %% [markdown]
+# How to read the figure: a model whose lines reach effective rank 1 and a cone angle near 0 has collapsed, every
+# node's representation points the same way, and its classifier can only tell the nodes apart by length.
+#
 # Accuracy (last epoch) against the majority-class level (always predicting the most frequent training class),
 # the effective rank at the output layer, and each model's training time:
 

@@ -1,4 +1,5 @@
-"""Execute the notebooks (jupytext percent .py files) with small settings so they never rot."""
+"""The notebooks: each committed ``.ipynb`` matches its jupytext source and carries outputs, and each notebook runs
+(with tiny settings) with the kernel in the repository root and in ``notebooks/``."""
 
 from __future__ import annotations
 
@@ -6,36 +7,119 @@ import os
 from pathlib import Path
 
 import jupytext
+import nbformat
 import pytest
 from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
 from test_analysis_scripts import build_tiny_sweep
 
-NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOKS = REPO / "notebooks"
+NAMES = ("sweep_results", "train_collapse", "molecules_collapse")
+KERNEL_DIRS = {"repo_root": REPO, "notebooks_dir": NOTEBOOKS}
+# Tiny settings for the execution tests (a few seconds of work each, beside the kernel's start and imports).
+TINY = {
+    "train_collapse": {"GRAPHNORM_NB_EPOCHS": "2", "GRAPHNORM_NB_DEPTHS": "2,3"},
+    "molecules_collapse": {"GRAPHNORM_NB_GRAPHS": "40", "GRAPHNORM_NB_EPOCHS": "1", "GRAPHNORM_NB_LAYERS": "2"},
+}
 
 
-def _execute(name: str, env: dict[str, str], monkeypatch) -> None:
+def cell_sources(notebook: nbformat.NotebookNode) -> list[tuple[str, str]]:
+    return [(cell.cell_type, cell.source) for cell in notebook.cells]
+
+
+def sync_problems(name: str) -> list[str]:
+    """How ``notebooks/<name>.ipynb`` differs from ``notebooks/<name>.py`` (cell types and sources), or []."""
+    if not (NOTEBOOKS / f"{name}.ipynb").is_file():
+        return [f"no executed copy notebooks/{name}.ipynb"]
+    source = cell_sources(jupytext.read(NOTEBOOKS / f"{name}.py"))
+    executed = cell_sources(nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4))
+    problems = []
+    if len(source) != len(executed):
+        problems.append(f"{len(executed)} cells in the .ipynb, {len(source)} in the .py")
+    for index, (ours, theirs) in enumerate(zip(source, executed)):
+        if ours != theirs:
+            problems.append(f"cell {index} ({ours[0]}) differs: .py {ours[1][:60]!r}... .ipynb {theirs[1][:60]!r}...")
+    return problems
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_committed_notebook_matches_its_source(name):
+    problems = sync_problems(name)
+    assert not problems, (
+        f"notebooks/{name}.ipynb is out of date with notebooks/{name}.py: {problems}; "
+        f"regenerate it: python notebooks/execute.py {name}"
+    )
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_committed_notebook_carries_outputs(name):
+    assert (NOTEBOOKS / f"{name}.ipynb").is_file(), f"no executed copy: run python notebooks/execute.py {name}"
+    notebook = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    assert code and all(cell.execution_count for cell in code), "every code cell was executed"
+    outputs = [output for cell in code for output in cell.outputs]
+    assert not [output for output in outputs if output.output_type == "error"]
+    assert any("image/png" in output.get("data", {}) for output in outputs), "no figure in the committed notebook"
+
+
+def test_sync_check_fails_when_a_source_cell_changes(tmp_path, monkeypatch):
+    for suffix in (".py", ".ipynb"):
+        (tmp_path / f"train_collapse{suffix}").write_bytes((NOTEBOOKS / f"train_collapse{suffix}").read_bytes())
+    monkeypatch.setattr(f"{__name__}.NOTEBOOKS", tmp_path)
+    assert sync_problems("train_collapse") == []
+    source = tmp_path / "train_collapse.py"
+    source.write_text(source.read_text().replace('"GRAPHNORM_NB_EPOCHS", "100"', '"GRAPHNORM_NB_EPOCHS", "50"'))
+    problems = sync_problems("train_collapse")
+    assert len(problems) == 1 and problems[0].startswith("cell 1 (code) differs")
+    source.write_text(source.read_text() + "\n# %%\nprint('one more cell')\n")
+    cells = len(jupytext.read(source).cells)
+    assert sync_problems("train_collapse")[0] == f"{cells - 1} cells in the .ipynb, {cells} in the .py"
+
+
+def _execute(name: str, kernel_dir: Path, env: dict[str, str], monkeypatch) -> nbformat.NotebookNode:
+    """Execute ``notebooks/<name>.py`` in a fresh kernel working in ``kernel_dir``, with ``env`` added (the kernel
+    inherits the environment); the executed notebook."""
     for key, value in env.items():
-        monkeypatch.setenv(key, value)  # the kernel inherits the environment
-    notebook = jupytext.read(NOTEBOOKS / name)
-    NotebookClient(
-        notebook, timeout=180, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS)}}
-    ).execute()
+        monkeypatch.setenv(key, value)
+    notebook = jupytext.read(NOTEBOOKS / f"{name}.py")
+    resources = {"metadata": {"path": str(kernel_dir)}}
+    NotebookClient(notebook, timeout=180, kernel_name="python3", resources=resources).execute()
+    return notebook
+
+
+def _assert_ran_with_figures(notebook: nbformat.NotebookNode) -> None:
     outputs = [output for cell in notebook.cells if cell.cell_type == "code" for output in cell.get("outputs", [])]
     assert not [output for output in outputs if output.get("output_type") == "error"]
     assert any("image/png" in output.get("data", {}) for output in outputs), "no figure was drawn"
 
 
 @pytest.mark.slow
-def test_sweep_results_notebook(tmp_path_factory, data_root, monkeypatch):
-    sweep_dir = build_tiny_sweep(tmp_path_factory.getbasetemp())
-    _execute("sweep_results.py", {"GRAPHNORM_RUN_DIR": str(sweep_dir)}, monkeypatch)
+@pytest.mark.parametrize("kernel_dir", KERNEL_DIRS.values(), ids=KERNEL_DIRS.keys())
+def test_sweep_results_notebook(tmp_path_factory, data_root, monkeypatch, kernel_dir):
+    # GRAPHNORM_RUN_DIR relative to the folder Jupyter was started in ($PWD), wherever the kernel works.
+    base = tmp_path_factory.getbasetemp()
+    build_tiny_sweep(base)
+    notebook = _execute("sweep_results", kernel_dir, {"PWD": str(base), "GRAPHNORM_RUN_DIR": "tiny_sweep"}, monkeypatch)
+    _assert_ran_with_figures(notebook)
+    text = "".join(output.get("text", "") for output in notebook.cells[1].outputs)
+    assert f"{(base / 'tiny_sweep').resolve()}: 4 successful runs" in text
 
 
 @pytest.mark.slow
-def test_train_collapse_notebook(data_root, monkeypatch):
-    env = {
-        "GRAPHNORM_NB_EPOCHS": "2",
-        "GRAPHNORM_NB_DEPTHS": "2,4",
-        "GRAPHNORM_DATA_MIRROR": os.environ.get("GRAPHNORM_DATA_MIRROR", ""),
-    }
-    _execute("train_collapse.py", env, monkeypatch)
+def test_sweep_results_notebook_without_results_says_to_run_the_main_job(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRAPHNORM_RUN_DIR", str(tmp_path / "missing"))
+    with pytest.raises(CellExecutionError) as caught:
+        _execute("sweep_results", NOTEBOOKS, {}, monkeypatch)
+    message = str(caught.value)
+    assert "FileNotFoundError" in message and f"no sweep results in {tmp_path / 'missing'}" in message
+    assert "Run the main job first" in message and "graphnorm sweep experiments/sweeps/cora_depth_quick.yaml" in message
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kernel_dir", KERNEL_DIRS.values(), ids=KERNEL_DIRS.keys())
+@pytest.mark.parametrize("name", ["train_collapse", "molecules_collapse"])
+def test_training_notebook(name, kernel_dir, data_root, monkeypatch):
+    env = {**TINY[name], "GRAPHNORM_DATA_MIRROR": os.environ.get("GRAPHNORM_DATA_MIRROR", "")}
+    notebook = _execute(name, kernel_dir, env, monkeypatch)
+    _assert_ran_with_figures(notebook)
