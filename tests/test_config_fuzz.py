@@ -186,7 +186,9 @@ def outcome(values: dict[str, Any], keys: set[str]) -> tuple[RunConfig | None, s
         return None, f"{type(e).__name__}: {str(e)[:300]!r}"
 
 
-def test_mutated_configs_are_accepted_or_rejected_with_a_one_line_message_naming_the_key(data_root: Path) -> None:
+def test_mutated_configs_are_accepted_or_rejected_with_a_one_line_message_naming_the_key(
+    data_root: Path, tmp_path: Path
+) -> None:
     failures, accepted = [], []
     cases = mutated_configs()
     for name, values, keys in cases:
@@ -221,6 +223,9 @@ def test_mutated_configs_are_accepted_or_rejected_with_a_one_line_message_naming
     assert len(changed) >= RUNS
     for config in random.Random(SEED).sample(sorted(changed.values(), key=repr), RUNS):
         config.data_root = str(data_root)
+        for key in ("checkpoint_dir", "tensorboard_dir"):  # a mutated folder ("abc", ".") must not land in the cwd
+            if getattr(config, key) is not None:
+                setattr(config, key, str(tmp_path / key / getattr(config, key).strip("/")))
         record = run(config)
         assert 0.0 <= record["test_acc"] <= 1.0, config
         assert len(record["history"]) == config.epochs
