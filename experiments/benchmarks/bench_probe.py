@@ -68,6 +68,7 @@ def _measure(data: Data, num_layers: int, repeats: int, min_seconds: float) -> d
         "probe (ms)": times["probe"] * 1e3,
         "probe / forward (min)": min(ratios),
         "probe / forward (median)": _common.median(ratios),
+        "probe / forward 1 thread (min)": min(ratios_one_thread),
         "probe / forward 1 thread (median)": _common.median(ratios_one_thread),
         "probe: its forward with per-layer metrics (ms)": _common.median(split["forward_s"]) * 1e3,
         "probe: batched rest (ms)": _common.median(split["metrics_s"]) * 1e3,
@@ -91,14 +92,23 @@ def run(quick: bool = False, out_dir: Path | None = None, repeats: int | None = 
         "measured in its forward hook, the rest batched over layers); baseline = one eval/no-grad forward with this "
         f"run's torch threads ({torch.get_num_threads()}) and on one thread (the probe runs its own forward and "
         f"metrics on one thread); {repeats} interleaved rounds, ratio of each round, min and median. "
-        f"Target (issue 20): probe / forward <= {TARGET_RATIO} at 64 layers."
+        f"Target (issue 20): probe / forward <= {TARGET_RATIO} at 64 layers, against the one-thread forward."
     )
+    # The target is judged against the one-thread forward, the probe's own: a forward with more threads than free
+    # cores can be many times slower (issue 20, item 1), which would make any probe look cheap.
     targets = []
     for row, num_layers in zip(rows, depths):
-        ratio = row["probe / forward (median)"]
+        ratio = row["probe / forward 1 thread (median)"]
         met = ratio <= TARGET_RATIO if num_layers == 64 else None
         required = f"<= {TARGET_RATIO}" if num_layers == 64 else "reported (no target)"
-        targets.append(common.Target(f"probe / forward, median ({num_layers} layers)", required, ratio, met))
+        targets.append(
+            common.Target(f"probe / forward on 1 thread, median ({num_layers} layers)", required, ratio, met)
+        )
+        targets.append(
+            common.Target(
+                f"probe / forward, median ({num_layers} layers)", "reported", row["probe / forward (median)"], None
+            )
+        )
     return common.BenchReport(
         name="probe",
         title="5. Collapse probe vs one forward pass",
