@@ -38,8 +38,11 @@ part of a run's id, so setting them never re-runs a finished sweep.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
+import hashlib
+import json
 import math
 import re
 from collections.abc import Callable
@@ -47,13 +50,8 @@ from dataclasses import dataclass, field
 from types import UnionType
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
-# Heterophilic node classification (graphnorm.data.heterophilic), each with 10 standard splits chosen by `split`.
-HETEROPHILIC_DATASETS = ("actor", "cornell", "texas", "wisconsin")
-DATASETS = ("cora", "citeseer", "zinc", "molhiv", *HETEROPHILIC_DATASETS, "smiles")
-NODE_DATASETS = ("cora", "citeseer", *HETEROPHILIC_DATASETS)
-# Datasets with several standard splits and how many; every other dataset has one (and `split` stays null).
-DATASET_SPLITS = {name: 10 for name in HETEROPHILIC_DATASETS}
-GRAPH_DATASETS = tuple(name for name in DATASETS if name not in NODE_DATASETS)
+from graphnorm.yaml_io import parse_yaml
+
 ADJACENCIES = ("sym", "row")
 FEATURE_NORMS = ("none", "row_l1")
 LAYER_ORDERS = ("conv-norm-act-dropout", "dropout-conv-norm-act")
@@ -84,9 +82,9 @@ MODEL_CONFIG_KEYS = (
 @dataclass
 class RunConfig:
     # --- data ---
-    dataset: str = "cora"  # cora | citeseer | zinc | molhiv | actor | cornell | texas | wisconsin
-    # which standard split, for datasets with several (DATASET_SPLITS: the 10 geom-gcn splits of actor, cornell,
-    # texas, wisconsin); None: split 0 there, and the only split of every other dataset
+    dataset: str = "cora"  # a registered dataset (graphnorm.data.available_datasets())
+    # which standard split, for datasets with several (graphnorm.data.datasets_with_splits(): the 10 geom-gcn
+    # splits of actor, cornell, texas, wisconsin); None: split 0 there, and the only split of every other dataset
     split: int | None = None
     # keywords of the dataset's loader; dataset=smiles: path (required), smiles_column, target_columns, task, split,
     # invalid, split_seed (see graphnorm.data.smiles)
@@ -172,7 +170,9 @@ class RunConfig:
 
     @property
     def is_node_level(self) -> bool:
-        return self.dataset in NODE_DATASETS
+        from graphnorm.data import dataset_spec
+
+        return dataset_spec(self.dataset).level == "node"
 
     def validate(self, check_device: bool = True) -> None:
         """Raise a one-line ``ValueError`` naming the first impossible value: types, then ranges, then the rules
@@ -301,10 +301,11 @@ def check_size(key: str, value: Any) -> None:
 
 
 def check_choices(config: RunConfig) -> None:
+    from graphnorm.data import available_datasets
     from graphnorm.models import available_models
 
     choices = {
-        "dataset": DATASETS,
+        "dataset": tuple(available_datasets()),
         "model": tuple(available_models()),
         "adjacency": ADJACENCIES,
         "feature_norm": FEATURE_NORMS,
@@ -380,7 +381,7 @@ def check_model_rules(config: RunConfig) -> None:
             raise ValueError(f"num_heads={config.num_heads} must divide hidden_channels={config.hidden_channels}")
         if config.is_node_level:
             raise ValueError(
-                f"model='graphormer' predicts per graph: use a graph-level dataset ({', '.join(GRAPH_DATASETS)}), "
+                f"model='graphormer' predicts per graph: use a graph-level dataset ({', '.join(graph_datasets())}), "
                 f"not dataset={config.dataset!r}"
             )
         if config.virtual_node or config.readout != "mean":
@@ -496,10 +497,12 @@ def check_split(config: RunConfig) -> None:
     """``split`` names one of the dataset's standard splits; a dataset with a single split takes none."""
     if config.split is None:
         return
-    num_splits = DATASET_SPLITS.get(config.dataset, 1)
+    from graphnorm.data import dataset_spec, datasets_with_splits
+
+    num_splits = dataset_spec(config.dataset).num_splits
     if num_splits == 1:
         raise ValueError(
-            f"split={config.split} is for datasets with several standard splits ({', '.join(DATASET_SPLITS)}); "
+            f"split={config.split} is for datasets with several standard splits ({', '.join(datasets_with_splits())}); "
             f"dataset={config.dataset!r} has one: leave split null"
         )
     if not 0 <= config.split < num_splits:
@@ -509,27 +512,43 @@ def check_split(config: RunConfig) -> None:
         )
 
 
+def graph_datasets() -> list[str]:
+    from graphnorm.data import available_datasets
+
+    return available_datasets("graph")
+
+
 def check_dataset_kwargs(config: RunConfig) -> None:
-    """``dataset_kwargs`` are the loader's keywords: only ``smiles`` takes any, and needs ``path``."""
-    if config.dataset != "smiles":
-        if config.dataset_kwargs:
-            raise ValueError(f"dataset_kwargs are for dataset='smiles', not dataset={config.dataset!r}: leave it empty")
-        return
+    """``dataset_kwargs`` are the dataset loader's own keywords (:meth:`DatasetSpec.options`): known names, the
+    required ones given, value types from the loader's annotations, then the dataset's own ``check_options``."""
     import inspect
 
-    from graphnorm.data.smiles import check_options, load_smiles
+    from graphnorm.data import available_datasets, dataset_spec
 
-    valid = [name for name, p in inspect.signature(load_smiles).parameters.items() if p.kind == p.KEYWORD_ONLY]
+    spec = dataset_spec(config.dataset)
+    valid = spec.options()
+    if not valid:
+        if config.dataset_kwargs:
+            with_options = [name for name in available_datasets() if dataset_spec(name).options()]
+            raise ValueError(
+                f"dataset_kwargs are for datasets with options ({', '.join(with_options)}), not "
+                f"dataset={config.dataset!r}: leave it empty"
+            )
+        return
     unknown = sorted(set(config.dataset_kwargs) - set(valid))
     if unknown:
-        raise ValueError(f"unknown dataset_kwargs {unknown} for dataset 'smiles'; valid: {', '.join(valid)}")
-    if "path" not in config.dataset_kwargs:
-        raise ValueError("dataset='smiles' needs dataset_kwargs.path: the CSV file of SMILES")
-    check_keyword_types("dataset_kwargs", config.dataset_kwargs, load_smiles)
+        raise ValueError(f"unknown dataset_kwargs {unknown} for dataset {spec.name!r}; valid: {', '.join(valid)}")
+    parameters = inspect.signature(spec.loader).parameters
+    for name in valid:
+        if parameters[name].default is inspect.Parameter.empty and name not in config.dataset_kwargs:
+            raise ValueError(f"dataset={spec.name!r} needs dataset_kwargs.{name}")
+    check_keyword_types("dataset_kwargs", config.dataset_kwargs, spec.loader)
+    if spec.check_options is None:
+        return
     try:
-        check_options(**config.dataset_kwargs)
+        spec.check_options(**config.dataset_kwargs)
     except ValueError as error:
-        raise ValueError(f"dataset_kwargs for dataset 'smiles' are invalid: {error}") from None
+        raise ValueError(f"dataset_kwargs for dataset {spec.name!r} are invalid: {error}") from None
 
 
 def check_dataset_rules(config: RunConfig) -> None:
@@ -625,9 +644,7 @@ def unsupported_norm_reason(config: RunConfig) -> str | None:
     norm = config.norm.lower() if isinstance(config.norm, str) else config.norm
     if norm != "sepnorm":
         return None
-    has_token_rows = config.model == "graphormer" or (
-        config.virtual_node is True and config.dataset not in NODE_DATASETS
-    )
+    has_token_rows = config.model == "graphormer" or (config.virtual_node is True and not config.is_node_level)
     if not has_token_rows:
         return (
             "sepnorm needs graph-token rows: use model=graphormer, or model=gcn with virtual_node=true on a "
@@ -644,3 +661,58 @@ def unsupported_norm_reason(config: RunConfig) -> str | None:
         # SepNorm hands its token norm the token rows alone, without edges (tokens have no neighbours).
         return "sepnorm's token rows have no edges: token_norm=contranorm needs token_kwargs exclude_neighbors=false"
     return None
+
+
+# --- run ids and overrides ---------------------------------------------------------------------------------------
+# Config fields that do not change a run's result, left out of its run_id so a sweep resumes on another machine.
+NOT_HASHED = ("data_root", "checkpoint_dir", "tensorboard_dir")
+
+
+def config_run_id(config: RunConfig) -> str:
+    """Stable, readable id: ``<norm>-L<layers>-s<seed>-<hash of the config's non-default values>``.
+
+    Only values that differ from ``RunConfig``'s defaults are hashed, so a later graphnorm version that adds a
+    config key (with a default that keeps the old behaviour) still recognises the runs of an existing sweep.
+    """
+    float_fields = {f.name for f in dataclasses.fields(RunConfig) if f.type in ("float", float)}
+
+    def normalized(values: dict[str, Any]) -> dict[str, Any]:
+        # lr: 1 and lr: 1.0 are the same run.
+        return {k: float(v) if k in float_fields and isinstance(v, int) else v for k, v in values.items()}
+
+    defaults = normalized(RunConfig().to_dict())
+    values = {
+        k: v for k, v in normalized(config.to_dict()).items() if k not in NOT_HASHED and v != defaults.get(k, object())
+    }
+    digest = hashlib.sha1(json.dumps(values, sort_keys=True, default=str).encode()).hexdigest()[:10]
+    return f"{config.norm}-L{config.num_layers}-s{config.seed}-{digest}"
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """``"base.epochs=50"`` -> ``(["base", "epochs"], 50)``."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise ValueError(f"override {text!r} must look like key=value (e.g. base.epochs=50 or grid.seed=[0,1])")
+    parts = key.strip().split(".")
+    if any(not p for p in parts):
+        raise ValueError(f"override {text!r} has an empty key component")
+    parsed = parse_yaml(value, f"override {text!r}")
+    return parts, parsed
+
+
+def apply_overrides(mapping: dict[str, Any], overrides: list[str] | tuple[str, ...]) -> dict[str, Any]:
+    """A copy of ``mapping`` with each ``a.b.c=value`` override set (intermediate mappings are created)."""
+    result = copy.deepcopy(mapping)
+    for text in overrides:
+        parts, value = parse_override(text)
+        node = result
+        for i, part in enumerate(parts[:-1]):
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            if not isinstance(child, dict):
+                where = ".".join(parts[: i + 1])
+                raise ValueError(f"override {text!r}: {where} is a {type(child).__name__}, not a mapping")
+            node = child
+        node[parts[-1]] = value
+    return result

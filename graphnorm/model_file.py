@@ -23,8 +23,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from graphnorm.config import RunConfig
+from graphnorm.checkpoints import checkpoint_path, save_checkpoint
+from graphnorm.config import RunConfig, model_keywords
 from graphnorm.data import GraphTask
+from graphnorm.models import build_model
 
 MODEL_FORMAT = "graphnorm-model"
 MODEL_VERSION = 1
@@ -37,8 +39,6 @@ class ModelFileError(ValueError):
 
 def model_file_path(config: RunConfig) -> Path:
     """``<checkpoint_dir>/<run_id>.model.pt``, beside the run's resume checkpoint."""
-    from graphnorm.train import checkpoint_path
-
     checkpoint = checkpoint_path(config)
     return checkpoint.with_name(checkpoint.name.removesuffix(".pt") + ".model.pt")
 
@@ -46,8 +46,6 @@ def model_file_path(config: RunConfig) -> Path:
 def save_model_file(path: Path, config: RunConfig, task: GraphTask, model: nn.Module, record: dict[str, Any]) -> None:
     """Write the model file of a finished run (atomically, like a checkpoint); ``model`` holds the weights the
     record's test metric was computed with."""
-    from graphnorm.train import save_checkpoint
-
     task_info = {key: getattr(task, key) for key in TASK_KEYS}
     if task_info["target_names"] is None:
         task_info["target_names"] = [f"{task.name}_{i}" for i in range(task.num_outputs)]
@@ -70,8 +68,6 @@ def save_model_file(path: Path, config: RunConfig, task: GraphTask, model: nn.Mo
 def load_model_file(path: str | Path, device: str = "cpu") -> tuple[nn.Module, RunConfig, GraphTask]:
     """The model (eval mode, on ``device``), its run config and a data-less :class:`GraphTask` describing its
     outputs, from a file written by :func:`save_model_file`."""
-    from graphnorm.train import build_model
-
     path = Path(path)
     if not path.is_file():
         raise ModelFileError(f"model file {path} not found")
@@ -92,6 +88,6 @@ def load_model_file(path: str | Path, device: str = "cpu") -> tuple[nn.Module, R
         )
     config = RunConfig.from_dict(saved["config"], check_device=False)
     task = GraphTask(**{key: saved["task"][key] for key in TASK_KEYS})
-    model = build_model(config, task)
+    model = build_model(config.model, task, **model_keywords(config, task.level))
     model.load_state_dict(saved["model"])
     return model.to(device).eval(), config, task

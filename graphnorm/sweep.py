@@ -21,9 +21,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import copy
-import dataclasses
 import fcntl
-import hashlib
 import importlib
 import importlib.util
 import itertools
@@ -46,23 +44,23 @@ import pandas as pd
 import yaml
 from tqdm import tqdm
 
-from graphnorm.config import RunConfig
+from graphnorm.config import RunConfig, apply_overrides, config_run_id
+from graphnorm.data.metrics import metric_names
 from graphnorm.progress import SweepProgress
 from graphnorm.sweep_processes import init_worker, signals_interrupt, stop_workers
 from graphnorm.sweep_results import check_history, check_layers, load_results
-from graphnorm.yaml_io import load_yaml_file, parse_yaml
+from graphnorm.yaml_io import load_yaml_file
 
 RunFn = Callable[[RunConfig], dict[str, Any]]
 
 SWEEP_KEYS = ("name", "description", "metric", "run_fn", "base", "grid", "norm_settings")
 EXECUTORS = ("local", "serial", "submitit-local", "slurm")
-DEFAULT_METRICS = ("test_acc", "test_rocauc", "test_mae")
+# The summary's metric when neither the sweep nor the records name one: test_<metric> of the first metric present.
+DEFAULT_METRICS = tuple(f"test_{name}" for name in metric_names())
 # Grid keys that repeat a measurement rather than define a variant: summaries average over them (mean ± std), as
 # papers average over seeds and over a dataset's standard splits.
 REPLICATE_KEYS = ("seed", "split")
 LAYER_COLUMNS = ("run_id", "layer", "layer_name", "rows", "metric", "value")
-# Config fields that do not change a run's result, left out of its run_id so a sweep resumes on another machine.
-NOT_HASHED = ("data_root", "checkpoint_dir", "tensorboard_dir")
 CSV_REFRESH_S = 2.0  # regenerate the CSVs at most this often while runs finish (always at the end)
 
 
@@ -82,36 +80,6 @@ def load_sweep_config(path: str | os.PathLike, overrides: list[str] | tuple[str,
     sweep.setdefault("name", path.stem)
     check_sweep_config(sweep)
     return sweep
-
-
-def parse_override(text: str) -> tuple[list[str], Any]:
-    """``"base.epochs=50"`` -> ``(["base", "epochs"], 50)``."""
-    key, sep, value = text.partition("=")
-    if not sep or not key.strip():
-        raise ValueError(f"override {text!r} must look like key=value (e.g. base.epochs=50 or grid.seed=[0,1])")
-    parts = key.strip().split(".")
-    if any(not p for p in parts):
-        raise ValueError(f"override {text!r} has an empty key component")
-    parsed = parse_yaml(value, f"override {text!r}")
-    return parts, parsed
-
-
-def apply_overrides(mapping: dict[str, Any], overrides: list[str] | tuple[str, ...]) -> dict[str, Any]:
-    """A copy of ``mapping`` with each ``a.b.c=value`` override set (intermediate mappings are created)."""
-    result = copy.deepcopy(mapping)
-    for text in overrides:
-        parts, value = parse_override(text)
-        node = result
-        for i, part in enumerate(parts[:-1]):
-            child = node.get(part)
-            if child is None:
-                child = node[part] = {}
-            if not isinstance(child, dict):
-                where = ".".join(parts[: i + 1])
-                raise ValueError(f"override {text!r}: {where} is a {type(child).__name__}, not a mapping")
-            node = child
-        node[parts[-1]] = value
-    return result
 
 
 def check_sweep_config(sweep: dict[str, Any]) -> None:
@@ -231,26 +199,6 @@ def _point_config(values: dict[str, Any], point: dict[str, Any]) -> RunConfig:
             e, TypeError
         )
         raise ValueError(f"invalid run ({where}): {e}{hint}") from None
-
-
-def config_run_id(config: RunConfig) -> str:
-    """Stable, readable id: ``<norm>-L<layers>-s<seed>-<hash of the config's non-default values>``.
-
-    Only values that differ from ``RunConfig``'s defaults are hashed, so a later graphnorm version that adds a
-    config key (with a default that keeps the old behaviour) still recognises the runs of an existing sweep.
-    """
-    float_fields = {f.name for f in dataclasses.fields(RunConfig) if f.type in ("float", float)}
-
-    def normalized(values: dict[str, Any]) -> dict[str, Any]:
-        # lr: 1 and lr: 1.0 are the same run.
-        return {k: float(v) if k in float_fields and isinstance(v, int) else v for k, v in values.items()}
-
-    defaults = normalized(RunConfig().to_dict())
-    values = {
-        k: v for k, v in normalized(config.to_dict()).items() if k not in NOT_HASHED and v != defaults.get(k, object())
-    }
-    digest = hashlib.sha1(json.dumps(values, sort_keys=True, default=str).encode()).hexdigest()[:10]
-    return f"{config.norm}-L{config.num_layers}-s{config.seed}-{digest}"
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -937,12 +885,15 @@ def majority_note(runs: pd.DataFrame, metric: str) -> tuple[float | None, str]:
 
 
 def majority_level(runs: pd.DataFrame, metric: str) -> float | None:
-    """Mean ``majority_acc`` of the ok runs (accuracy of always predicting the most frequent training class) for
-    an accuracy ``metric``; None when the runs did not record it (older sweeps) or the metric is no accuracy."""
-    if "acc" not in metric or "majority_acc" not in runs.columns:
+    """Mean ``majority_<m>`` of the ok runs (the metric ``m`` of always predicting the most frequent training class,
+    recorded by classification runs) for a summary ``metric`` of ``m`` (``test_<m>``, ``test_<m>_last``, ...); None
+    when the runs did not record it (older sweeps) or the metric is another."""
+    parts = metric.split("_")
+    column = next((c for c in runs.columns if c.startswith("majority_") and c[len("majority_") :] in parts), None)
+    if column is None:
         return None
     ok = runs if "status" not in runs.columns else runs[runs["status"] == "ok"]
-    values = pd.to_numeric(ok["majority_acc"], errors="coerce").dropna()
+    values = pd.to_numeric(ok[column], errors="coerce").dropna()
     return float(values.mean()) if len(values) else None
 
 

@@ -46,29 +46,30 @@ from __future__ import annotations
 
 import copy
 import math
-import os
-import random
-import shutil
 import time
-from pathlib import Path
+from dataclasses import dataclass, field, fields
 from typing import Any
 
-import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 from torch_geometric import seed_everything
 
-from graphnorm.config import RunConfig, model_keywords
+from graphnorm.checkpoints import (
+    prepare_checkpoint_dir,
+    resume_from_checkpoint,
+    rng_state,
+    save_checkpoint,
+)
+from graphnorm.config import RunConfig, config_run_id, model_keywords
 from graphnorm.data import GraphTask
-from graphnorm.data.loaders import graph_loaders, graphormer_sample, prepare_task
+from graphnorm.data.loaders import graph_loaders, model_sample, prepare_task
+from graphnorm.data.metrics import score, task_loss
+from graphnorm.model_file import model_file_path, save_model_file
 from graphnorm.models import build_model as build_registered_model
 from graphnorm.models import model_outputs, model_spec, polynomial_optimizer
 from graphnorm.progress import EpochProgress
 from graphnorm.tensorboard_log import TensorBoardLog, require_tensorboard
-
-NODE_PROGRESS_KEYS = ("train_loss", "val_acc", "test_acc")  # what a node-level progress line shows
 
 
 # --- building blocks ------------------------------------------------------------------------------------------
@@ -143,8 +144,6 @@ def resolve_device(name: str) -> torch.device:
 
 def run_id_of(config: RunConfig) -> str:
     """The sweep's run id of ``config`` (a hash of the config; its progress lines and TensorBoard folder use it)."""
-    from graphnorm.sweep import config_run_id
-
     return config_run_id(config)
 
 
@@ -186,9 +185,20 @@ def node_eval_mask(task: GraphTask, eval_nodes: str) -> Tensor:
     return ~(data.train_mask | data.val_mask)  # every node outside train+val (ContraNorm/PairNorm protocol)
 
 
+@torch.no_grad()
+def evaluate_nodes(model: nn.Module, data, task: GraphTask, eval_mask: Tensor) -> tuple[float, float, float]:
+    """(validation loss, validation metric, metric on the ``eval_mask`` nodes) of ``model`` in eval mode."""
+    model.eval()
+    outputs = model_outputs(model, data)
+    val_outputs, val_y = outputs[data.val_mask], data.y[data.val_mask]
+    val_loss = float(task_loss(task, val_outputs, val_y))
+    return val_loss, score(task, val_outputs, val_y), score(task, outputs[eval_mask], data.y[eval_mask])
+
+
 def train_node_level(
     model: nn.Module, task: GraphTask, config: RunConfig, device: torch.device
 ) -> tuple[dict[str, Any], dict[str, Tensor]]:
+    """Full-batch training on the train mask; keeps the best-validation epoch (metric; ties: lower validation loss)."""
     data = task.data.to(device)
     if sparse_features_help(model, data.x):
         # Bag-of-words features (Cora: 1.3% nonzero) as sparse COO: the first layer's dropout draws only for the
@@ -196,9 +206,10 @@ def train_node_level(
         data = data.clone()
         data.x = data.x.to_sparse()
     eval_mask = node_eval_mask(task, config.eval_nodes).to(device)
+    metric, sign = task.metric, 1.0 if task.higher_is_better else -1.0
     optimizer = build_optimizer(config, model)
-    schedule = EpochSchedule(optimizer, config, higher_is_better=True)
-    best = {"val_acc": -1.0, "val_loss": math.inf}
+    schedule = EpochSchedule(optimizer, config, task.higher_is_better)
+    best = {"score": -math.inf, "val_loss": math.inf}
     best_state: dict[str, Tensor] = {}
     history: list[dict[str, Any]] = []
     progress = EpochProgress(run_id_of(config), config.epochs)
@@ -207,44 +218,38 @@ def train_node_level(
         schedule.start_epoch(epoch)
         model.train()
         optimizer.zero_grad()
-        logits = model_outputs(model, data)  # [N, classes]
-        loss = F.cross_entropy(logits[data.train_mask], data.y[data.train_mask])
+        outputs = model_outputs(model, data)  # [N, outputs]
+        loss = task_loss(task, outputs[data.train_mask], data.y[data.train_mask])
         loss.backward()
         _clip(model, config)
         optimizer.step()
         if epoch == 0:
             first_loss = loss.item()
-
-        model.eval()
-        with torch.no_grad():
-            logits = model_outputs(model, data)
-            correct = logits.argmax(dim=-1) == data.y
-            val_loss = float(F.cross_entropy(logits[data.val_mask], data.y[data.val_mask]))
-            val_acc = float(correct[data.val_mask].float().mean())
-            test_acc = float(correct[eval_mask].float().mean())
-        if val_acc > best["val_acc"] or (val_acc == best["val_acc"] and val_loss < best["val_loss"]):
-            best = {"val_acc": val_acc, "val_loss": val_loss, "test_acc": test_acc, "best_epoch": epoch}
+        val_loss, val, test = evaluate_nodes(model, data, task, eval_mask)
+        if sign * val > best["score"] or (sign * val == best["score"] and val_loss < best["val_loss"]):
+            best = {"score": sign * val, "val": val, "val_loss": val_loss, "test": test, "best_epoch": epoch}
             best_state = copy.deepcopy(model.state_dict())
-        schedule.end_epoch(epoch, val_acc)
-        history.append(
-            {"epoch": epoch, "train_loss": loss.item(), "val_loss": val_loss, "val_acc": val_acc, "test_acc": test_acc}
-        )
-        report_epoch(progress, board, history[-1], optimizer.param_groups[0]["lr"], NODE_PROGRESS_KEYS)
+        schedule.end_epoch(epoch, val)
+        row = {"epoch": epoch, "train_loss": loss.item(), "val_loss": val_loss, f"val_{metric}": val}
+        history.append({**row, f"test_{metric}": test})
+        shown = ("train_loss", f"val_{metric}", f"test_{metric}")
+        report_epoch(progress, board, history[-1], optimizer.param_groups[0]["lr"], shown)
         if patience_exhausted(config, epoch, best.get("best_epoch")):
             break
     progress.close()
     if board is not None:
         board.close()
     record = {
-        "val_acc": best["val_acc"],
-        "test_acc": best["test_acc"],
-        "val_acc_last": val_acc,
-        "test_acc_last": test_acc,
+        f"val_{metric}": best["val"],
+        f"test_{metric}": best["test"],
+        f"val_{metric}_last": val,
+        f"test_{metric}_last": test,
         "best_epoch": best["best_epoch"],
         "train_loss": loss.item(),
         "train_loss_first": first_loss,
         "num_eval_nodes": int(eval_mask.sum()),
-        "majority_acc": majority_accuracy(data, eval_mask),
+        # the level a collapsed classifier falls to (classification only)
+        **({f"majority_{metric}": majority_accuracy(data, eval_mask)} if task.task_type == "multiclass" else {}),
         "epochs_run": len(history),
         "history": history,
     }
@@ -265,49 +270,6 @@ def majority_accuracy(data, eval_mask: Tensor) -> float:
 
 
 # --- graph level ------------------------------------------------------------------------------------------------
-def graph_loss(task: GraphTask, outputs: Tensor, y: Tensor) -> Tensor:
-    """L1 (regression) or BCE with logits over the labelled entries only: a NaN target is a missing label (OGB, a
-    blank cell of a multi-task CSV). A batch without any label gives a zero loss that still has a gradient."""
-    y = y.view(outputs.shape).to(outputs.dtype)  # [B, out]
-    labelled = ~torch.isnan(y)
-    if not labelled.any():
-        return outputs.sum() * 0.0
-    if task.task_type == "regression":
-        return F.l1_loss(outputs[labelled], y[labelled])
-    return F.binary_cross_entropy_with_logits(outputs[labelled], y[labelled])
-
-
-def graph_metric(task: GraphTask, outputs: Tensor, y: Tensor) -> float:
-    """MAE over the labelled entries, or ROC-AUC: OGB's ``Evaluator`` when the task has one (MolHIV), else
-    :func:`masked_rocauc` (the same rule: per target, over its labelled rows, averaged over targets)."""
-    y = y.view(outputs.shape)
-    if task.metric == "mae":
-        labelled = ~torch.isnan(y)
-        return float((outputs[labelled] - y[labelled]).abs().mean())
-    if task.metric == "rocauc":
-        if task.evaluator is not None:
-            return float(task.evaluator.eval({"y_true": y, "y_pred": outputs})["rocauc"])
-        return masked_rocauc(y, outputs)
-    raise ValueError(f"no graph-level metric {task.metric!r}")
-
-
-def masked_rocauc(y: Tensor, scores: Tensor) -> float:
-    """ROC-AUC per target over its labelled (non-NaN) rows, averaged over the targets that have both classes there:
-    the rule of OGB's ``Evaluator``, for any number of targets."""
-    from sklearn.metrics import roc_auc_score
-
-    y, scores = y.double().cpu().numpy(), scores.double().cpu().numpy()
-    aucs = []
-    for target in range(y.shape[1]):
-        labelled = ~np.isnan(y[:, target])
-        labels = y[labelled, target]
-        if (labels == 1).any() and (labels == 0).any():
-            aucs.append(roc_auc_score(labels, scores[labelled, target]))
-    if not aucs:
-        raise ValueError("ROC-AUC is undefined: no target has both classes among the labelled graphs of this split")
-    return float(np.mean(aucs))
-
-
 @torch.no_grad()
 def evaluate_graphs(model: nn.Module, loader, task: GraphTask, device: torch.device) -> float:
     model.eval()
@@ -316,188 +278,7 @@ def evaluate_graphs(model: nn.Module, loader, task: GraphTask, device: torch.dev
         batch = batch.to(device)
         outputs.append(model_outputs(model, batch).cpu())
         targets.append(batch.y.cpu())
-    return graph_metric(task, torch.cat(outputs), torch.cat(targets))
-
-
-# --- checkpoints ------------------------------------------------------------------------------------------------
-def checkpoint_path(config: RunConfig) -> Path | None:
-    """``<checkpoint_dir>/<run_id>.pt`` (the sweep's run id: a hash of the full config), or None."""
-    if config.checkpoint_dir is None:
-        return None
-    from graphnorm.sweep import config_run_id
-
-    return Path(config.checkpoint_dir).expanduser() / f"{config_run_id(config)}.pt"
-
-
-def rng_state(generator: torch.Generator) -> dict[str, Any]:
-    """Every random state a run draws from, as tensors and plain Python values (loadable with weights_only)."""
-    name, keys, position, has_gauss, cached_gaussian = np.random.get_state()
-    state = {
-        "torch": torch.get_rng_state(),
-        "python": random.getstate(),
-        "numpy": {
-            "name": str(name),
-            "keys": torch.from_numpy(keys.astype(np.int64)),
-            "pos": int(position),
-            "has_gauss": int(has_gauss),
-            "cached_gaussian": float(cached_gaussian),
-        },
-        "loader": generator.get_state(),
-    }
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_rng_state(state: dict[str, Any], generator: torch.Generator) -> None:
-    torch.set_rng_state(state["torch"])
-    version, internal, gauss = state["python"]
-    random.setstate((version, tuple(internal), gauss))
-    numpy = state["numpy"]
-    keys = numpy["keys"].numpy().astype(np.uint32)
-    np.random.set_state((numpy["name"], keys, numpy["pos"], numpy["has_gauss"], numpy["cached_gaussian"]))
-    generator.set_state(state["loader"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint that cannot be resumed or written; the one-line message names the file and what to do."""
-
-
-# What every graphnorm checkpoint holds; newer ones add "config", and "ema" when the run averages its weights.
-CHECKPOINT_KEYS = ("model", "schedule", "rng", "state")
-
-
-def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
-    """``torch.save`` to a temporary file, then an atomic rename: a kill never leaves a partial checkpoint."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        torch.save(state, tmp)
-        os.replace(tmp, path)
-    except (OSError, RuntimeError) as error:  # a full disk (torch's zip writer raises RuntimeError), a read-only folder
-        reason = error.strerror if isinstance(error, OSError) and error.strerror else type(error).__name__
-        raise CheckpointError(
-            f"cannot write checkpoint {path} ({reason}; {_free_bytes(path.parent, tmp)} bytes free there); "
-            "the previous checkpoint is intact: free space or make checkpoint_dir writable, then run again to resume"
-        ) from error
-    finally:
-        if tmp.exists():  # (unlink of a missing file still fails on a read-only file system)
-            tmp.unlink()
-
-
-def _free_bytes(folder: Path, partial: Path) -> int:
-    """Free space in ``folder`` once the ``partial`` file of a failed save is removed."""
-    if partial.exists():
-        partial.unlink()
-    return shutil.disk_usage(folder).free
-
-
-def load_checkpoint(path: Path) -> dict[str, Any]:
-    """The checkpoint at ``path`` (``weights_only=True``: plain tensors and containers only, never code)."""
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as error:
-        # ``from None``: torch's own message suggests weights_only=False, which would run code from the file.
-        size = path.stat().st_size if path.exists() else 0
-        reason = "empty file" if size == 0 else f"{size} bytes, torch.load raised {type(error).__name__}"
-        raise CheckpointError(
-            f"checkpoint {path} is unreadable or not a graphnorm checkpoint ({reason}); "
-            "delete it to start the run over, or set checkpoint_dir to another folder"
-        ) from None
-
-
-def prepare_checkpoint_dir(config: RunConfig) -> Path | None:
-    """The run's checkpoint path, after checking that its folder is writable (before any training, not after the
-    first epoch) and removing the temporary files of saves that were killed; None without ``checkpoint_dir``."""
-    path = checkpoint_path(config)
-    if path is None:
-        return None
-    probe = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as error:
-        raise CheckpointError(
-            f"checkpoint_dir {config.checkpoint_dir} is not writable ({error.strerror or error} at {error.filename}); "
-            "set checkpoint_dir to a writable folder"
-        ) from None
-    remove_stale_tmp_files(path)
-    return path
-
-
-def remove_stale_tmp_files(path: Path) -> None:
-    """Delete ``.<name>.<pid>.tmp`` files that :func:`save_checkpoint` left behind when its process was killed."""
-    prefix = f".{path.name}."
-    for tmp in path.parent.iterdir():
-        pid = tmp.name[len(prefix) : -len(".tmp")]
-        if tmp.name.startswith(prefix) and tmp.name.endswith(".tmp") and pid.isdigit() and not _alive(int(pid)):
-            tmp.unlink(missing_ok=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process
-        return True
-    return True
-
-
-def config_differences(saved: dict[str, Any], config: RunConfig) -> list[str]:
-    """``key (checkpoint A, this run B)`` for every config value that changes what a run computes.
-
-    Ignored: the keys the run id leaves out (``data_root``, ``checkpoint_dir``: where files live), and keys that a
-    later graphnorm version added, when this run keeps their default. ``epochs`` and ``max_train_minutes`` are
-    compared too: a run cannot be extended from a checkpoint, because its learning-rate schedule depends on
-    ``epochs`` and a finished run's best-epoch selection and time budget would no longer be those of the record.
-    """
-    from graphnorm.sweep import NOT_HASHED
-
-    defaults = RunConfig().to_dict()
-    differences = []
-    for key, value in sorted(config.to_dict().items()):
-        before = saved.get(key, defaults.get(key))
-        if key not in NOT_HASHED and before != value:
-            differences.append(f"{key} (checkpoint {before!r}, this run {value!r})")
-    return differences
-
-
-def resume_from_checkpoint(
-    path: Path, config: RunConfig, model: nn.Module, schedule: StepSchedule, ema: nn.Module | None, generator
-) -> dict[str, Any]:
-    """Load the checkpoint of this very run into the model, optimizer, EMA and RNGs; return its loop state."""
-    saved = load_checkpoint(path)
-    advice = "delete it to start the run over, or set checkpoint_dir to another folder"
-    if not isinstance(saved, dict) or not all(key in saved for key in CHECKPOINT_KEYS):
-        raise CheckpointError(
-            f"checkpoint {path} is unreadable or not a graphnorm checkpoint (no model state); {advice}"
-        )
-    if isinstance(saved.get("config"), dict):
-        differences = config_differences(saved["config"], config)
-        if differences:
-            raise CheckpointError(f"checkpoint {path} belongs to another run: {', '.join(differences)}; {advice}")
-    try:
-        model.load_state_dict(saved["model"])
-        schedule.load_state_dict(saved["schedule"])
-        if ema is not None:
-            ema.load_state_dict(saved["ema"])
-        set_rng_state(saved["rng"], generator)
-    except (RuntimeError, KeyError, ValueError, TypeError, IndexError) as error:
-        # Checkpoints written before the config was saved, or by a graphnorm version with another model.
-        first_line = (str(error).splitlines() or [type(error).__name__])[0].rstrip(":")
-        raise CheckpointError(
-            f"checkpoint {path} does not match this run's model or optimizer ({first_line.strip()}): it was written "
-            f"by another config or graphnorm version; {advice}"
-        ) from None
-    state = saved["state"]
-    state.setdefault("step_time_s", 0.0)  # checkpoints written before the throughput was recorded
-    state.setdefault("graphs_trained", 0)
-    state.setdefault("history", [])  # checkpoints written before the learning curve was recorded
-    return state
+    return score(task, torch.cat(outputs), torch.cat(targets))
 
 
 # --- graph level training -----------------------------------------------------------------------------------------
@@ -551,144 +332,172 @@ class StepSchedule:
         self.scheduler.load_state_dict(state["scheduler"])
 
 
-def train_graph_level(
-    model: nn.Module, task: GraphTask, config: RunConfig, device: torch.device
-) -> tuple[dict[str, Any], dict[str, Tensor]]:
-    path = prepare_checkpoint_dir(config)
-    generator = torch.Generator().manual_seed(config.seed)  # shuffling fixed by the seed
-    inputs = model_spec(config.model).inputs
-    train_loader, val_loader, test_loader, extra = graph_loaders(task, config, generator, inputs)
-    schedule = StepSchedule(config, model, len(train_loader), task.higher_is_better)
-    # With ema_decay, an exponential moving average of the weights (buffers too: BatchNorm's running statistics)
-    # is what is evaluated, selected by validation and returned; the first update copies the weights.
-    ema = None
-    if config.ema_decay is not None:
-        ema = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(config.ema_decay), use_buffers=True)
-    evaluated = ema.module if ema is not None else model
-    sign = 1.0 if task.higher_is_better else -1.0
-    metric = task.metric
-    budget_s = config.max_train_minutes * 60.0 if config.max_train_minutes is not None else math.inf
-    # Everything a resumed run needs to continue exactly as if it had never stopped.
-    state: dict[str, Any] = {
-        "epoch": 0,  # next epoch to run
-        "step": 0,
-        "best": {"score": -math.inf},
-        "best_state": {},
-        "last": {},  # train_loss / val / test of the last epoch run
-        "first_loss": None,
-        "train_time_s": 0.0,
-        "step_time_s": 0.0,  # the epochs' batch loops (loading, steps; no evaluation): the throughput's denominator
-        "graphs_trained": 0,
-        "eval_time_s": 0.0,  # the last evaluation's duration, kept in reserve from the time budget
-        "stopped_by_time": False,
-        "done": False,
-        "history": [],  # one row per epoch run: the learning curve
-    }
-    resumed_at = None
-    if path is not None and path.exists():
-        state = resume_from_checkpoint(path, config, model, schedule, ema, generator)
-        resumed_at = state["epoch"]
-        print(f"resuming from {path} at epoch {resumed_at} (step {state['step']})", flush=True)
+@dataclass
+class GraphTrainState:
+    """Everything a resumed graph-level run needs to continue exactly as if it had never stopped (saved as a dict in
+    the checkpoint's ``"state"``, the same keys as before this class existed)."""
 
-    progress = EpochProgress(run_id_of(config), config.epochs, start_epoch=state["epoch"])
-    board = open_tensorboard(config, purge_step=state["epoch"])
-    shown = ("train_loss", f"val_{metric}", f"test_{metric}", "lr", "step")
-    for epoch in range(state["epoch"], config.epochs):
-        if state["done"]:
-            break
-        epoch_start = time.perf_counter()
-        schedule.start_epoch(epoch)
-        model.train()
+    epoch: int = 0  # next epoch to run
+    step: int = 0
+    best: dict[str, Any] = field(default_factory=lambda: {"score": -math.inf})
+    best_state: dict[str, Tensor] = field(default_factory=dict)
+    last: dict[str, Any] = field(default_factory=dict)  # train_loss / val / test of the last epoch run
+    first_loss: float | None = None
+    train_time_s: float = 0.0
+    step_time_s: float = 0.0  # the epochs' batch loops (loading, steps; no evaluation): the throughput's denominator
+    graphs_trained: int = 0
+    eval_time_s: float = 0.0  # the last evaluation's duration, kept in reserve from the time budget
+    stopped_by_time: bool = False
+    done: bool = False
+    history: list[dict[str, Any]] = field(default_factory=list)  # one row per epoch run: the learning curve
+
+    def as_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass
+class GraphTraining:
+    """What a graph-level run trains with, built once per process (not checkpointed)."""
+
+    model: nn.Module
+    task: GraphTask
+    config: RunConfig
+    device: torch.device
+    loaders: tuple[Any, Any, Any]  # train, val, test
+    schedule: StepSchedule
+    ema: nn.Module | None  # with ema_decay: the weight average that is evaluated, selected and returned
+    budget_s: float
+
+    @property
+    def evaluated(self) -> nn.Module:
+        return self.ema.module if self.ema is not None else self.model
+
+    def train_epoch(self, state: GraphTrainState, epoch_start: float) -> tuple[float, int]:
+        """One pass over the training batches (stopping early on the time budget): (loss sum, graphs)."""
+        self.model.train()
         loss_sum, graphs = 0.0, 0
-        for batch in train_loader:
+        for batch in self.loaders[0]:
             # Stop before a step that would leave too little of the budget for this epoch's evaluation.
-            elapsed = state["train_time_s"] + time.perf_counter() - epoch_start
-            if state["step"] > 0 and elapsed + state["eval_time_s"] >= budget_s:
-                state["stopped_by_time"] = True
+            elapsed = state.train_time_s + time.perf_counter() - epoch_start
+            if state.step > 0 and elapsed + state.eval_time_s >= self.budget_s:
+                state.stopped_by_time = True
                 break
-            batch = batch.to(device)
-            schedule.optimizer.zero_grad()
-            loss = graph_loss(task, model_outputs(model, batch), batch.y)
+            batch = batch.to(self.device)
+            self.schedule.optimizer.zero_grad()
+            loss = task_loss(self.task, model_outputs(self.model, batch), batch.y)
             loss.backward()
-            _clip(model, config)
-            schedule.optimizer.step()
-            schedule.after_step()
-            if ema is not None:
-                ema.update_parameters(model)
-            state["step"] += 1
+            _clip(self.model, self.config)
+            self.schedule.optimizer.step()
+            self.schedule.after_step()
+            if self.ema is not None:
+                self.ema.update_parameters(self.model)
+            state.step += 1
             loss_sum += loss.item() * batch.num_graphs
             graphs += batch.num_graphs
-        state["step_time_s"] += time.perf_counter() - epoch_start
-        state["graphs_trained"] += graphs
-        if graphs == 0:  # the budget ran out exactly at an epoch boundary: nothing new to evaluate
-            state["train_time_s"] += time.perf_counter() - epoch_start
-            state["done"] = True
-        else:
-            train_loss = loss_sum / graphs
-            if state["first_loss"] is None:
-                state["first_loss"] = train_loss
-            eval_start = time.perf_counter()
-            val_value = evaluate_graphs(evaluated, val_loader, task, device)
-            test_value = evaluate_graphs(evaluated, test_loader, task, device)
-            state["eval_time_s"] = time.perf_counter() - eval_start
-            if sign * val_value > state["best"]["score"]:
-                state["best"] = {"score": sign * val_value, "val": val_value, "test": test_value, "best_epoch": epoch}
-                state["best_state"] = copy.deepcopy(evaluated.state_dict())
-            schedule.end_epoch(epoch, val_value)
-            state["last"] = {"train_loss": train_loss, "val": val_value, "test": test_value}
-            state["epoch"] = epoch + 1
-            state["train_time_s"] += time.perf_counter() - epoch_start
-            state["done"] = (
-                state["stopped_by_time"]
-                or epoch + 1 == config.epochs
-                or patience_exhausted(config, epoch, state["best"].get("best_epoch"))
-            )
-            state["history"].append(
-                {
-                    "epoch": epoch,
-                    "step": state["step"],
-                    "lr": schedule.lr,
-                    "train_loss": train_loss,
-                    f"val_{metric}": val_value,
-                    f"test_{metric}": test_value,
-                    "train_time_s": state["train_time_s"],
-                }
-            )
-            report_epoch(progress, board, state["history"][-1], schedule.lr, shown)
-        if path is not None:
-            save_checkpoint(
-                path,
-                {
-                    "config": config.to_dict(),
-                    "model": model.state_dict(),
-                    "schedule": schedule.state_dict(),
-                    "rng": rng_state(generator),
-                    "state": state,
-                    **({"ema": ema.state_dict()} if ema is not None else {}),
-                },
-            )
-    progress.close()
-    if board is not None:
-        board.close()
-    best, last = state["best"], state["last"]
-    record = {
+        return loss_sum, graphs
+
+    def evaluate_epoch(self, state: GraphTrainState, epoch: int, train_loss: float, epoch_start: float) -> None:
+        """Validation and test metric of the epoch, the best-validation selection, the history row."""
+        if state.first_loss is None:
+            state.first_loss = train_loss
+        eval_start = time.perf_counter()
+        val = evaluate_graphs(self.evaluated, self.loaders[1], self.task, self.device)
+        test = evaluate_graphs(self.evaluated, self.loaders[2], self.task, self.device)
+        state.eval_time_s = time.perf_counter() - eval_start
+        sign = 1.0 if self.task.higher_is_better else -1.0
+        if sign * val > state.best["score"]:
+            state.best = {"score": sign * val, "val": val, "test": test, "best_epoch": epoch}
+            state.best_state = copy.deepcopy(self.evaluated.state_dict())
+        self.schedule.end_epoch(epoch, val)
+        state.last = {"train_loss": train_loss, "val": val, "test": test}
+        state.epoch = epoch + 1
+        state.train_time_s += time.perf_counter() - epoch_start
+        state.done = (
+            state.stopped_by_time
+            or epoch + 1 == self.config.epochs
+            or patience_exhausted(self.config, epoch, state.best.get("best_epoch"))
+        )
+        metric = self.task.metric
+        row = {"epoch": epoch, "step": state.step, "lr": self.schedule.lr, "train_loss": train_loss}
+        row.update({f"val_{metric}": val, f"test_{metric}": test, "train_time_s": state.train_time_s})
+        state.history.append(row)
+
+    def checkpoint(self, state: GraphTrainState, generator: torch.Generator) -> dict[str, Any]:
+        return {
+            "config": self.config.to_dict(),
+            "model": self.model.state_dict(),
+            "schedule": self.schedule.state_dict(),
+            "rng": rng_state(generator),
+            "state": state.as_dict(),
+            **({"ema": self.ema.state_dict()} if self.ema is not None else {}),
+        }
+
+
+def graph_record(state: GraphTrainState, metric: str, resumed_at: int | None, extra: dict[str, Any]) -> dict:
+    """The graph-level run's record (see the module docstring) from its final state."""
+    best, last = state.best, state.last
+    return {
         f"val_{metric}": best["val"],
         f"test_{metric}": best["test"],
         f"val_{metric}_last": last["val"],
         f"test_{metric}_last": last["test"],
         "best_epoch": best["best_epoch"],
         "train_loss": last["train_loss"],
-        "train_loss_first": state["first_loss"],
-        "epochs_run": state["epoch"],
-        "steps": state["step"],
-        "stopped_by_time": state["stopped_by_time"],
+        "train_loss_first": state.first_loss,
+        "epochs_run": state.epoch,
+        "steps": state.step,
+        "stopped_by_time": state.stopped_by_time,
         # training throughput over the batch loops (loading and collating, forward, backward, step); no evaluation
-        "train_graphs_per_s": state["graphs_trained"] / state["step_time_s"] if state["step_time_s"] > 0 else None,
+        "train_graphs_per_s": state.graphs_trained / state.step_time_s if state.step_time_s > 0 else None,
         "resumed_at_epoch": resumed_at,
         **extra,
-        "history": state["history"],
+        "history": state.history,
     }
-    return record, state["best_state"]
+
+
+def train_graph_level(
+    model: nn.Module, task: GraphTask, config: RunConfig, device: torch.device
+) -> tuple[dict[str, Any], dict[str, Tensor]]:
+    """Mini-batch training with per-epoch evaluation, checkpoints (resume), time budget and weight EMA."""
+    path = prepare_checkpoint_dir(config)
+    generator = torch.Generator().manual_seed(config.seed)  # shuffling fixed by the seed
+    *loaders, extra = graph_loaders(task, config, generator, model_spec(config.model).inputs)
+    schedule = StepSchedule(config, model, len(loaders[0]), task.higher_is_better)
+    # With ema_decay, an exponential moving average of the weights (buffers too: BatchNorm's running statistics)
+    # is what is evaluated, selected by validation and returned; the first update copies the weights.
+    ema = None
+    if config.ema_decay is not None:
+        ema = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(config.ema_decay), use_buffers=True)
+    budget_s = config.max_train_minutes * 60.0 if config.max_train_minutes is not None else math.inf
+    training = GraphTraining(model, task, config, device, tuple(loaders), schedule, ema, budget_s)
+    state, resumed_at = GraphTrainState(), None
+    if path is not None and path.exists():
+        state = GraphTrainState(**resume_from_checkpoint(path, config, model, schedule, ema, generator))
+        resumed_at = state.epoch
+        print(f"resuming from {path} at epoch {resumed_at} (step {state.step})", flush=True)
+    progress = EpochProgress(run_id_of(config), config.epochs, start_epoch=state.epoch)
+    board = open_tensorboard(config, purge_step=state.epoch)
+    shown = ("train_loss", f"val_{task.metric}", f"test_{task.metric}", "lr", "step")
+    for epoch in range(state.epoch, config.epochs):
+        if state.done:
+            break
+        epoch_start = time.perf_counter()
+        schedule.start_epoch(epoch)
+        loss_sum, graphs = training.train_epoch(state, epoch_start)
+        state.step_time_s += time.perf_counter() - epoch_start
+        state.graphs_trained += graphs
+        if graphs == 0:  # the budget ran out exactly at an epoch boundary: nothing new to evaluate
+            state.train_time_s += time.perf_counter() - epoch_start
+            state.done = True
+        else:
+            training.evaluate_epoch(state, epoch, loss_sum / graphs, epoch_start)
+            report_epoch(progress, board, state.history[-1], schedule.lr, shown)
+        if path is not None:
+            save_checkpoint(path, training.checkpoint(state, generator))
+    progress.close()
+    if board is not None:
+        board.close()
+    return graph_record(state, task.metric, resumed_at, extra), state.best_state
 
 
 # --- entry points -----------------------------------------------------------------------------------------------
@@ -710,8 +519,6 @@ def train(config: RunConfig) -> tuple[nn.Module, GraphTask, dict[str, Any]]:
     model.load_state_dict(best_state)
     model.eval()
     if task.level == "graph" and config.checkpoint_dir is not None:
-        from graphnorm.model_file import model_file_path, save_model_file
-
         save_model_file(model_file_path(config), config, task, model, record)
     record.update(
         {
@@ -733,9 +540,7 @@ def probe_sample(model: nn.Module, task: GraphTask, config: RunConfig) -> tuple[
     if task.level == "node":
         return task.data, "all"
     sample = evaluation_sample(task.val, num_graphs=config.probe_graphs, seed=0)
-    if model_spec(config.model).inputs == "pyg":
-        return sample, "val_sample"
-    return graphormer_sample(sample, config), "val_sample"
+    return model_sample(sample, config, model_spec(config.model).inputs), "val_sample"
 
 
 def run(config: RunConfig) -> dict[str, Any]:

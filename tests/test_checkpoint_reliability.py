@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from graphnorm.checkpoints import CheckpointError, checkpoint_path, load_checkpoint, save_checkpoint
 from graphnorm.config import RunConfig
-from graphnorm.train import CheckpointError, checkpoint_path, load_checkpoint, run, save_checkpoint
+from graphnorm.train import run
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

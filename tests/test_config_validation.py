@@ -74,7 +74,7 @@ def rejection(values: dict) -> str:
         ({"dataset": "zinc", "checkpoint_dir": 7}, r"^checkpoint_dir must be a string or null, got 7$"),
         (
             {"dataset": "córa"},
-            r"^dataset must be one of cora, citeseer, zinc, molhiv, actor, cornell, texas, wisconsin, smiles; "
+            r"^dataset must be one of actor, citeseer, cora, cornell, molhiv, smiles, texas, wisconsin, zinc; "
             r"got 'córa'$",
         ),
         ({"device": "tpu"}, r"^device must be one of cpu, cuda, auto"),

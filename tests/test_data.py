@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from graphnorm.data import DatasetNotFoundError, GraphTask, load_dataset
-from graphnorm.data.datasets import _check_finite
+from graphnorm.data.datasets import check_finite
 from graphnorm.data.root import ENV_MIRROR, ENV_ROOT
 
 
@@ -88,4 +88,4 @@ def test_unknown_dataset_and_nan_features(data_root: Path) -> None:
     data.x[3, 7] = float("nan")
     broken = GraphTask("cora", "node", "multiclass", "acc", 1433, 7, data=data)
     with pytest.raises(ValueError, match="cora x has 1 NaN/inf values"):
-        _check_finite(broken)
+        check_finite(broken)

@@ -34,6 +34,9 @@ from torch import Tensor
 from torch_geometric.data import Data
 from torch_geometric.transforms import BaseTransform
 
+from graphnorm.data.checks import check_edge_index
+from graphnorm.data.token_rows import token_row_layout
+
 UNREACHABLE = -1  # spatial_pos value of pairs with no path
 NO_EDGE = -1  # edge_path value past the end of a path
 PAIR_KEYS = ("spatial_pos", "edge_path", "in_degree", "out_degree")
@@ -48,13 +51,7 @@ def _check_graph(data: Data, where: str) -> tuple[int, Tensor]:
     edge_index = data.edge_index
     if edge_index is None:
         edge_index = torch.empty(2, 0, dtype=torch.long)
-    if edge_index.dim() != 2 or edge_index.size(0) != 2:
-        raise ValueError(f"{where}: edge_index must have shape [2, num_edges], got {tuple(edge_index.shape)}")
-    if edge_index.numel() > 0 and (int(edge_index.min()) < 0 or int(edge_index.max()) >= num_nodes):
-        raise ValueError(
-            f"{where}: edge_index holds node ids in [{int(edge_index.min())}, {int(edge_index.max())}] "
-            f"but the graph has {num_nodes} nodes"
-        )
+    check_edge_index(edge_index, num_nodes, where=where)
     return int(num_nodes), edge_index.long()
 
 
@@ -357,16 +354,11 @@ class GraphormerBatch:
         return GraphormerBatch(**moved)
 
 
-def collate_graphormer(
-    graphs: Sequence[Data], multi_hop_max_dist: int | None = None, max_nodes: int | None = None
-) -> GraphormerBatch:
-    """Collate preprocessed graphs (see :class:`GraphormerPreprocess`) into a :class:`GraphormerBatch`.
-
-    ``multi_hop_max_dist`` truncates the stored edge paths (``None``: keep all stored hops). A graph with more than
-    ``max_nodes`` nodes raises ``ValueError`` (never a silent drop). Use as
-    ``DataLoader(graphs, collate_fn=collate_graphormer)`` (``torch.utils.data.DataLoader``) or via
-    ``functools.partial`` for the keyword arguments.
-    """
+def check_collatable(
+    graphs: Sequence[Data], multi_hop_max_dist: int | None, max_nodes: int | None
+) -> tuple[list[int], int]:
+    """(node count of every graph, hops to keep) for :func:`collate_graphormer`, after checking that every graph was
+    preprocessed, fits ``max_nodes`` and stores at least ``multi_hop_max_dist`` hops."""
     if len(graphs) == 0:
         raise ValueError("collate_graphormer: got an empty list of graphs")
     node_counts: list[int] = []
@@ -392,19 +384,20 @@ def collate_graphormer(
         raise ValueError(
             f"collate_graphormer: multi_hop_max_dist={hops} but the graphs were preprocessed with {stored_hops} hops"
         )
+    return node_counts, hops
 
-    num_graphs = len(graphs)
-    max_n = max(node_counts)
-    positions = 1 + max_n
+
+def pack_graphs(graphs: Sequence[Data], node_counts: list[int], hops: int) -> dict[str, Tensor | None]:
+    """The padded pair tensors (``spatial_pos``, ``edge_path`` with global edge ids) and the concatenated node and
+    edge tensors (``x``, ``edge_index`` with global node ids, ``edge_attr``) of ``graphs``."""
+    num_graphs, max_n = len(graphs), max(node_counts)
     counts = torch.tensor(node_counts, dtype=torch.long)
     node_offsets = torch.cumsum(counts, 0) - counts  # [B] first global node id of each graph
     edge_counts = [g.edge_index.size(1) if g.edge_index is not None else 0 for g in graphs]
     edge_offsets = torch.cumsum(torch.tensor(edge_counts, dtype=torch.long), 0) - torch.tensor(edge_counts)
-
     spatial_pos = torch.full((num_graphs, max_n, max_n), UNREACHABLE, dtype=torch.long)
     edge_path = torch.full((num_graphs, max_n, max_n, hops), NO_EDGE, dtype=torch.long)
     edge_index_parts, edge_attr_parts, x_parts = [], [], []
-    graphs_with_edge_attr = 0
     for g, graph in enumerate(graphs):
         n = node_counts[g]
         spatial_pos[g, :n, :n] = graph.spatial_pos.view(n, n)
@@ -417,49 +410,53 @@ def collate_graphormer(
             continue
         edge_index_parts.append(graph.edge_index.long() + node_offsets[g])
         if graph.edge_attr is not None:
-            graphs_with_edge_attr += 1
             edge_attr_parts.append(graph.edge_attr.view(edge_counts[g], -1).long())
-    graphs_with_edges = len(edge_index_parts)
-    if 0 < graphs_with_edge_attr < graphs_with_edges:
+    if 0 < len(edge_attr_parts) < len(edge_index_parts):
         raise ValueError(
-            f"collate_graphormer: {graphs_with_edge_attr} of {graphs_with_edges} graphs with edges have edge_attr; "
-            "all or none must"
+            f"collate_graphormer: {len(edge_attr_parts)} of {len(edge_index_parts)} graphs with edges have "
+            "edge_attr; all or none must"
         )
-    x = torch.cat(x_parts)  # [num_nodes, atom_features]
-    edge_index = torch.cat(edge_index_parts, dim=1) if edge_index_parts else torch.empty(2, 0, dtype=torch.long)
-    edge_attr = torch.cat(edge_attr_parts) if edge_attr_parts else None  # [num_edges, bond_features]
+    return {
+        "x": torch.cat(x_parts),  # [num_nodes, atom_features]
+        "edge_index": torch.cat(edge_index_parts, dim=1) if edge_index_parts else torch.empty(2, 0, dtype=torch.long),
+        "edge_attr": torch.cat(edge_attr_parts) if edge_attr_parts else None,  # [num_edges, bond_features]
+        "spatial_pos": spatial_pos,
+        "edge_path": edge_path,
+    }
 
+
+def collate_graphormer(
+    graphs: Sequence[Data], multi_hop_max_dist: int | None = None, max_nodes: int | None = None
+) -> GraphormerBatch:
+    """Collate preprocessed graphs (see :class:`GraphormerPreprocess`) into a :class:`GraphormerBatch`.
+
+    ``multi_hop_max_dist`` truncates the stored edge paths (``None``: keep all stored hops). A graph with more than
+    ``max_nodes`` nodes raises ``ValueError`` (never a silent drop). Use as
+    ``DataLoader(graphs, collate_fn=collate_graphormer)`` (``torch.utils.data.DataLoader``) or via
+    ``functools.partial`` for the keyword arguments.
+    """
+    node_counts, hops = check_collatable(graphs, multi_hop_max_dist, max_nodes)
+    packed = pack_graphs(graphs, node_counts, hops)
+    num_graphs, positions = len(graphs), 1 + max(node_counts)
+    counts = torch.tensor(node_counts, dtype=torch.long)
     node_batch = torch.repeat_interleave(torch.arange(num_graphs), counts)  # [num_nodes]
-    local_node = torch.arange(x.size(0)) - node_offsets[node_batch]  # [num_nodes] index inside its graph
-    row_counts = counts + 1  # token + nodes
-    row_offsets = torch.cumsum(row_counts, 0) - row_counts  # [B] row of each graph's token
-    row_batch = torch.repeat_interleave(torch.arange(num_graphs), row_counts)  # [R]
-    local_position = torch.arange(row_batch.numel()) - row_offsets[row_batch]  # [R]: 0 = token
-    token_mask = local_position == 0
-    dense_index = row_batch * positions + local_position  # [R] into [B * T]
-    node_rows = row_offsets[node_batch] + 1 + local_node  # [num_nodes]
-    position_mask = torch.arange(positions)[None, :] < row_counts[:, None]  # [B, T]
-
+    layout = token_row_layout(counts)  # token row, then node rows, graph by graph
+    row_batch, node_rows, edge_index = layout.row_batch, layout.node_rows, packed["edge_index"]
+    local_position = torch.arange(row_batch.numel()) - layout.token_rows[row_batch]  # [R]: 0 = token
     has_y = [getattr(g, "y", None) is not None for g in graphs]
     if any(has_y) and not all(has_y):
         raise ValueError("collate_graphormer: some graphs have targets y and others not")
-    y = torch.cat([g.y for g in graphs]) if all(has_y) else None  # PyG's concatenation of per-graph targets
-
     return GraphormerBatch(
-        x=x,
+        **packed,
         in_degree=torch.cat([g.in_degree for g in graphs]),
         out_degree=torch.cat([g.out_degree for g in graphs]),
         node_batch=node_batch,
-        edge_index=edge_index,
-        edge_attr=edge_attr,
-        spatial_pos=spatial_pos,
-        edge_path=edge_path,
-        position_mask=position_mask,
+        position_mask=torch.arange(positions)[None, :] < (counts + 1)[:, None],  # [B, T]
         row_batch=row_batch,
-        token_mask=token_mask,
+        token_mask=layout.token_mask,
         row_edge_index=node_rows[edge_index] if edge_index.numel() > 0 else edge_index.clone(),
         node_rows=node_rows,
-        dense_index=dense_index,
+        dense_index=row_batch * positions + local_position,  # [R] into [B * T]
         num_nodes_per_graph=counts,
-        y=y,
+        y=torch.cat([g.y for g in graphs]) if all(has_y) else None,  # PyG's concatenation of per-graph targets
     )

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from graphnorm.data.datasets import HETEROPHILIC_NAMES, NUM_HETEROPHILIC_SPLITS, GraphTask, _prepare
+from graphnorm.data.datasets import GraphTask, _prepare
+from graphnorm.data.registry import DatasetSpec, register_dataset
 
 MASKS = ("train_mask", "val_mask", "test_mask")
+NUM_HETEROPHILIC_SPLITS = 10  # the geom-gcn splits
 
 
 def heterophilic_folder(name: str) -> tuple[str, str]:
@@ -33,12 +35,18 @@ def required_raw_files(name: str) -> list[str]:
     return ["raw/out1_node_feature_label.txt", "raw/out1_graph_edges.txt", *splits]
 
 
-def load_heterophilic(name: str, root: Path, split: int | None = None) -> GraphTask:
-    """Load ``name`` (actor | cornell | texas | wisconsin) with the masks of standard split ``split`` (None: 0)."""
+def register_heterophilic(name: str) -> None:
+    register_dataset(name, level="node", task_type="multiclass", metric="acc", num_splits=NUM_HETEROPHILIC_SPLITS)(
+        load_heterophilic
+    )
+
+
+def load_heterophilic(spec: DatasetSpec, root: Path, split: int | None = None) -> GraphTask:
+    """Load ``spec.name`` (actor | cornell | texas | wisconsin) with the masks of standard split ``split`` (None:
+    0)."""
     from torch_geometric.datasets import Actor, WebKB
 
-    if name not in HETEROPHILIC_NAMES:
-        raise ValueError(f"unknown heterophilic dataset {name!r}; valid choices: {', '.join(HETEROPHILIC_NAMES)}")
+    name = spec.name
     split = 0 if split is None else split
     if isinstance(split, bool) or not isinstance(split, int) or not 0 <= split < NUM_HETEROPHILIC_SPLITS:
         raise ValueError(
@@ -56,14 +64,8 @@ def load_heterophilic(name: str, root: Path, split: int | None = None) -> GraphT
     data = dataset[0]
     for mask in MASKS:
         data[mask] = data[mask][:, split].clone()  # [N, 10] -> this split's [N]
-    return GraphTask(
-        name=name,
-        level="node",
-        task_type="multiclass",
-        metric="acc",
-        num_features=dataset.num_features,
-        num_outputs=dataset.num_classes,
-        data=data,
-        num_splits=NUM_HETEROPHILIC_SPLITS,
-        split=split,
-    )
+    return spec.task(num_features=dataset.num_features, num_outputs=dataset.num_classes, data=data, split=split)
+
+
+for _name in ("actor", "cornell", "texas", "wisconsin"):
+    register_heterophilic(_name)

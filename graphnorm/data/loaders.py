@@ -14,14 +14,16 @@ import torch_geometric.transforms as T
 from torch_geometric.data import Batch
 from torch_geometric.loader import DataLoader
 
-from graphnorm.data.datasets import GraphTask, load_dataset
 from graphnorm.data.graphormer_preprocess import (
     GraphormerPreprocess,
     collate_graphormer,
     filter_max_nodes,
     preprocess_dataset,
 )
+from graphnorm.data.metrics import get_metric
+from graphnorm.data.registry import load_dataset
 from graphnorm.data.size_buckets import SizeBucketBatchSampler
+from graphnorm.data.task import GraphTask
 
 if TYPE_CHECKING:
     from graphnorm.config import RunConfig
@@ -45,7 +47,7 @@ def prepare_task(config: RunConfig) -> GraphTask:
             if len(dataset) > config.limit_graphs:
                 keep = torch.randperm(len(dataset), generator=generator)[: config.limit_graphs].sort().values
                 setattr(task, split, dataset[keep])
-        if task.metric == "rocauc":
+        if get_metric(task.metric).needs_both_classes:
             # ROC-AUC needs both classes in every split: fail now, not after the first epoch of training.
             for split in SPLITS:
                 labels = getattr(task, split).y.view(-1)
@@ -68,13 +70,15 @@ def collate_for(graphs: list, config: RunConfig, inputs: str) -> Any:
     return collate_graphormer(graphs, multi_hop_max_dist=hops)
 
 
-def graphormer_sample(sample: Any, config: RunConfig) -> Any:
-    """A PyG batch of graphs preprocessed and collated for Graphormer (graphs above ``max_nodes`` left out when
-    ``drop_large_graphs``): what the collapse probe feeds such a model."""
+def model_sample(sample: Any, config: RunConfig, inputs: str) -> Any:
+    """A PyG batch of graphs as a model of input kind ``inputs`` takes it: itself, or preprocessed and collated for
+    Graphormer (graphs above ``max_nodes`` left out when ``drop_large_graphs``); what the collapse probe feeds it."""
+    if inputs == "pyg":
+        return sample
     graphs = sample.to_data_list()
     if config.max_nodes is not None and config.drop_large_graphs:
         graphs, _ = filter_max_nodes(graphs, config.max_nodes)
-    return collate_for(graphs, config, "graphormer")
+    return collate_for(graphs, config, inputs)
 
 
 def graphormer_hops(config: RunConfig) -> int:

@@ -44,6 +44,7 @@ from torch import Tensor
 from torch_geometric.data import Data, InMemoryDataset
 
 from graphnorm.data.datasets import GraphTask
+from graphnorm.data.registry import DatasetSpec, register_dataset
 from graphnorm.data.root import dataset_lock
 
 TASKS = ("classification", "regression")
@@ -223,6 +224,7 @@ class SmilesGraphs(InMemoryDataset):
 
 
 def load_smiles(
+    spec: DatasetSpec,
     root: Path,
     *,
     path: str,
@@ -258,14 +260,11 @@ def load_smiles(
         if len(part) == 0:
             raise ValueError(f"{file}: the {name} split is empty ({len(graphs)} valid molecules, split={split!r})")
     classification = task == "classification"
-    return GraphTask(
-        name="smiles",
-        level="graph",
+    return spec.task(
         task_type="binary" if classification else "regression",
         metric="rocauc" if classification else "mae",
         num_features=9,  # OGB's atom feature columns
         num_outputs=len(options["target_columns"]),
-        atom_encoder="ogb",
         train=parts["train"],
         val=parts["valid"],
         test=parts["test"],
@@ -389,3 +388,9 @@ def write_cache(cache: Path, payload: dict[str, Any]) -> None:
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+# task type and metric come from the options (task: classification -> binary, rocauc; regression -> mae)
+register_dataset("smiles", level="graph", task_type=None, metric=None, features="ogb", check_options=check_options)(
+    load_smiles
+)

@@ -42,6 +42,8 @@ from torch_geometric.nn import GCNConv, global_add_pool, global_mean_pool
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from torch_geometric.utils import add_remaining_self_loops, degree, remove_self_loops
 
+from graphnorm.data.checks import check_edge_index
+from graphnorm.data.token_rows import token_row_layout
 from graphnorm.models.registry import register_model
 from graphnorm.norms import build_norm
 
@@ -326,12 +328,7 @@ class DeepGCN(nn.Module):
     # --- structure -------------------------------------------------------------------------------------------
     def graph_rows(self, edge_index: Tensor, num_nodes: int, batch: Tensor | None, batch_size: int | None) -> GraphRows:
         """Rows (nodes [+ virtual nodes]), their batch/token_mask, and the normalized adjacency with self loops."""
-        if edge_index.dim() != 2 or edge_index.size(0) != 2:
-            raise ValueError(f"edge_index must have shape [2, num_edges], got {tuple(edge_index.shape)}")
-        if edge_index.numel() and (int(edge_index.min()) < 0 or int(edge_index.max()) >= num_nodes):
-            raise ValueError(f"edge_index holds node ids outside [0, {num_nodes})")
-        if batch is not None and (batch.dim() != 1 or batch.numel() != num_nodes):
-            raise ValueError(f"batch must have shape [num_nodes] = [{num_nodes}], got {tuple(batch.shape)}")
+        check_edge_index(edge_index, num_nodes, batch)
         edge_index, _ = remove_self_loops(edge_index)
         node_rows = token_rows = token_mask = None
         num_rows = num_nodes
@@ -341,19 +338,12 @@ class DeepGCN(nn.Module):
             if batch.numel() > 1 and bool((batch[1:] < batch[:-1]).any()):
                 raise ValueError("virtual_node needs a sorted batch vector (as PyG's DataLoader makes)")
             num_graphs = batch_size if batch_size is not None else (int(batch.max()) + 1 if batch.numel() else 0)
-            counts = torch.bincount(batch, minlength=num_graphs)  # nodes per graph
-            first_node = torch.cumsum(counts, 0) - counts  # index of each graph's first node
-            token_rows = first_node + torch.arange(num_graphs, device=batch.device)  # token before its nodes
-            node_rows = torch.arange(num_nodes, device=batch.device) + batch + 1
+            layout = token_row_layout(torch.bincount(batch, minlength=num_graphs))  # each token before its nodes
+            token_rows, node_rows, token_mask = layout.token_rows, layout.node_rows, layout.token_mask
             num_rows = num_nodes + num_graphs
-            row_batch = torch.empty(num_rows, dtype=torch.long, device=batch.device)
-            row_batch[node_rows] = batch
-            row_batch[token_rows] = torch.arange(num_graphs, device=batch.device)
-            token_mask = torch.zeros(num_rows, dtype=torch.bool, device=batch.device)
-            token_mask[token_rows] = True
             token_edges = torch.stack([token_rows[batch], node_rows])  # token -> node, [2, N]
             edge_index = torch.cat([node_rows[edge_index], token_edges, token_edges.flip(0)], dim=1)
-            batch, batch_size = row_batch, num_graphs
+            batch, batch_size = layout.row_batch, num_graphs
         propagation_index, propagation_weight = self._normalized_adjacency(edge_index, num_rows)
         return GraphRows(
             num_rows=num_rows,

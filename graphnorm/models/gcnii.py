@@ -42,6 +42,7 @@ from torch_geometric.nn import GCN2Conv, global_add_pool, global_mean_pool
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from torch_geometric.utils import remove_self_loops, to_torch_csr_tensor
 
+from graphnorm.data.checks import check_edge_index
 from graphnorm.models.gcn import (
     ATOM_ENCODERS,
     GraphRows,
@@ -201,12 +202,7 @@ class GCNII(nn.Module):
     ) -> GraphRows:
         """The node rows and the normalized adjacency :math:`D^{-1/2}(A+I)D^{-1/2}` (entries computed in
         ``dtype``: a float64 model gets a float64-exact adjacency), computed once per forward."""
-        if edge_index.dim() != 2 or edge_index.size(0) != 2:
-            raise ValueError(f"edge_index must have shape [2, num_edges], got {tuple(edge_index.shape)}")
-        if edge_index.numel() and (int(edge_index.min()) < 0 or int(edge_index.max()) >= num_nodes):
-            raise ValueError(f"edge_index holds node ids outside [0, {num_nodes})")
-        if batch is not None and (batch.dim() != 1 or batch.numel() != num_nodes):
-            raise ValueError(f"batch must have shape [num_nodes] = [{num_nodes}], got {tuple(batch.shape)}")
+        check_edge_index(edge_index, num_nodes, batch)
         edge_index, _ = remove_self_loops(edge_index)
         propagation_index, propagation_weight = gcn_norm(edge_index, None, num_nodes, add_self_loops=True, dtype=dtype)
         return GraphRows(

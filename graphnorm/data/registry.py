@@ -1,0 +1,142 @@
+"""One registry for every dataset: ``register_dataset(name, ...)`` on a loader, ``load_dataset(name)`` by name.
+
+Each dataset declares what the rest of the package needs to know about it in one :class:`DatasetSpec`: its level
+(node or graph), task type, metric (and so whether higher is better: :data:`graphnorm.data.metrics.METRICS`), the
+kind of its node features (``None``: float features; ``"zinc"``/``"ogb"``: categorical atom and bond features) and
+how many standard splits it has. Config validation, the trainer and the sweep ask the registry, and name no dataset.
+
+A loader is called as ``loader(spec, root, **options)`` (``split=`` only for a dataset with several standard
+splits; its keyword-only parameters are the dataset's options, ``RunConfig.dataset_kwargs``) and returns
+``spec.task(...)``, a :class:`graphnorm.data.datasets.GraphTask` with the declared fields filled in.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from graphnorm.data.metrics import get_metric, metric_names
+from graphnorm.data.root import resolve_root
+from graphnorm.data.task import GraphTask, check_finite
+
+LEVELS = ("node", "graph")
+TASK_TYPES = ("multiclass", "regression", "binary")
+FEATURE_KINDS = (None, "zinc", "ogb")
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """What a dataset is. ``task_type``/``metric`` ``None``: chosen by the loader from its options (a user's CSV)."""
+
+    name: str
+    loader: Callable[..., Any]
+    level: str
+    task_type: str | None
+    metric: str | None
+    features: str | None = None
+    num_splits: int = 1
+    check_options: Callable[..., Any] | None = None  # validates the options before loading (ValueError)
+
+    @property
+    def higher_is_better(self) -> bool | None:
+        return None if self.metric is None else get_metric(self.metric).higher_is_better
+
+    def options(self) -> list[str]:
+        """The loader's own keywords (``RunConfig.dataset_kwargs``): its keyword-only parameters."""
+        parameters = inspect.signature(self.loader).parameters.values()
+        return [p.name for p in parameters if p.kind == p.KEYWORD_ONLY]
+
+    def task(self, **fields: Any) -> GraphTask:
+        """A ``GraphTask`` with this spec's name, level, task type, metric, feature kind and split count."""
+        declared = dict(
+            name=self.name,
+            level=self.level,
+            task_type=self.task_type,
+            metric=self.metric,
+            atom_encoder=self.features,
+            num_splits=self.num_splits,
+        )
+        return GraphTask(**{**declared, **fields})
+
+
+_DATASETS: dict[str, DatasetSpec] = {}
+
+
+def register_dataset(
+    name: str,
+    *,
+    level: str,
+    task_type: str | None,
+    metric: str | None,
+    features: str | None = None,
+    num_splits: int = 1,
+    check_options: Callable[..., Any] | None = None,
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator: register a loader ``loader(spec, root, **options) -> GraphTask`` under a lower-case ``name``.
+    ``check_options(**options)``: optional validation of the options, run by config validation before loading."""
+    if not isinstance(name, str) or not name or name != name.lower():
+        raise ValueError(f"dataset names are non-empty lower-case strings, got {name!r}")
+    if level not in LEVELS:
+        raise ValueError(f"level must be one of {LEVELS}, got {level!r}")
+    if task_type is not None and task_type not in TASK_TYPES:
+        raise ValueError(f"task_type must be one of {TASK_TYPES} or None, got {task_type!r}")
+    if metric is not None and metric not in metric_names():
+        raise ValueError(f"metric must be one of {', '.join(metric_names())} or None, got {metric!r}")
+    if features not in FEATURE_KINDS:
+        raise ValueError(f"features must be one of {FEATURE_KINDS}, got {features!r}")
+    if not isinstance(num_splits, int) or num_splits < 1:
+        raise ValueError(f"num_splits must be a positive integer, got {num_splits!r}")
+
+    def decorator(loader: Callable[..., Any]) -> Callable[..., Any]:
+        if name in _DATASETS and _DATASETS[name].loader is not loader:
+            raise ValueError(f"dataset name {name!r} is already registered to {_DATASETS[name].loader.__name__}")
+        _DATASETS[name] = DatasetSpec(name, loader, level, task_type, metric, features, num_splits, check_options)
+        return loader
+
+    return decorator
+
+
+def available_datasets(level: str | None = None) -> list[str]:
+    """Sorted names of the registered datasets (of one ``level`` when given)."""
+    return sorted(name for name, spec in _DATASETS.items() if level is None or spec.level == level)
+
+
+def dataset_spec(name: str) -> DatasetSpec:
+    """The declaration of ``name`` (case-insensitive); ``ValueError`` listing the choices if unknown."""
+    if not isinstance(name, str) or name.lower() not in _DATASETS:
+        raise ValueError(f"unknown dataset {name!r}; valid choices: {', '.join(available_datasets())}")
+    return _DATASETS[name.lower()]
+
+
+def datasets_with_splits() -> list[str]:
+    return [name for name in available_datasets() if _DATASETS[name].num_splits > 1]
+
+
+def load_dataset(
+    name: str, root: str | Path | None = None, split: int | str | None = None, **options: Any
+) -> GraphTask:
+    """Load ``name`` with its standard split (for a dataset with several, number ``split``; None: split 0).
+    ``options``: the dataset's own keywords (:meth:`DatasetSpec.options`); a dataset whose loader takes a ``split``
+    keyword of its own (the SMILES CSV's split rule) gets ``split`` there."""
+    spec = dataset_spec(name)
+    valid = spec.options()
+    if split is not None and "split" in valid:
+        options["split"], split = split, None
+    if split is not None and spec.num_splits == 1:
+        raise ValueError(
+            f"split={split!r} selects one of several standard splits, but dataset {spec.name!r} has one; leave split "
+            f"unset (datasets with splits: {', '.join(datasets_with_splits())})"
+        )
+    unknown = sorted(set(options) - set(valid))
+    if unknown and not valid:
+        raise ValueError(f"dataset {spec.name!r} takes no options, got {', '.join(unknown)}")
+    if unknown:
+        raise ValueError(f"unknown option(s) {unknown} for dataset {spec.name!r}; valid: {', '.join(valid)}")
+    if spec.num_splits > 1:
+        options["split"] = split
+    task = spec.loader(spec, resolve_root(root), **options)
+    check_finite(task)
+    return task

@@ -1,0 +1,116 @@
+"""Structure checks of the package read from its source: the trainer and the sweep name no model, dataset or metric,
+and no import cycle among graphnorm's modules, counting imports inside functions."""
+
+from __future__ import annotations
+
+import ast
+import io
+import re
+import tokenize
+from pathlib import Path
+
+from graphnorm.data import available_datasets
+from graphnorm.data.metrics import metric_names
+from graphnorm.models import available_models, model_spec
+
+PACKAGE = Path(__file__).resolve().parents[1] / "graphnorm"
+GENERIC_FILES = ("train.py", "sweep.py")
+
+
+def code_words(path: Path) -> set[str]:
+    """Lower-case words (split at anything but letters and digits, so ``val_acc`` gives ``val`` and ``acc``) of the
+    names and string literals of ``path``; comments and docstrings left out."""
+    source = path.read_text()
+    docstrings = set()
+    for node in ast.walk(ast.parse(source)):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
+            value = body[0].value
+            if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                docstrings.add(value.lineno)
+    words: set[str] = set()
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type == tokenize.STRING and token.start[0] in docstrings:
+            continue
+        if token.type in (tokenize.NAME, tokenize.STRING) or token.type == getattr(tokenize, "FSTRING_MIDDLE", -1):
+            words |= {word.lower() for word in re.split(r"[^A-Za-z0-9]+", token.string) if word}
+    return words
+
+
+def forbidden_names() -> set[str]:
+    models = set(available_models())
+    model_classes = {model_spec(name).factory.__name__.lower() for name in models}
+    return models | model_classes | set(available_datasets()) | set(metric_names())
+
+
+def test_trainer_and_sweep_name_no_model_dataset_or_metric() -> None:
+    names = forbidden_names()
+    assert {"gcn", "graphormer", "deepgcn", "cora", "zinc", "acc", "rocauc", "mae"} <= names
+    for file in GENERIC_FILES:
+        found = sorted(code_words(PACKAGE / file) & names)
+        assert not found, f"graphnorm/{file} names {found}"
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the graphnorm modules it imports anywhere (module level or inside functions). ``from a import b``
+    counts ``a.b`` when that is a module, else ``a``; importing a module also runs its packages' ``__init__``."""
+    modules = {module_name(path): path for path in PACKAGE.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        is_package = path.name == "__init__.py"
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = name.split(".")[: len(name.split(".")) - node.level + (1 if is_package else 0)]
+                    base = ".".join(anchor + ([base] if base else []))
+                for alias in node.names:
+                    full = f"{base}.{alias.name}"
+                    targets.add(full if full in modules else base)
+        graph[name] = {t for t in targets if t in modules and t != name}
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt) :] + [nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def test_import_graph_sees_function_level_imports() -> None:
+    graph = import_graph()
+    assert "graphnorm.models" in graph["graphnorm.train"]
+    assert "graphnorm.data.registry" in graph["graphnorm.data"]
+    assert find_cycle({"a": {"b"}, "b": {"a"}}) == ["a", "b", "a"]
+
+
+def test_no_import_cycle_among_package_modules() -> None:
+    graph = import_graph()
+    # A package's __init__ importing its own submodules is how a package is built, not a cycle.
+    graph = {name: {t for t in targets if not t.startswith(name + ".")} for name, targets in graph.items()}
+    cycle = find_cycle(graph)
+    assert cycle is None, " -> ".join(cycle)
