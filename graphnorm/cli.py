@@ -167,7 +167,7 @@ def _predict_parser(sub: argparse._SubParsersAction) -> None:
 def cmd_predict(args: argparse.Namespace) -> int:
     from graphnorm.model_file import ModelFileError
     from graphnorm.predict import predict_csv
-    from graphnorm.sweep import ensure_writable_dir
+    from graphnorm.sweep_tables import ensure_writable_dir
 
     out = Path(args.out)
     try:
@@ -330,8 +330,7 @@ def _dry_run(sweep: dict[str, Any], out: Path, run_fn: str | None) -> int:
 
 def _load_run_config(path: Path, overrides: list[str]) -> RunConfig:
     """The RunConfig of a run YAML with ``key=value`` overrides; ``CommandError`` for any bad input."""
-    from graphnorm.config import RunConfig
-    from graphnorm.sweep import apply_overrides
+    from graphnorm.config import RunConfig, apply_overrides
 
     try:
         values = load_yaml_file(path, "config")
@@ -345,7 +344,7 @@ def _load_run_config(path: Path, overrides: list[str]) -> RunConfig:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from graphnorm import sweep as sweeps
+    from graphnorm import sweep_tables, train
 
     overrides = [*args.overrides, *tensorboard_override(args.tensorboard, "tensorboard_dir")]
     config = _load_run_config(Path(args.config), overrides)
@@ -354,14 +353,14 @@ def cmd_train(args: argparse.Namespace) -> int:
         if out.is_dir():
             raise CommandError(f"--out {out} is a directory; give a file name, e.g. {out / 'record.json'}")
         try:
-            sweeps.ensure_writable_dir(out.parent, f"--out {out}")
+            sweep_tables.ensure_writable_dir(out.parent, f"--out {out}")
         except ValueError as e:
             raise CommandError(str(e)) from None
     # Errors of the run itself keep their traceback.
-    record = sweeps.resolve_run_fn(None)(config)
+    record = train.run(config)
     curve = None
     if out is not None:
-        sweeps.atomic_write_text(out, json.dumps(record, indent=1))
+        sweep_tables.atomic_write_text(out, json.dumps(record, indent=1))
         if record.get("history"):
             curve = out.with_name(out.name + ".learning_curve.png")
             _save_learning_curve(record["history"], config, curve)

@@ -23,6 +23,7 @@ from graphnorm.data.loaders import collate_for
 from graphnorm.data.smiles import file_text, read_smiles_csv, smiles_graph
 from graphnorm.model_file import load_model_file
 from graphnorm.models import model_outputs, model_spec
+from graphnorm.sweep_tables import atomic_write_text
 
 DEFAULT_BATCH_SIZE = 256
 
@@ -104,8 +105,6 @@ def write_predictions(
     target_names: list[str],
 ) -> None:
     """The predictions CSV, written to a temporary file and renamed (a kill leaves no partial output)."""
-    from graphnorm.sweep import atomic_write_text
-
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(["line", smiles_column, "valid", *target_names])

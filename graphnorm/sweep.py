@@ -26,13 +26,11 @@ import importlib
 import importlib.util
 import itertools
 import json
-import math
 import multiprocessing
 import os
 import pickle
 import socket
 import sys
-import tempfile
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -45,22 +43,29 @@ import yaml
 from tqdm import tqdm
 
 from graphnorm.config import RunConfig, apply_overrides, config_run_id
-from graphnorm.data.metrics import metric_names
 from graphnorm.progress import SweepProgress
 from graphnorm.sweep_processes import init_worker, signals_interrupt, stop_workers
 from graphnorm.sweep_results import check_history, check_layers, load_results
+from graphnorm.sweep_tables import (
+    DEFAULT_METRICS,
+    _cell,
+    atomic_write_csv,
+    atomic_write_text,
+    check_metric,
+    ensure_writable_dir,
+    epochs_table,
+    grid_keys,
+    layers_table,
+    remove_leftover_temporary_files,
+    runs_table,
+    write_summary,
+)
 from graphnorm.yaml_io import load_yaml_file
 
 RunFn = Callable[[RunConfig], dict[str, Any]]
 
 SWEEP_KEYS = ("name", "description", "metric", "run_fn", "base", "grid", "norm_settings")
 EXECUTORS = ("local", "serial", "submitit-local", "slurm")
-# The summary's metric when neither the sweep nor the records name one: test_<metric> of the first metric present.
-DEFAULT_METRICS = tuple(f"test_{name}" for name in metric_names())
-# Grid keys that repeat a measurement rather than define a variant: summaries average over them (mean ± std), as
-# papers average over seeds and over a dataset's standard splits.
-REPLICATE_KEYS = ("seed", "split")
-LAYER_COLUMNS = ("run_id", "layer", "layer_name", "rows", "metric", "value")
 CSV_REFRESH_S = 2.0  # regenerate the CSVs at most this often while runs finish (always at the end)
 
 
@@ -202,57 +207,6 @@ def _point_config(values: dict[str, Any], point: dict[str, Any]) -> RunConfig:
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Atomic files
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so readers see the old file or the new one, never a partial one."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-
-
-def ensure_writable_dir(path: Path, what: str) -> None:
-    """Create folder ``path`` (and its parents) and write a probe file in it, before any long work whose output
-    would be lost; ``ValueError`` in one line naming ``what`` (e.g. ``--out OUT``) otherwise."""
-    path = Path(path)
-    if path.exists() and not path.is_dir():
-        raise ValueError(f"{what} cannot be written: {path} is a file, not a folder")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path, prefix=".write-check.", suffix=".tmp"):
-            pass
-    except OSError as e:
-        raise ValueError(f"{what} cannot be written: {e.strerror or e} ({path})") from None
-
-
-def remove_leftover_temporary_files(folder: Path) -> list[Path]:
-    """Delete what interrupted :func:`atomic_write_text` calls left in ``folder`` (``.<name>.<pid>.tmp``).
-
-    Call it only while holding the folder's sweep lock, when no writer of the sweep can be running.
-    """
-    removed = []
-    for path in Path(folder).glob(".*.*.tmp"):
-        if path.is_file() and path.name.rsplit(".", 2)[-2].isdigit():
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
-                removed.append(path)
-    return removed
-
-
-def atomic_write_csv(path: Path, frame: pd.DataFrame) -> None:
-    atomic_write_text(path, frame.to_csv(index=False))
-
-
-# ----------------------------------------------------------------------------------------------------------------
 # One run (executed in a worker process, a SLURM job, or in-process)
 
 
@@ -333,149 +287,6 @@ def failed_result(config: RunConfig, error: str) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Tidy tables
-
-
-def _cell(value: Any) -> Any:
-    # Nested values (norm_kwargs, lists) become JSON strings so every CSV cell is a scalar.
-    return json.dumps(value, sort_keys=True) if isinstance(value, (dict, list, tuple)) else value
-
-
-def runs_table(configs: list[RunConfig], results: dict[str, dict[str, Any]]) -> pd.DataFrame:
-    """One row per finished run in grid order: run_id, status, config keys, record metrics, elapsed_s, error."""
-    fields = RunConfig.field_names()
-    reserved = {"run_id", "status", "elapsed_s", "error", *fields}
-    rows = []
-    metric_columns: dict[str, None] = {}  # ordered set
-    for config in configs:
-        result = results.get(config_run_id(config))
-        if result is None:
-            continue
-        row: dict[str, Any] = {"run_id": result["run_id"], "status": result["status"]}
-        row.update({k: _cell(v) for k, v in result["config"].items()})
-        for key, value in (result.get("record") or {}).items():
-            column = f"record_{key}" if key in reserved else key
-            metric_columns[column] = None
-            row[column] = _cell(value)
-        row["elapsed_s"] = result.get("elapsed_s")
-        row["error"] = result.get("error")
-        rows.append(row)
-    columns = ["run_id", "status", *fields, *metric_columns, "elapsed_s", "error"]
-    return pd.DataFrame(rows, columns=columns)
-
-
-def layers_table(configs: list[RunConfig], results: dict[str, dict[str, Any]]) -> pd.DataFrame:
-    """One row per (run, layer, metric[, stat, split...]) from the records' ``layers`` lists."""
-    rows = []
-    extra: dict[str, None] = {}
-    for config in configs:
-        result = results.get(config_run_id(config))
-        if result is None:
-            continue
-        for layer_row in result.get("layers") or []:
-            rows.append({"run_id": result["run_id"], **{k: _cell(v) for k, v in layer_row.items()}})
-            extra.update((k, None) for k in layer_row if k not in LAYER_COLUMNS)
-    return pd.DataFrame(rows, columns=[*LAYER_COLUMNS, *extra])
-
-
-def epochs_table(configs: list[RunConfig], results: dict[str, dict[str, Any]]) -> pd.DataFrame:
-    """The learning curves: one row per (run, epoch) from the records' ``history`` lists (results written before
-    histories were recorded have none)."""
-    rows, columns = [], {"run_id": None, "epoch": None}  # ordered set of columns
-    for config in configs:
-        result = results.get(config_run_id(config))
-        if result is None:
-            continue
-        for epoch_row in result.get("history") or []:
-            rows.append({"run_id": result["run_id"], **epoch_row})
-            columns.update((key, None) for key in epoch_row)
-    return pd.DataFrame(rows, columns=list(columns))
-
-
-def recorded_metrics(results: dict[str, dict[str, Any]]) -> list[str]:
-    """The numeric record keys of the ok runs in ``results``: the metrics a summary can show."""
-    names = {
-        key
-        for result in results.values()
-        if result["status"] == "ok"
-        for key, value in result["record"].items()
-        if isinstance(value, (int, float)) and not isinstance(value, bool)
-    }
-    return sorted(names)
-
-
-def check_metric(metric: str | None, results: dict[str, dict[str, Any]]) -> None:
-    """A summary metric chosen by name must be one the finished runs recorded (when there are any yet)."""
-    valid = recorded_metrics(results)
-    if metric is not None and valid and metric not in valid:
-        raise ValueError(f"metric {metric!r} is not in the runs' records; valid: {', '.join(valid)}")
-
-
-def pick_metric(runs_df: pd.DataFrame, metric: str | None = None) -> str | None:
-    """``metric`` if given, else ``test_<record's metric>``, else the first default metric present in ``runs_df``."""
-    if metric is not None:
-        return metric
-    if "metric" in runs_df.columns and runs_df["metric"].notna().any():
-        named = f"test_{runs_df['metric'].dropna().iloc[0]}"  # train.run names its task metric (acc, mae, rocauc)
-        if named in runs_df.columns:
-            return named
-    return next((m for m in DEFAULT_METRICS if m in runs_df.columns), None)
-
-
-def summary_table(
-    runs_df: pd.DataFrame,
-    metric: str,
-    rows: list[str] | tuple[str, ...] = ("norm",),
-    columns: str = "num_layers",
-    digits: int = 3,
-    mark_at_most: float | None = None,
-) -> pd.DataFrame:
-    """``metric`` as "mean ± std" over the remaining keys (seeds) per ``rows`` x ``columns``; failed runs excluded.
-
-    Rows keep their first-appearance order, columns are sorted. A cell over one run shows the value alone. Cells
-    whose mean is at most ``mark_at_most`` (e.g. one point above the majority-class level) end in " *".
-    """
-    if metric not in runs_df.columns:
-        available = [c for c in runs_df.columns if c not in RunConfig.field_names()]
-        raise ValueError(f"metric {metric!r} is not a column of the runs table; available: {available}")
-    rows = list(rows)
-    missing = [k for k in [*rows, columns] if k not in runs_df.columns]
-    if missing:
-        raise ValueError(f"summary keys {missing} are not columns of the runs table")
-    ok = runs_df if "status" not in runs_df.columns else runs_df[runs_df["status"] == "ok"]
-    ok = ok.assign(**{metric: pd.to_numeric(ok[metric], errors="coerce")})
-    stats = ok.groupby([*rows, columns], sort=False)[metric].agg(["mean", "std", "count"])
-
-    def fmt(stat: pd.Series) -> str:
-        if stat["count"] == 0 or math.isnan(stat["mean"]):
-            return ""
-        mark = " *" if mark_at_most is not None and stat["mean"] <= mark_at_most else ""
-        if stat["count"] == 1 or math.isnan(stat["std"]):
-            return f"{stat['mean']:.{digits}f}{mark}"
-        return f"{stat['mean']:.{digits}f} ± {stat['std']:.{digits}f}{mark}"
-
-    cells = stats.apply(fmt, axis=1) if len(stats) else pd.Series(dtype=object, index=stats.index)
-    table = cells.unstack(columns).fillna("") if len(cells) else pd.DataFrame()
-    if len(table):
-        row_order = list(dict.fromkeys(stats.index.droplevel(columns)))
-        table = table.reindex(row_order)
-        table = table.reindex(sorted(table.columns), axis=1)
-        table.columns.name = columns
-    return table
-
-
-def markdown_table(table: pd.DataFrame) -> str:
-    """A plain GitHub-markdown rendering (no extra dependency)."""
-    index_names = [str(n) for n in table.index.names]
-    header = [*index_names, *(str(c) for c in table.columns)]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for index, row in table.iterrows():
-        keys = index if isinstance(index, tuple) else (index,)
-        lines.append("| " + " | ".join([*(str(k) for k in keys), *(str(v) for v in row)]) + " |")
-    return "\n".join(lines) + "\n"
-
-
-# ----------------------------------------------------------------------------------------------------------------
 # The sweep
 
 
@@ -524,10 +335,6 @@ def resolve_run_fn(spec: str | RunFn | None) -> RunFn:
     if not callable(fn):
         raise ValueError(f"{module_name} has no function {attr!r}")
     return fn
-
-
-def grid_keys(sweep: dict[str, Any]) -> list[str]:
-    return list(sweep.get("grid") or {})
 
 
 def status_table(sweep: dict[str, Any], configs: list[RunConfig], out_dir: Path) -> pd.DataFrame:
@@ -841,60 +648,6 @@ def _run_submitit(
             with contextlib.suppress(Exception):
                 job.cancel(check=False)
         raise
-
-
-def write_summary(sweep: dict[str, Any], runs: pd.DataFrame, out: Path, log: Callable[[str], None] = print) -> None:
-    """Print the metric by norm x depth (mean ± std over the ``REPLICATE_KEYS``) and write it to ``summary.md``."""
-    metric = pick_metric(runs, sweep.get("metric"))
-    if runs.empty or metric is None or metric not in runs.columns:
-        metrics = [
-            c for c in runs.columns if c not in {"run_id", "status", "elapsed_s", "error", *RunConfig.field_names()}
-        ]
-        named = f" (metric {metric!r} is not among the recorded {', '.join(metrics) or 'none'})" if metric else ""
-        log(f"no finished runs with a metric to summarize yet{named}")
-        return
-    varying = [k for k in grid_keys(sweep) if k not in ("num_layers", *REPLICATE_KEYS)]
-    rows = [k for k in ["norm", *varying] if k in runs.columns and (k == "norm" or runs[k].nunique() > 1)]
-    rows = list(dict.fromkeys(rows))
-    majority, note = majority_note(runs, metric)
-    mark = None if majority is None else majority + MAJORITY_MARGIN
-    table = summary_table(runs, metric, rows=rows, columns="num_layers", mark_at_most=mark)
-    ok = int((runs["status"] == "ok").sum())
-    over = "seeds x splits" if "split" in grid_keys(sweep) else "seeds"
-    title = f"{sweep['name']}: {metric}, mean ± std over {over} ({ok} ok, {len(runs) - ok} failed runs)"
-    log(f"\n{title}\n{table.to_string()}\n{note}")
-    atomic_write_text(out / "summary.md", f"# {title}\n\n{markdown_table(table)}" + (f"\n{note}" if note else ""))
-
-
-MAJORITY_MARGIN = 0.01
-
-
-def majority_note(runs: pd.DataFrame, metric: str) -> tuple[float | None, str]:
-    """(level, note) of the majority class under the summary table: one dataset, its level and a note explaining
-    the " *" marks; several datasets, their levels in the note and no marks (None); nothing recorded: (None, "")."""
-    datasets = sorted(runs["dataset"].dropna().astype(str).unique()) if "dataset" in runs.columns else []
-    what = "majority class (always the most frequent training class)"
-    if len(datasets) > 1:
-        levels = {name: majority_level(runs[runs["dataset"].astype(str) == name], metric) for name in datasets}
-        shown = ", ".join(f"{name} {level:.3f}" for name, level in levels.items() if level is not None)
-        return None, f"{what}: {shown}\n" if shown else ""
-    majority = majority_level(runs, metric)
-    if majority is None:
-        return None, ""
-    return majority, f"{what}: {majority:.3f}; * = at most {MAJORITY_MARGIN:.2f} above it\n"
-
-
-def majority_level(runs: pd.DataFrame, metric: str) -> float | None:
-    """Mean ``majority_<m>`` of the ok runs (the metric ``m`` of always predicting the most frequent training class,
-    recorded by classification runs) for a summary ``metric`` of ``m`` (``test_<m>``, ``test_<m>_last``, ...); None
-    when the runs did not record it (older sweeps) or the metric is another."""
-    parts = metric.split("_")
-    column = next((c for c in runs.columns if c.startswith("majority_") and c[len("majority_") :] in parts), None)
-    if column is None:
-        return None
-    ok = runs if "status" not in runs.columns else runs[runs["status"] == "ok"]
-    values = pd.to_numeric(ok[column], errors="coerce").dropna()
-    return float(values.mean()) if len(values) else None
 
 
 def make_report(out: Path, log: Callable[[str], None] = print) -> None:

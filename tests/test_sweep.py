@@ -26,8 +26,8 @@ from graphnorm.sweep import (
     expand_grid,
     load_sweep_config,
     run_sweep,
-    summary_table,
 )
+from graphnorm.sweep_tables import summary_table
 
 TESTS = Path(__file__).resolve().parent
 LOG_ENV = "GRAPHNORM_TEST_RUN_LOG"  # each execution appends a line here

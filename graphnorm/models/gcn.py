@@ -118,6 +118,25 @@ def check_sizes(
         raise ValueError(f"dropout must be in [0, 1), got {dropout}")
 
 
+def check_choice(name: str, value: object, choices: tuple) -> None:
+    """``ValueError`` naming ``name`` and its ``choices`` when ``value`` is not one of them."""
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+
+
+def check_encoder_and_norm(
+    in_channels: int, atom_encoder: str | None, norm: str | nn.Module, norm_kwargs: dict | None
+) -> dict:
+    """The GCN-family checks of the atom encoder and the norm arguments; returns ``norm_kwargs`` as a dict."""
+    check_choice("atom_encoder", atom_encoder, ATOM_ENCODERS)
+    if atom_encoder == "ogb" and in_channels != 9:
+        raise ValueError(f"atom_encoder='ogb' expects the 9 OGB atom columns, got in_channels={in_channels}")
+    norm_kwargs = dict(norm_kwargs or {})
+    if isinstance(norm, nn.Module) and norm_kwargs:
+        raise ValueError("norm_kwargs given together with an already-built norm module")
+    return norm_kwargs
+
+
 def check_node_features(x: Tensor, in_channels: int, atom_encoder: str | None) -> None:
     """``ValueError`` unless ``x`` fits the input: float ``[N, in_channels]`` (dense or sparse) without an atom
     encoder, integer atom types ``[N, 1]`` for ``"zinc"``, the 9 integer OGB atom columns for ``"ogb"``."""
@@ -249,25 +268,15 @@ class DeepGCN(nn.Module):
     ) -> None:
         super().__init__()
         check_sizes(in_channels, hidden_channels, out_channels, num_layers, dropout, "convs")
-        if adjacency not in ADJACENCIES:
-            raise ValueError(f"adjacency must be one of {ADJACENCIES}, got {adjacency!r}")
-        if layer_order not in LAYER_ORDERS:
-            raise ValueError(f"layer_order must be one of {LAYER_ORDERS}, got {layer_order!r}")
-        if readout not in READOUTS:
-            raise ValueError(f"readout must be one of {READOUTS}, got {readout!r}")
-        if init not in INITS:
-            raise ValueError(f"init must be one of {INITS}, got {init!r}")
-        if atom_encoder not in ATOM_ENCODERS:
-            raise ValueError(f"atom_encoder must be one of {ATOM_ENCODERS}, got {atom_encoder!r}")
-        if atom_encoder == "ogb" and in_channels != 9:
-            raise ValueError(f"atom_encoder='ogb' expects the 9 OGB atom columns, got in_channels={in_channels}")
+        check_choice("adjacency", adjacency, ADJACENCIES)
+        check_choice("layer_order", layer_order, LAYER_ORDERS)
+        check_choice("readout", readout, READOUTS)
+        check_choice("init", init, INITS)
+        norm_kwargs = check_encoder_and_norm(in_channels, atom_encoder, norm, norm_kwargs)
         if virtual_node and readout is None:
             raise ValueError("virtual_node=True is for graph-level models: also set readout")
         if readout == "virtual" and not virtual_node:
             raise ValueError("readout='virtual' reads the virtual node: set virtual_node=True")
-        norm_kwargs = dict(norm_kwargs or {})
-        if isinstance(norm, nn.Module) and norm_kwargs:
-            raise ValueError("norm_kwargs given together with an already-built norm module")
 
         self.in_channels = in_channels
         self.hidden_channels = hidden_channels
@@ -281,49 +290,32 @@ class DeepGCN(nn.Module):
 
         self.input_layer = InputLayer(in_channels, hidden_channels, atom_encoder, virtual_node)
         self.shared_layernorm = nn.LayerNorm(hidden_channels) if shared_layernorm else None
+        layout = dict(dropout=dropout, order=layer_order)
+        raw_features = atom_encoder is None  # the first block then sees the raw input features
         num_hidden = num_layers if readout is not None else num_layers - 1
         blocks = []
-        width = self.input_layer.out_channels
-        raw_features = atom_encoder is None  # the first block then sees the raw input features
-        for _ in range(num_hidden):
+        for index in range(num_hidden):
+            width = self.input_layer.out_channels if index == 0 else hidden_channels
             layer_norm = build_norm(norm, hidden_channels, **norm_kwargs)  # an instance is copied per layer
             blocks.append(
-                GCNBlock(
-                    width,
-                    hidden_channels,
-                    layer_norm,
-                    self.shared_layernorm,
-                    dropout,
-                    layer_order,
-                    residual,
-                    input_features=raw_features,
-                )
-            )
-            width = hidden_channels
-            raw_features = False
-        if readout is None:
-            blocks.append(
-                GCNBlock(
-                    width,
-                    out_channels,
-                    None,
-                    None,
-                    dropout,
-                    layer_order,
-                    False,
-                    is_output=True,
-                    input_features=raw_features,
-                )
-            )
-            self.head = None
-        else:
-            self.head = nn.Linear(hidden_channels, out_channels)
+                GCNBlock(width, hidden_channels, layer_norm, self.shared_layernorm, residual=residual, **layout,
+                         input_features=raw_features and index == 0)
+            )  # fmt: skip
+        self.head = None if readout is None else nn.Linear(hidden_channels, out_channels)
+        if readout is None:  # node level: the last convolution is the classifier
+            width = self.input_layer.out_channels if num_hidden == 0 else hidden_channels
+            blocks.append(GCNBlock(width, out_channels, None, None, residual=False, **layout, is_output=True,
+                                   input_features=raw_features and num_hidden == 0))  # fmt: skip
         self.blocks = nn.ModuleList(blocks)
         if init == "kipf":
-            for block in self.blocks:
-                bound = 1.0 / math.sqrt(block.conv.out_channels)
-                nn.init.uniform_(block.conv.lin.weight, -bound, bound)
-                nn.init.uniform_(block.conv.bias, -bound, bound)
+            self._kipf_init()
+
+    def _kipf_init(self) -> None:
+        """Conv weights and bias uniform in :math:`\\pm 1/\\sqrt{\\text{out}}` (Kipf & Welling's GraphConv)."""
+        for block in self.blocks:
+            bound = 1.0 / math.sqrt(block.conv.out_channels)
+            nn.init.uniform_(block.conv.lin.weight, -bound, bound)
+            nn.init.uniform_(block.conv.bias, -bound, bound)
 
     # --- structure -------------------------------------------------------------------------------------------
     def graph_rows(self, edge_index: Tensor, num_nodes: int, batch: Tensor | None, batch_size: int | None) -> GraphRows:

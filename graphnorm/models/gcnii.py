@@ -44,9 +44,10 @@ from torch_geometric.utils import remove_self_loops, to_torch_csr_tensor
 
 from graphnorm.data.checks import check_edge_index
 from graphnorm.models.gcn import (
-    ATOM_ENCODERS,
     GraphRows,
     InputLayer,
+    check_choice,
+    check_encoder_and_norm,
     check_node_features,
     check_sizes,
     dropout_nonzeros,
@@ -157,15 +158,8 @@ class GCNII(nn.Module):
             raise ValueError(f"theta (the paper's lambda) must be > 0, got {theta}")
         if conv_weight_decay is not None and not conv_weight_decay >= 0.0:
             raise ValueError(f"conv_weight_decay must be >= 0 or None, got {conv_weight_decay}")
-        if readout not in READOUTS:
-            raise ValueError(f"readout must be one of {READOUTS}, got {readout!r}")
-        if atom_encoder not in ATOM_ENCODERS:
-            raise ValueError(f"atom_encoder must be one of {ATOM_ENCODERS}, got {atom_encoder!r}")
-        if atom_encoder == "ogb" and in_channels != 9:
-            raise ValueError(f"atom_encoder='ogb' expects the 9 OGB atom columns, got in_channels={in_channels}")
-        norm_kwargs = dict(norm_kwargs or {})
-        if isinstance(norm, nn.Module) and norm_kwargs:
-            raise ValueError("norm_kwargs given together with an already-built norm module")
+        check_choice("readout", readout, READOUTS)
+        norm_kwargs = check_encoder_and_norm(in_channels, atom_encoder, norm, norm_kwargs)
 
         self.in_channels = in_channels
         self.hidden_channels = hidden_channels
