@@ -315,8 +315,8 @@ def _dry_run(sweep: dict[str, Any], out: Path, run_fn: str | None) -> int:
     """``--dry-run``: validate every run as a real sweep would, print each with its state, run nothing."""
     from graphnorm import sweep as sweeps
 
+    sweeps.resolve_run_fn(run_fn or sweep.get("run_fn"))  # it exists; its module registers its models and datasets
     configs = sweeps.expand_grid(sweep)
-    sweeps.resolve_run_fn(run_fn or sweep.get("run_fn"))  # and that the run function exists
     table = sweeps.status_table(sweep, configs, out)
     quiet = sweeps.load_results(out, list(table["run_id"]), warn=lambda message: None)  # status_table warned
     sweeps.check_metric(sweep.get("metric"), quiet)

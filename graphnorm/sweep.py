@@ -417,8 +417,9 @@ def run_sweep(
         raise ValueError(f"workers must be >= 1, got {workers}")
     if threads is not None and threads < 1:
         raise ValueError(f"threads must be >= 1, got {threads}")
-    configs = expand_grid(sweep, log)  # every run is validated before anything starts
+    # The run function's module first: importing it registers the models and datasets it defines.
     run_fn = resolve_run_fn(run_fn if run_fn is not None else sweep.get("run_fn"))
+    configs = expand_grid(sweep, log)  # every run is validated before anything starts
     if executor == "local":
         try:
             pickle.dumps(run_fn)

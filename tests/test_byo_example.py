@@ -53,3 +53,39 @@ def test_bring_your_own_model_and_dataset(tmp_path: Path) -> None:
     cones = layers[layers.metric == "cone_angle"]
     assert list(cones.layer) == [1, 2, 3, 4] and cones.value.notna().all()  # every SAGEConv of the 4-layer stack
     assert len(runs) == 4 and set(runs.status) == {"ok"} and set(runs.num_layers) == {2, 4}
+
+
+def test_sweep_run_fn_module_registers_its_model_before_the_grid_is_checked(
+    tmp_path: Path, monkeypatch, data_root: Path
+) -> None:
+    """A sweep's ``run_fn`` module is imported before its grid is validated, so a model it registers can be named in
+    the grid (what ``graphnorm sweep`` with ``run_fn: my_models:run`` relies on)."""
+    from graphnorm.sweep import run_sweep
+
+    (tmp_path / "my_models.py").write_text(
+        "from torch import nn\n"
+        "from graphnorm.models import register_model\n"
+        "from graphnorm.train import run as graphnorm_run\n\n"
+        "@register_model('tiny_mlp', levels=('node',))\n"
+        "class TinyMLP(nn.Module):\n"
+        "    def __init__(self, in_channels, out_channels, hidden_channels=8):\n"
+        "        super().__init__()\n"
+        "        self.net = nn.Sequential(nn.Linear(in_channels, hidden_channels), nn.ReLU(),\n"
+        "                                 nn.Linear(hidden_channels, out_channels))\n\n"
+        "    def forward(self, x, edge_index, batch=None):\n"
+        "        return self.net(x.to_dense() if x.is_sparse else x)\n\n"
+        "def run(config):\n"
+        "    return graphnorm_run(config)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sweep = {
+        "name": "mlp",
+        "run_fn": "my_models:run",
+        "base": {"model": "tiny_mlp", "epochs": 2, "probe": False, "data_root": str(data_root)},
+        "grid": {"seed": [0]},
+    }
+    try:
+        runs = run_sweep(sweep, tmp_path / "out", executor="serial", make_plots=False)
+        assert list(runs.status) == ["ok"] and list(runs.model) == ["tiny_mlp"] and 0.0 < runs.test_acc[0] <= 1.0
+    finally:
+        _MODELS.pop("tiny_mlp", None)
