@@ -37,7 +37,7 @@ def build_models(data: Data, num_layers: int) -> dict[str, nn.Module]:
     """DeepGAT and PyG's GAT with the same depth, width, heads and dropout, no norm."""
     in_channels, out_channels = data.num_features, int(data.y.max()) + 1
     torch.manual_seed(0)
-    ours = DeepGAT(in_channels, HIDDEN, out_channels, num_layers, dropout=DROPOUT, heads=HEADS, output_heads=HEADS)
+    ours = DeepGAT(in_channels, HIDDEN, out_channels, num_layers, dropout=DROPOUT, num_heads=HEADS, output_heads=HEADS)
     torch.manual_seed(0)
     pyg = GAT(in_channels, HIDDEN, num_layers, out_channels, dropout=DROPOUT, heads=HEADS)
     return {"DeepGAT": ours, "PyG GAT": pyg}
