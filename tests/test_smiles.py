@@ -226,7 +226,8 @@ def test_bad_options_and_cells_are_one_line_errors(tmp_path, data_root):
         RunConfig(dataset="smiles", dataset_kwargs={"path": "x.csv", "colum": "s"}).validate()
     with pytest.raises(ValueError, match="task must be one of classification, regression"):
         RunConfig(dataset="smiles", dataset_kwargs={"path": "x.csv", "target_columns": ["y"], "task": "cls"}).validate()
-    with pytest.raises(ValueError, match=r"dataset_kwargs are for datasets with options \(smiles\), not dataset='zinc'"):
+    message = r"dataset_kwargs are for datasets with options \(smiles\), not dataset='zinc'"
+    with pytest.raises(ValueError, match=message):
         RunConfig(dataset="zinc", dataset_kwargs={"path": "x.csv"}).validate()
 
 

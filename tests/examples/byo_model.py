@@ -77,8 +77,14 @@ def main(data_root=None, out_dir="runs/sage_depth"):
     # 4. Or a sweep: the same names in a sweep config (a YAML file for `graphnorm sweep` holds the same mapping).
     sweep = {
         "name": "sage_depth",
-        "base": {"dataset": "two_blocks", "model": "sage", "epochs": 20, "hidden_channels": 16, "probe": False,
-                 "data_root": data_root},  # fmt: skip
+        "base": {
+            "dataset": "two_blocks",
+            "model": "sage",
+            "epochs": 20,
+            "hidden_channels": 16,
+            "probe": False,
+            "data_root": data_root,
+        },  # fmt: skip
         "grid": {"norm": ["none", "pairnorm"], "num_layers": [2, 4]},
     }
     runs = run_sweep(sweep, out_dir, executor="serial", make_plots=False)
