@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import jupytext
@@ -69,7 +70,10 @@ def test_sync_check_fails_when_a_source_cell_changes(tmp_path, monkeypatch):
     monkeypatch.setattr(f"{__name__}.NOTEBOOKS", tmp_path)
     assert sync_problems("train_collapse") == []
     source = tmp_path / "train_collapse.py"
-    source.write_text(source.read_text().replace('"GRAPHNORM_NB_EPOCHS", "100"', '"GRAPHNORM_NB_EPOCHS", "50"'))
+    text = source.read_text()
+    changed = re.sub(r'"GRAPHNORM_NB_EPOCHS", "(\d+)"', lambda m: f'"GRAPHNORM_NB_EPOCHS", "{int(m[1]) + 1}"', text)
+    assert changed != text, "the test's edit no longer matches the source"
+    source.write_text(changed)
     problems = sync_problems("train_collapse")
     assert len(problems) == 1 and problems[0].startswith("cell 1 (code) differs")
     source.write_text(source.read_text() + "\n# %%\nprint('one more cell')\n")
