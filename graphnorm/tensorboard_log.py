@@ -10,8 +10,11 @@ sub-folder. Scalars, with the epoch (0-based, as in the record's ``history``) as
 
 The collapse probe of the final (best-validation) model writes ``collapse/<metric>`` (node rows; ``collapse_token/
 <metric>`` for the Graphormer graph token or virtual-node rows) with the **layer index as the step** (1 = after the
-first layer): in TensorBoard's scalar view each metric is a curve over depth, and the runs of a sweep overlay on the
-same axes (the depth figure of the collapse papers). Graph-level runs have per-graph statistics: ``<metric>`` is the
+first layer), in the run's sub-folder ``collapse`` (``<tensorboard_dir>/<run_id>/collapse``): in TensorBoard's scalar
+view each metric is a curve over depth, and the runs of a sweep overlay on the same axes (the depth figure of the
+collapse papers). Layer steps live apart from the epoch steps because TensorBoard reads a folder's event files as one
+stream and drops the points of steps above a step that comes later (a "restart"): layer steps after epoch steps in
+one folder could hide curves. Graph-level runs have per-graph statistics: ``<metric>`` is the
 mean over graphs, ``<metric>_std`` and ``<metric>_pooled`` the std and the value over all rows together (the
 naming of :func:`graphnorm.analysis.collapse`). The singular-value spectrum (``sv_000``...) is left out (16 series
 per layer; it is in the sweep's ``layers.csv``).
@@ -65,11 +68,13 @@ def collapse_tag(row: dict[str, Any]) -> str | None:
 class TensorBoardLog:
     """A ``SummaryWriter`` on ``<tensorboard_dir>/<run_id>``; ``epoch(...)`` per epoch, ``probe(layers)`` once."""
 
-    def __init__(self, tensorboard_dir: str, run_id: str, purge_step: int | None = 0) -> None:
+    def __init__(self, tensorboard_dir: str, run_id: str, purge_step: int | None = 0, part: str | None = None) -> None:
         require_tensorboard()
         from torch.utils.tensorboard import SummaryWriter
 
         self.log_dir = run_log_dir(tensorboard_dir, run_id)
+        if part is not None:  # e.g. "collapse": steps of another kind than epochs
+            self.log_dir = self.log_dir / part
         self.writer = SummaryWriter(str(self.log_dir), purge_step=purge_step, flush_secs=FLUSH_SECS)
 
     def epoch(self, epoch: int, row: dict[str, Any], lr: float) -> None:

@@ -147,12 +147,12 @@ def run_id_of(config: RunConfig) -> str:
     return config_run_id(config)
 
 
-def open_tensorboard(config: RunConfig, purge_step: int | None = 0) -> TensorBoardLog | None:
+def open_tensorboard(config: RunConfig, purge_step: int | None = 0, part: str | None = None) -> TensorBoardLog | None:
     """The run's TensorBoard log (``<tensorboard_dir>/<run_id>``), or None without ``tensorboard_dir``.
     ``purge_step``: earlier attempts' points from this epoch on are hidden (0: a fresh start; None: keep all)."""
     if config.tensorboard_dir is None:
         return None
-    return TensorBoardLog(config.tensorboard_dir, run_id_of(config), purge_step)
+    return TensorBoardLog(config.tensorboard_dir, run_id_of(config), purge_step, part)
 
 
 def report_epoch(
@@ -559,7 +559,7 @@ def run(config: RunConfig) -> dict[str, Any]:
         data, split = probe_sample(model, task, config)
         record["layers"] = probe_records(model, data, split=split, forward=model_outputs)
         record["probe_time_s"] = time.perf_counter() - start
-        board = open_tensorboard(config, purge_step=None)  # appends to the folder the training loop wrote
+        board = open_tensorboard(config, purge_step=0, part="collapse")  # layer steps, apart from the epochs
         if board is not None:
             board.probe(record["layers"])
             board.close()

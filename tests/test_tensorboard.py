@@ -17,11 +17,35 @@ from graphnorm.train import run
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
+def test_collapse_steps_live_apart_from_epoch_steps(tmp_path: Path) -> None:
+    """Layer steps in the run folder would follow its epoch steps and read as a restart (TensorBoard drops points)."""
+    from graphnorm.tensorboard_log import TensorBoardLog
+
+    epochs = TensorBoardLog(str(tmp_path), "run")
+    for epoch in range(5):
+        epochs.epoch(epoch, {"train_loss": 1.0 / (epoch + 1)}, lr=0.1)
+    epochs.close()
+    layers = TensorBoardLog(str(tmp_path), "run", part="collapse")
+    layers.probe(
+        [{"metric": "effective_rank", "stat": "value", "rows": "node", "layer": k, "value": 2.0} for k in (1, 2)]
+    )
+    layers.close()
+    series = scalars(tmp_path / "run")
+    assert [step for step, _ in series["train/loss"]] == [0, 1, 2, 3, 4]
+    assert [step for step, _ in series["collapse/effective_rank"]] == [1, 2]
+    assert list((tmp_path / "run").glob("events.out.tfevents.*")) and list((tmp_path / "run/collapse").glob("events.*"))
+    assert sorted(p.name for p in (tmp_path / "run").iterdir() if p.is_dir()) == ["collapse"]
+
+
 def scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
-    """Every scalar series in ``folder``'s event files as (step, value) lists."""
-    events = EventAccumulator(str(folder), size_guidance={"scalars": 0})  # 0: keep every point
-    events.Reload()
-    return {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
+    """Every scalar series in ``folder``'s event files and in its ``collapse`` sub-folder's, as (step, value) lists."""
+    series = {}
+    for where in (folder, folder / "collapse"):
+        if where.is_dir():
+            events = EventAccumulator(str(where), size_guidance={"scalars": 0})  # 0: keep every point
+            events.Reload()
+            series |= {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
+    return series
 
 
 def test_tags_of_history_keys_and_probe_rows() -> None:
