@@ -59,16 +59,9 @@ PER_GRAPH_METRICS = (
     "dirichlet_energy_normalized",
     "zero_row_fraction",
 )
-POOLED_METRICS = (
-    "effective_rank",
-    "stable_rank",
-    "mean_cosine",
-    "cone_angle",
-    "cone_angle_q90",
-    "mad",
-    "zero_row_fraction",
-)
 EDGE_METRICS = ("mad_neighbors", "dirichlet_energy", "dirichlet_energy_normalized")
+# Pooled over all rows of a batch: every per-graph metric but the edge ones (edges never cross graphs).
+POOLED_METRICS = tuple(metric for metric in PER_GRAPH_METRICS if metric not in EDGE_METRICS)
 METRIC_NAMES = PER_GRAPH_METRICS
 
 # Float64 working memory per chunk of stacked layers ([layers, rows, d] a few times; edges go layer by layer).

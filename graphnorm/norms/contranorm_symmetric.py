@@ -74,6 +74,12 @@ def _tile_edges(edge_rows: Tensor | None, edge_cols: Tensor | None, bounds: list
     return out
 
 
+def _keys_and_queries(x_hat: Tensor, inv_tau: float) -> tuple[Tensor, Tensor]:
+    """``[x_hat, 1]`` and ``[x_hat / tau, -1/tau]`` ``[n, d_hat + 1]``: their products are ``S - 1/tau``."""
+    ones = x_hat.new_ones(x_hat.size(0), 1)
+    return torch.cat([x_hat, ones], dim=1), torch.cat([x_hat * inv_tau, -inv_tau * ones], dim=1)
+
+
 def _tile_weights(keys: Tensor, queries: Tensor, bounds: list[int], i: int, j: int, edges: dict, mask_self: bool):
     """``E[I, J] = exp(S[I, J] - 1/tau)`` with excluded pairs (and, on diagonal tiles, their transposes) 0."""
     weights = torch.mm(queries[bounds[i] : bounds[i + 1]], keys[bounds[j] : bounds[j + 1]].t())  # [bI, bJ]
@@ -104,10 +110,8 @@ class SymmetricNegativeMix(torch.autograd.Function):
         n, d = values.shape
         bounds = _tile_bounds(n)
         edges = _tile_edges(edge_rows, edge_cols, bounds)
-        ones = x_hat.new_ones(n, 1)
-        keys = torch.cat([x_hat, ones], dim=1)  # [n, d_hat + 1]
-        queries = torch.cat([x_hat * inv_tau, x_hat.new_full((n, 1), -inv_tau)], dim=1)  # q . k = S - 1/tau
-        values_ones = torch.cat([values, ones], dim=1)  # [n, d + 1]
+        keys, queries = _keys_and_queries(x_hat, inv_tau)  # [n, d_hat + 1] each
+        values_ones = torch.cat([values, x_hat.new_ones(n, 1)], dim=1)  # [n, d + 1]
         sums = torch.zeros(n, d + 1, dtype=values.dtype, device=values.device)  # [E v, E 1]
         kept = None
         for i, j in _upper_tiles(bounds):
@@ -121,22 +125,21 @@ class SymmetricNegativeMix(torch.autograd.Function):
         denom = sums[:, d:]  # [n, 1]; 0 for rows without negatives
         inverse_denom = torch.where(denom > 0, 1.0 / denom, torch.zeros_like(denom))
         out = sums[:, :d] * inverse_denom
-        ctx.kept = kept
-        ctx.save_for_backward(x_hat, values, out, inverse_denom, edge_rows, edge_cols)
+        ctx.kept, ctx.tile_edges = kept, edges  # the tiles' excluded pairs, not recomputed in backward
+        ctx.save_for_backward(x_hat, values, out, inverse_denom)
         ctx.inv_tau, ctx.mask_self = inv_tau, mask_self
         return out
 
     @staticmethod
     @once_differentiable
     def backward(ctx: FunctionCtx, grad_out: Tensor) -> tuple[Tensor | None, ...]:
-        x_hat, values, out, inverse_denom, edge_rows, edge_cols = ctx.saved_tensors
+        x_hat, values, out, inverse_denom = ctx.saved_tensors
         inv_tau = ctx.inv_tau
         n = x_hat.size(0)
         bounds = _tile_bounds(n)
-        edges = _tile_edges(edge_rows, edge_cols, bounds)
+        edges, ctx.tile_edges = ctx.tile_edges, None
+        keys, queries = _keys_and_queries(x_hat, inv_tau)
         ones = x_hat.new_ones(n, 1)
-        keys = torch.cat([x_hat, ones], dim=1)
-        queries = torch.cat([x_hat * inv_tau, x_hat.new_full((n, 1), -inv_tau)], dim=1)
         grad_out = grad_out.contiguous()
         delta = (grad_out * out).sum(dim=1, keepdim=True)  # [n, 1]
         scaled_grads = grad_out * inverse_denom  # [n, d]: g_i / D_i
