@@ -1,21 +1,43 @@
 """CollapseProbe: the collapse metrics of the representation after every layer of a model, as a tidy table.
 
-How it works. Forward hooks on the watched layers see each layer's output during one forward pass in eval mode
-under ``torch.no_grad()`` on one thread (the model's train/eval mode is restored afterwards, also on error).
-When the rows form one graph (node-level data, no token rows) each hook measures its layer at once with
-:class:`graphnorm.analysis.collapse.LayerStream`, while the output is still in cache, and keeps only a small
-summary (a d x d Gram matrix, the unit-row sum, both cones, the edge metrics); the spectra (one batched
-eigendecomposition of the stacked Gram matrices) and the records are then computed for all layers together. So the
-forward reuses its buffers instead of holding 64 layer outputs. Otherwise (batches of graphs, token rows) the
-outputs are captured and :func:`graphnorm.analysis.collapse.collapse_records_layers` measures them (layers of
-equal width stacked). Either way the records equal :func:`~graphnorm.analysis.collapse.collapse_records` called
-per layer.
+Any ``nn.Module`` that contains graphnorm norms works as it is: ``CollapseProbe(model).probe(data)``.
 
-Which layers. graphnorm models expose ``collapse_layers() -> [(name, module)]`` and ``probe_context(data) ->
-{batch, token_mask, edge_index}`` for the rows those layers output (e.g. DeepGCN's virtual-node rows as token
-rows). Any other module works when given ``layers`` (a list of modules or (name, module) pairs, e.g. the
-``convs`` of PyG's ``GCN``); then the rows are assumed to be ``data``'s nodes and the context is
-``data.batch`` / ``data.edge_index``.
+Which layers. By default every graphnorm norm of the model (an instance of a class in the norm registry,
+:mod:`graphnorm.norms`, e.g. built with ``build_norm``), in module order (``model.named_modules()``), named by its
+attribute path (``norms.0``), measured on the rows leaving it (``at="output"``, the default) or entering it
+(``at="input"``). Only the outermost norm of a nesting counts (a SepNorm, not its token and node norms). A norm the
+forward pass does not call is left out. Two ways to watch other layers:
+
+* a model may define ``collapse_layers() -> [(name, module)]`` (optional; graphnorm's models do: DeepGCN's blocks and
+  classifier, GCNII's input, Graphormer's layer outputs);
+* ``layers=`` given to the probe (modules or (name, module) pairs) overrides both, e.g. ``layers=model.convs`` for
+  PyG's ``GCN``, which has no graphnorm norm.
+
+Which rows. Graphnorm norms are called as ``norm(x, batch=, batch_size=, edge_index=, token_mask=)``, so the probe
+reads the keywords of every (outermost) norm call of the same forward pass: ``token_mask`` marks graph-token rows
+(reported as ``rows="token"``), ``batch`` the graph of each row (per-graph statistics), ``edge_index`` the edges of
+the edge metrics. A watched layer with n output rows takes the keywords of the latest norm call on n rows before its
+output (for a watched norm, its own call), else of the first one after it (a layer before the first norm, e.g. an
+input embedding). A keyword the norm did not get (or got as ``None``) is taken from ``data`` (``data.batch``,
+``data.edge_index``) when the rows are ``data``'s nodes; a layer on n rows with no norm call on n rows in the pass
+is measured over ``data``'s nodes (an error if n is not their number). So a PyG model needs nothing more, and a
+model with extra rows (DeepGCN's virtual nodes, Graphormer's graph token) is described by its norms' calls.
+
+How it works. Hooks on the watched layers (and pre-hooks on the norms, for their keywords) see each layer during one
+forward pass in eval mode under ``torch.no_grad()`` on one thread (the model's train/eval mode is restored
+afterwards, also on error). When a layer's rows form one graph (no ``batch``, no token rows) and its context is
+known when it returns, the hook measures it at once with :class:`graphnorm.analysis.collapse.LayerStream`, while the
+output is still in cache, and keeps only a small summary (a d x d Gram matrix, the unit-row sum, both cones, the edge
+metrics); the spectra (one batched eigendecomposition of the stacked Gram matrices) and the records are then computed
+for all layers together. So the forward reuses its buffers instead of holding 64 layer outputs. Otherwise (batches of
+graphs, token rows, a layer before the first norm call) a copy of the output is kept and
+:func:`graphnorm.analysis.collapse.collapse_records_layers` measures the layers that share rows (layers of equal
+width stacked). Either way the records equal :func:`~graphnorm.analysis.collapse.collapse_records` called per layer.
+
+How the model is called. By default PyG's way, ``model(data.x, data.edge_index[, batch=data.batch][,
+batch_size=data.num_graphs])``, passing ``batch`` (and ``batch_size``) only when ``data`` has a batch vector and the
+model's ``forward`` takes that keyword (its signature is read once). Any other call: ``forward=callable(model,
+data)``, e.g. ``forward=lambda model, data: model(data)``.
 
 Graph-level data. Pass a fixed evaluation sample as one PyG ``Batch`` (see :func:`evaluation_sample`: the same
 graphs, in the same order, for every model and epoch, so numbers are comparable). Metrics are computed per graph
@@ -25,8 +47,10 @@ rows together; token rows are one set across graphs. See :mod:`graphnorm.analysi
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
@@ -34,48 +58,252 @@ import torch
 from torch import Tensor, nn
 
 from graphnorm.analysis.collapse import LayerStream, collapse_records_layers, single_thread
+from graphnorm.norms import available_norms, norm_class
 
-__all__ = ["CollapseProbe", "probe_records", "evaluation_sample", "TABLE_COLUMNS"]
+__all__ = ["CollapseProbe", "probe_records", "evaluation_sample", "graphnorm_norms", "TABLE_COLUMNS", "POSITIONS"]
 
 TABLE_COLUMNS = ["layer", "layer_name", "rows", "metric", "stat", "value"]
+POSITIONS = ("output", "input")  # rows leaving / entering a watched layer
+CONTEXT_KEYS = ("batch", "token_mask", "edge_index")
 
 LayerSpec = Sequence[nn.Module] | Sequence[tuple[str, nn.Module]] | nn.ModuleList
+RowContext = dict[str, Tensor | None]  # the rows of a layer: batch, token_mask, edge_index (each may be None)
 
 
-def _first_tensor(output: Any) -> Tensor:
+def _first_tensor(values: Any) -> Tensor:
     """Layers may return tuples (e.g. (x, attention)); the representation is the first tensor."""
-    if isinstance(output, Tensor):
-        return output
-    if isinstance(output, (tuple, list)):
-        for item in output:
+    if isinstance(values, Tensor):
+        return values
+    if isinstance(values, (tuple, list)):
+        for item in values:
             if isinstance(item, Tensor):
                 return item
-    raise TypeError(f"CollapseProbe: a watched layer returned {type(output).__name__}, not a tensor")
+    raise TypeError(f"CollapseProbe: a watched layer gave {type(values).__name__}, not a tensor")
 
 
-def _default_forward(model: nn.Module, data: Any) -> Any:
-    """PyG-style call ``model(x, edge_index[, batch=, batch_size=])`` (DeepGCN, torch_geometric.nn.models)."""
-    batch = getattr(data, "batch", None)
-    if batch is None:
-        return model(data.x, data.edge_index)
-    return model(data.x, data.edge_index, batch=batch, batch_size=data.num_graphs)
+def graphnorm_norms(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """``(name, module)`` of every graphnorm norm in ``model`` (instances of the classes registered in
+    :mod:`graphnorm.norms`, at the time of the call), in module order, named by attribute path; only the outermost
+    norm of a nesting (a SepNorm, not the token and node norms inside it); each module once."""
+    classes = tuple(norm_class(name) for name in available_norms())
+    if isinstance(model, classes):
+        return [(type(model).__name__.lower(), model)]
+    found: list[tuple[str, nn.Module]] = []
+    seen: set[int] = set()
+
+    def visit(prefix: str, module: nn.Module) -> None:
+        for name, child in module.named_children():
+            if child is None or id(child) in seen:
+                continue
+            seen.add(id(child))
+            path = f"{prefix}.{name}" if prefix else name
+            if isinstance(child, classes):
+                found.append((path, child))
+            else:
+                visit(path, child)
+
+    visit("", model)
+    return found
+
+
+def _named_layers(model: nn.Module, layers: LayerSpec | None) -> tuple[list[tuple[str, nn.Module]], bool]:
+    """The layers to watch and whether they are the norms found in ``model`` (then uncalled ones are left out)."""
+    if layers is not None:
+        named = [
+            item if isinstance(item, tuple) else (f"{type(item).__name__.lower()}{index}", item)
+            for index, item in enumerate(layers, start=1)
+        ]
+        if not named:
+            raise ValueError("CollapseProbe: layers is empty; pass the modules to watch, or leave it out")
+        return named, False
+    if hasattr(model, "collapse_layers"):
+        return list(model.collapse_layers()), False
+    norms = graphnorm_norms(model)
+    if not norms:
+        raise ValueError(
+            f"CollapseProbe: {type(model).__name__} contains no graphnorm norm (a module of graphnorm.norms, e.g. from "
+            "build_norm) and has no collapse_layers(); pass layers=[...] (modules or (name, module) pairs, e.g. "
+            "layers=model.convs for torch_geometric.nn.models.GCN)"
+        )
+    return norms, True
+
+
+def _pyg_forward(model: nn.Module) -> Callable[[nn.Module, Any], Any]:
+    """The PyG call ``model(x, edge_index[, batch=][, batch_size=])`` for ``model``'s forward signature, read once:
+    ``batch`` / ``batch_size`` go only to a forward that takes them. ``TypeError`` naming the signature when the
+    forward does not take (x, edge_index) or needs other arguments."""
+    signature = inspect.signature(model.forward)
+    parameters = list(signature.parameters.values())
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    var_positional = any(p.kind == p.VAR_POSITIONAL for p in parameters)
+    required = [p.name for p in parameters if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    if (len(positional) < 2 and not var_positional) or set(required) - {p.name for p in positional[:2]}:
+        raise TypeError(
+            f"CollapseProbe: {type(model).__name__}.forward{signature} does not follow PyG's forward(x, edge_index, "
+            "batch=None, ...); pass forward=callable(model, data) running the model on data, e.g. "
+            "forward=lambda model, data: model(data)"
+        )
+    var_keyword = any(p.kind == p.VAR_KEYWORD for p in parameters)
+    takes = {name: var_keyword or name in signature.parameters for name in ("batch", "batch_size")}
+
+    def call(model: nn.Module, data: Any) -> Any:
+        if getattr(data, "x", None) is None or getattr(data, "edge_index", None) is None:
+            raise TypeError(
+                f"CollapseProbe: the default forward calls model(data.x, data.edge_index, ...), but the data "
+                f"({type(data).__name__}) has no x or edge_index; pass forward=callable(model, data)"
+            )
+        keywords: dict[str, Any] = {}
+        batch = getattr(data, "batch", None)
+        if batch is not None and takes["batch"]:
+            keywords["batch"] = batch
+            if takes["batch_size"]:
+                keywords["batch_size"] = data.num_graphs
+        return model(data.x, data.edge_index, **keywords)
+
+    return call
+
+
+_FORWARD_SIGNATURES: dict[type, inspect.Signature] = {}
+
+
+def _norm_context(module: nn.Module, args: tuple, kwargs: dict) -> RowContext:
+    """``batch``, ``token_mask`` and ``edge_index`` of one norm call, given by position or keyword."""
+    cls = type(module)
+    if cls not in _FORWARD_SIGNATURES:
+        _FORWARD_SIGNATURES[cls] = inspect.signature(cls.forward)
+    try:
+        arguments = _FORWARD_SIGNATURES[cls].bind_partial(module, *args, **kwargs).arguments
+    except TypeError:
+        arguments = kwargs
+    return {key: arguments.get(key) if isinstance(arguments.get(key), Tensor) else None for key in CONTEXT_KEYS}
+
+
+def _same_context(first: RowContext, second: RowContext) -> bool:
+    for key in CONTEXT_KEYS:
+        a, b = first[key], second[key]
+        if a is b:
+            continue
+        if a is None or b is None or a.shape != b.shape or not torch.equal(a, b):
+            return False
+    return True
+
+
+def _one_graph(context: RowContext) -> bool:
+    token_mask = context["token_mask"]
+    return context["batch"] is None and (token_mask is None or not bool(token_mask.any()))
+
+
+@dataclass
+class _RowGroup:
+    """Watched layers over the same rows (one context): streamed (one graph) or kept for the batched path."""
+
+    context: RowContext
+    stream: LayerStream | None
+    streamed: set[int] = field(default_factory=set)  # positions measured by the stream
+    outputs: dict[int, Tensor] = field(default_factory=dict)  # position -> output (kept path)
+
+
+@dataclass
+class _Pass:
+    """What one forward pass shows the probe: the rows of every norm call, and each watched layer's rows."""
+
+    data: Any
+    names: list[str]  # of the watched layers, by position
+    stream: bool  # measure one-graph layers in their hooks
+    num_singular_values: int
+    cone_tol_deg: float
+    norm_calls: list[tuple[int, RowContext]] = field(default_factory=list)  # (rows, context) in call order
+    latest: dict[int, RowContext] = field(default_factory=dict)  # rows -> context of the latest norm call on them
+    groups: list[_RowGroup] = field(default_factory=list)
+    group_of: dict[int, _RowGroup] = field(default_factory=dict)  # position -> its group (the last call's)
+    pending: dict[int, tuple[Tensor, int]] = field(default_factory=dict)  # position -> (output, norm calls before)
+
+    def on_norm_call(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
+        rows = _first_tensor(args if args else tuple(kwargs.values())).size(0)
+        context = _norm_context(module, args, kwargs)
+        self.norm_calls.append((rows, context))
+        self.latest[rows] = context
+
+    def on_layer(self, position: int, x: Tensor, resolve_now: bool) -> None:
+        """Layer ``position``'s rows; measured or kept at once when their context is known (or ``resolve_now``:
+        the model has no norm calls to wait for), else kept until the pass ends."""
+        if x.dim() != 2:
+            raise ValueError(
+                f"CollapseProbe: layer {self.names[position]!r} gave a tensor of shape {tuple(x.shape)}, expected "
+                "[rows, d]"
+            )
+        self.pending.pop(position, None)
+        previous = self.group_of.pop(position, None)
+        if previous is not None:
+            previous.outputs.pop(position, None)
+        context = self.latest.get(x.size(0))
+        if context is None and not resolve_now:
+            self.pending[position] = (x.clone(), len(self.norm_calls))
+            return
+        self._add(position, x, self._completed(context, x.size(0), self.names[position]))
+
+    def finish(self) -> None:
+        """Give the kept layers the context of the first norm call on their rows after them (else ``data``'s)."""
+        for position, (x, calls_before) in sorted(self.pending.items()):
+            later = [context for rows, context in self.norm_calls[calls_before:] if rows == x.size(0)]
+            context = self._completed(later[0] if later else None, x.size(0), self.names[position])
+            self._add(position, x, context, owned=True)
+        self.pending.clear()
+
+    def _completed(self, context: RowContext | None, rows: int, name: str | None = None) -> RowContext:
+        """``context`` with what it lacks taken from ``data`` when the rows are ``data``'s nodes."""
+        num_nodes = getattr(self.data, "num_nodes", None)
+        if rows != num_nodes:
+            if context is None:
+                raise ValueError(
+                    f"CollapseProbe: layer {name!r} outputs {rows} rows, but data has {num_nodes} nodes and no "
+                    f"graphnorm norm of the forward pass saw {rows} rows: which graph each row is in is unknown"
+                )
+            return context
+        context = dict(context or dict.fromkeys(CONTEXT_KEYS))
+        for key in ("batch", "edge_index"):
+            if context[key] is None:
+                context[key] = getattr(self.data, key, None)
+        return context
+
+    def _add(self, position: int, x: Tensor, context: RowContext, owned: bool = False) -> None:
+        """Measure ``x`` in the stream of its rows (one graph) or keep it (a copy unless ``owned``)."""
+        group = next((g for g in self.groups if _same_context(g.context, context)), None)
+        if group is None:
+            stream = None
+            if self.stream and _one_graph(context):
+                stream = LayerStream(context["edge_index"], self.num_singular_values, self.cone_tol_deg)
+            group = _RowGroup(context, stream)
+            self.groups.append(group)
+        self.group_of[position] = group
+        if group.stream is not None:
+            group.stream.add(position, x)
+            group.streamed.add(position)
+        else:
+            group.outputs[position] = x if owned else x.clone()
 
 
 class CollapseProbe:
-    """Collapse metrics after every watched layer of ``model``.
+    """Collapse metrics after every watched layer of ``model`` (see the module docstring).
 
     Args:
-        model: a graphnorm model (``collapse_layers`` / ``probe_context``) or any module with ``layers`` given.
-        layers: modules to watch, or (name, module) pairs; default ``model.collapse_layers()``.
-        forward: ``forward(model, data)`` running the model; default the PyG call ``model(x, edge_index, ...)``.
+        model: any ``nn.Module`` containing graphnorm norms, or one with ``collapse_layers()``, or any module with
+            ``layers`` given.
+        layers: modules to watch, or (name, module) pairs; default ``model.collapse_layers()`` when the model has
+            it, else every (outermost) graphnorm norm in module order.
+        forward: ``forward(model, data)`` running the model; default the PyG call ``model(x, edge_index[, batch=]
+            [, batch_size=])`` (``TypeError`` here when the model's forward does not fit it).
+        at: ``"output"`` (default) measures the rows a watched layer returns, ``"input"`` the rows it receives
+            (its first tensor argument).
         num_singular_values: normalized spectrum entries stored as metrics ``sv_000``... (0: none).
         cone_tol_deg: certified accuracy of the cone angle in degrees.
         split: optional label (e.g. "val") added to every record as ``split``.
 
-    ``probe(data)`` returns a DataFrame with columns layer (1-based position in ``layers``), layer_name, rows
-    ("node"/"token"), metric, stat, value; ``probe_records(data)`` the same as a list of dicts. The time of the
-    last call is in ``last_timing``: ``forward_s`` (the forward pass, with the per-layer measurements its hooks
-    make for one graph) and ``metrics_s`` (the rest).
+    ``probe(data)`` returns a DataFrame with columns layer (1-based position among the recorded layers), layer_name,
+    rows ("node"/"token"), metric, stat, value; ``probe_records(data)`` the same as a list of dicts. After a call,
+    ``last_timing`` holds ``forward_s`` (the forward pass, with the per-layer measurements its hooks make for one
+    graph) and ``metrics_s`` (the rest), and ``last_contexts`` the ``{batch, token_mask, edge_index}`` each recorded
+    layer was measured with.
     """
 
     def __init__(
@@ -83,119 +311,117 @@ class CollapseProbe:
         model: nn.Module,
         layers: LayerSpec | None = None,
         forward: Callable[[nn.Module, Any], Any] | None = None,
+        at: str = "output",
         num_singular_values: int = 16,
         cone_tol_deg: float = 1e-3,
         split: str | None = None,
     ) -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"CollapseProbe: model must be a torch.nn.Module, got {type(model).__name__}")
-        if layers is None:
-            if not hasattr(model, "collapse_layers"):
-                raise ValueError(
-                    f"CollapseProbe: {type(model).__name__} has no collapse_layers(); pass layers=[...] "
-                    "(e.g. layers=model.convs for torch_geometric.nn.models.GCN)"
-                )
-            named = list(model.collapse_layers())
-        else:
-            named = [
-                item if isinstance(item, tuple) else (f"{type(item).__name__.lower()}{index}", item)
-                for index, item in enumerate(layers, start=1)
-            ]
-        if not named:
-            raise ValueError("CollapseProbe: no layers to watch")
+        if at not in POSITIONS:
+            raise ValueError(f"CollapseProbe: at must be one of {POSITIONS}, got {at!r}")
+        named, self._found_norms = _named_layers(model, layers)
         for name, module in named:
             if not isinstance(module, nn.Module):
                 raise TypeError(f"CollapseProbe: layer {name!r} is a {type(module).__name__}, not an nn.Module")
         self.model = model
         self.layers: list[tuple[str, nn.Module]] = named
-        self.forward = forward or _default_forward
+        self.forward = forward or _pyg_forward(model)
+        self.at = at
         self.num_singular_values = num_singular_values
         self.cone_tol_deg = cone_tol_deg
         self.split = split
+        self._norms = [module for _, module in graphnorm_norms(model)]  # whose calls describe the rows
         self.last_timing: dict[str, float] = {}
+        self.last_contexts: list[RowContext] = []
 
     def capture(self, data: Any) -> list[Tensor]:
-        """One forward pass in eval mode without grad; the output of every watched layer (its last call)."""
-        outputs: dict[int, Tensor] = {}
-        self._run(data, outputs.__setitem__)
-        return [outputs[i] for i in range(len(self.layers))]
+        """One forward pass in eval mode without grad; the rows of every recorded layer (its last call)."""
+        run = self._run(data, stream=False)
+        recorded = self._recorded(run)
+        return [run.group_of[position].outputs[position] for position in recorded]
 
-    def _run(self, data: Any, on_output: Callable[[int, Tensor], None]) -> None:
-        """One forward pass in eval mode without grad, on one thread, calling ``on_output(position, output)`` (0-based
-        position in ``layers``) as each watched layer returns; hooks removed and the mode restored, also on error."""
-        called: set[int] = set()
-        handles = []
-        for index, (_, module) in enumerate(self.layers):
-
-            def hook(_module: nn.Module, _inputs: Any, output: Any, index: int = index) -> None:
-                called.add(index)
-                on_output(index, _first_tensor(output).detach())
-
-            handles.append(module.register_forward_hook(hook))
+    def _run(self, data: Any, stream: bool) -> _Pass:
+        """One forward pass in eval mode without grad, on one thread, with hooks on the norms (their keywords) and
+        the watched layers (their rows); hooks removed and the mode restored, also on error."""
+        names = [name for name, _ in self.layers]
+        run = _Pass(data, names, stream, self.num_singular_values, self.cone_tol_deg)
+        handles = [
+            module.register_forward_pre_hook(
+                lambda m, args, kwargs: run.on_norm_call(m, args, kwargs), with_kwargs=True
+            )
+            for module in self._norms
+        ]
+        handles += [self._watch(module, position, run) for position, (_, module) in enumerate(self.layers)]
         was_training = self.model.training
         try:
             self.model.eval()
             with torch.no_grad(), single_thread():
                 self.forward(self.model, data)
+                run.finish()
         finally:
             for handle in handles:
                 handle.remove()
             self.model.train(was_training)
-        missing = [self.layers[i][0] for i in range(len(self.layers)) if i not in called]
-        if missing:
-            raise RuntimeError(f"CollapseProbe: layers {missing} were not called in the forward pass")
+        return run
 
-    def _context(self, data: Any) -> dict[str, Tensor | None]:
-        if hasattr(self.model, "probe_context"):
-            context = self.model.probe_context(data)
-            return {key: context.get(key) for key in ("batch", "token_mask", "edge_index")}
-        return {"batch": getattr(data, "batch", None), "token_mask": None, "edge_index": data.edge_index}
+    def _watch(self, module: nn.Module, position: int, run: _Pass) -> torch.utils.hooks.RemovableHandle:
+        resolve_now = not self._norms  # no norm call will describe the rows: they are data's nodes
+
+        def on_input(_module: nn.Module, args: tuple, kwargs: dict) -> None:
+            run.on_layer(position, _first_tensor(tuple(args) + tuple(kwargs.values())).detach(), resolve_now)
+
+        def on_output(_module: nn.Module, _args: Any, output: Any) -> None:
+            run.on_layer(position, _first_tensor(output).detach(), resolve_now)
+
+        if self.at == "input":
+            return module.register_forward_pre_hook(on_input, with_kwargs=True)
+        return module.register_forward_hook(on_output)
+
+    def _recorded(self, run: _Pass) -> list[int]:
+        """Positions of the layers the pass called; an error for a named layer it did not call."""
+        missing = [name for position, (name, _) in enumerate(self.layers) if position not in run.group_of]
+        if missing and not self._found_norms:
+            raise RuntimeError(f"CollapseProbe: layers {missing} were not called in the forward pass")
+        recorded = sorted(run.group_of)
+        if not recorded:
+            raise RuntimeError("CollapseProbe: none of the model's graphnorm norms was called in the forward pass")
+        self.last_contexts = [run.group_of[position].context for position in recorded]
+        return recorded
+
+    def _measure(self, run: _Pass) -> dict[int, list[dict]]:
+        """Records of every recorded layer by position: streams read out, kept layers measured by rows."""
+        per_position: dict[int, list[dict]] = {}
+        for group in run.groups:
+            if group.stream is not None:
+                streamed = zip(sorted(group.streamed), group.stream.records())
+                per_position.update((p, records) for p, records in streamed if run.group_of.get(p) is group)
+            elif group.outputs:
+                positions = sorted(group.outputs)
+                measured = collapse_records_layers(
+                    [group.outputs[position] for position in positions],
+                    **group.context,
+                    num_singular_values=self.num_singular_values,
+                    cone_tol_deg=self.cone_tol_deg,
+                )
+                per_position.update(zip(positions, measured))
+        return per_position
 
     def probe_records(self, data: Any) -> list[dict]:
-        """Tidy records ``{layer, layer_name, rows, metric, stat, value[, split]}`` for every watched layer."""
+        """Tidy records ``{layer, layer_name, rows, metric, stat, value[, split]}`` for every recorded layer."""
         start = time.perf_counter()
-        context = self._context(data)
-        token_mask = context["token_mask"]
-        if context["batch"] is None and (token_mask is None or not bool(token_mask.any())):
-            # One graph: each layer is measured in its hook while its output is in cache (LayerStream).
-            stream = LayerStream(context["edge_index"], self.num_singular_values, self.cone_tol_deg)
-            self._run(data, lambda index, output: stream.add(index, self._checked(index, output, None)))
-            captured = time.perf_counter()
-            per_layer = stream.records()
-        else:
-            outputs = self.capture(data)
-            captured = time.perf_counter()
-            for index, output in enumerate(outputs):
-                self._checked(index, output, context["batch"])
-            if len({output.size(0) for output in outputs}) > 1:
-                sizes = {name: output.size(0) for (name, _), output in zip(self.layers, outputs)}
-                raise ValueError(f"CollapseProbe: watched layers output different numbers of rows: {sizes}")
-            # Layers of equal width are measured in stacked passes; the context is built once.
-            per_layer = collapse_records_layers(
-                outputs,
-                edge_index=context["edge_index"],
-                batch=context["batch"],
-                token_mask=token_mask,
-                num_singular_values=self.num_singular_values,
-                cone_tol_deg=self.cone_tol_deg,
-            )
+        run = self._run(data, stream=True)
+        captured = time.perf_counter()
+        recorded = self._recorded(run)
+        per_position = self._measure(run)
         extra = {} if self.split is None else {"split": self.split}
         records = [
-            {"layer": position, "layer_name": name, **record, **extra}
-            for position, ((name, _), layer_records) in enumerate(zip(self.layers, per_layer), start=1)
-            for record in layer_records
+            {"layer": layer, "layer_name": self.layers[position][0], **record, **extra}
+            for layer, position in enumerate(recorded, start=1)
+            for record in per_position[position]
         ]
         self.last_timing = {"forward_s": captured - start, "metrics_s": time.perf_counter() - captured}
         return records
-
-    def _checked(self, index: int, output: Tensor, batch: Tensor | None) -> Tensor:
-        """``output`` of layer ``index`` if it is [rows, d] over the rows of the probe context, else ValueError."""
-        if output.dim() != 2 or (batch is not None and output.size(0) != batch.numel()):
-            raise ValueError(
-                f"CollapseProbe: layer {self.layers[index][0]!r} output has shape {tuple(output.shape)}, expected "
-                "[rows, d] over the rows described by the probe context"
-            )
-        return output
 
     def probe(self, data: Any) -> pd.DataFrame:
         """:meth:`probe_records` as a DataFrame (columns :data:`TABLE_COLUMNS` [+ split])."""
@@ -211,11 +437,14 @@ def probe_records(
     num_singular_values: int = 16,
     split: str | None = None,
     forward: Callable[[nn.Module, Any], Any] | None = None,
+    at: str = "output",
 ) -> list[dict]:
     """Records for a run's ``record["layers"]`` (keys layer, layer_name, rows, metric, value, stat[, split]),
     JSON-serializable (plain floats; NaN where a metric is undefined). Call at the end of training with the
     evaluation data (node level: the whole graph; graph level: :func:`evaluation_sample`)."""
-    probe = CollapseProbe(model, layers=layers, forward=forward, num_singular_values=num_singular_values, split=split)
+    probe = CollapseProbe(
+        model, layers=layers, forward=forward, at=at, num_singular_values=num_singular_values, split=split
+    )
     return probe.probe_records(data)
 
 
