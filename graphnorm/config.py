@@ -19,7 +19,7 @@ Protocol presets in words (the YAML files set exactly these keys):
   adjacency="row", feature_norm="row_l1", layer_order="dropout-conv-norm-act", norm="contranorm",
   norm_kwargs={"scale": 1.0}, shared_layernorm=True, eval_nodes="rest"``; last-epoch accuracy on the 2068 Cora
   nodes outside train+val (``test_acc_last``).
-* Graphormer-slim on ZINC (Ying et al., 2021): ``model="graphormer", num_layers=12, hidden_channels=80,
+* Graphormer-slim on ZINC (Ying et al., 2021): ``model='graphormer', num_layers=12, hidden_channels=80,
   num_heads=8, model_kwargs={"ffn_channels": 80, "max_distance": 40, "multi_hop_max_dist": 5}, dropout=0.1,
   optimizer="adamw", scheduler="polynomial", lr=2e-4, weight_decay=0.01, warmup_steps=40000, total_steps=400000,
   end_lr=1e-9, grad_clip=5.0, batch_size=256``. RunConfig's defaults (dropout 0.5, lr 0.01, Adam) are the GCN
@@ -96,7 +96,7 @@ class RunConfig:
     max_nodes: int | None = None  # graphormer: largest graph allowed (dense [n, n] inputs); larger ones -> error
     drop_large_graphs: bool = False  # graphormer: drop graphs above max_nodes instead (counted in the record)
     # --- model ---
-    model: str = "gcn"  # gcn | graphormer | gcnii | gat
+    model: str = "gcn"  # a registered model (graphnorm.models.available_models())
     num_layers: int = 2  # number of graph convolutions (or transformer layers)
     hidden_channels: int = 64
     norm: str = "none"
@@ -364,8 +364,6 @@ def check_schedule_rules(config: RunConfig) -> None:
         raise ValueError(f"total_steps must be > warmup_steps={config.warmup_steps}, got {config.total_steps}")
     if not 0 <= config.end_lr <= config.lr:
         raise ValueError(f"end_lr must be in [0, lr={config.lr}], got {config.end_lr}")
-    if config.attention_bias_lr_scale != 1.0 and (config.model != "graphormer" or config.scheduler != "polynomial"):
-        raise ValueError("attention_bias_lr_scale is for model=graphormer with scheduler=polynomial")
     if config.scheduler == "polynomial":
         if config.optimizer != "adamw":
             raise ValueError("scheduler='polynomial' is the Graphormer recipe with AdamW: set optimizer=adamw")
@@ -376,59 +374,29 @@ def check_schedule_rules(config: RunConfig) -> None:
 
 
 def check_model_rules(config: RunConfig) -> None:
-    if config.model == "graphormer":
-        if config.hidden_channels % config.num_heads != 0:
-            raise ValueError(f"num_heads={config.num_heads} must divide hidden_channels={config.hidden_channels}")
-        if config.is_node_level:
-            raise ValueError(
-                f"model='graphormer' predicts per graph: use a graph-level dataset ({', '.join(graph_datasets())}), "
-                f"not dataset={config.dataset!r}"
-            )
-        if config.virtual_node or config.readout != "mean":
-            raise ValueError("model='graphormer' reads out its own virtual graph token: leave virtual_node and readout")
-    else:
-        if config.max_nodes is not None or config.drop_large_graphs:
-            raise ValueError("max_nodes and drop_large_graphs are for model='graphormer'")
-        if config.bucket_batches > 1:
-            raise ValueError("bucket_batches groups graphs by size against Graphormer's padding: set model=graphormer")
+    """The model predicts at the dataset's level; keys another model owns keep their defaults; then the model's own
+    rules (``check_config`` of its registration: :mod:`graphnorm.models.registry`) and its keywords."""
+    from graphnorm.data import available_datasets
+    from graphnorm.models import available_models, model_spec
+
+    spec = model_spec(config.model)
+    level = "node" if config.is_node_level else "graph"
+    if level not in spec.levels:
+        wanted = spec.levels[0]
+        raise ValueError(
+            f"model={config.model!r} predicts per {wanted}: use a {wanted}-level dataset "
+            f"({', '.join(available_datasets(wanted))}), not dataset={config.dataset!r}"
+        )
+    defaults = RunConfig()
+    for other in available_models():
+        for key, message in model_spec(other).own_keys.items():
+            if other != spec.name and getattr(config, key) != getattr(defaults, key):
+                raise ValueError(message)
     if config.drop_large_graphs and config.max_nodes is None:
         raise ValueError("drop_large_graphs needs max_nodes")
-    if config.model == "gcnii":
-        check_gcnii_rules(config)
-    if config.model == "gat":
-        check_gat_rules(config)
+    if spec.check_config is not None:
+        spec.check_config(config)
     check_model_kwargs(config)
-
-
-def check_gcnii_rules(config: RunConfig) -> None:
-    """GCNII has its own fixed layer (sym adjacency, initial residual, dropout before each conv and before the
-    output, so both ``layer_order`` values describe it): DeepGCN's other layer options would be silently ignored,
-    so they are errors."""
-    defaults = RunConfig()
-    for key in ("residual", "adjacency", "shared_layernorm", "virtual_node"):
-        if getattr(config, key) != getattr(defaults, key):
-            raise ValueError(
-                f"{key}={getattr(config, key)!r} is a DeepGCN option; model='gcnii' has its own layer: leave {key} "
-                f"at {getattr(defaults, key)!r}"
-            )
-    if config.readout == "virtual":
-        raise ValueError("model='gcnii' reads out with readout=mean or sum, not 'virtual'")
-
-
-def check_gat_rules(config: RunConfig) -> None:
-    """GATConv weighs neighbours by attention (self loops included), so there is no adjacency to choose; its hidden
-    heads are concatenated to hidden_channels unless model_kwargs sets concat=false."""
-    if config.adjacency != "sym":
-        raise ValueError(
-            f"adjacency={config.adjacency!r} is a DeepGCN option: model='gat' weighs neighbours by attention; "
-            "leave adjacency at 'sym'"
-        )
-    concat = config.model_kwargs.get("concat", True)
-    if concat is True and config.hidden_channels % config.num_heads != 0:
-        raise ValueError(
-            f"num_heads={config.num_heads} must divide hidden_channels={config.hidden_channels} for model='gat' "
-            "(its heads are concatenated), or set model_kwargs concat: false"
-        )
 
 
 def model_keywords(config: RunConfig, level: str) -> dict[str, Any]:
@@ -472,25 +440,26 @@ def check_model_kwargs(config: RunConfig) -> None:
         return
     if "ffn_channels" in config.model_kwargs:
         check_size("model_kwargs.ffn_channels", config.model_kwargs["ffn_channels"])
-    keywords = dict(config.model_kwargs)
-    if config.model == "graphormer":  # one layer, no norm: the keywords' checks, not the model, are wanted here
-        arguments = dict(
-            num_layers=1,
-            hidden_channels=config.hidden_channels,
-            num_heads=config.num_heads,
-            ffn_channels=keywords.pop("ffn_channels", config.hidden_channels),
-            atom_feature_dims=[1],
-            bond_feature_dims=[1],
-        )
-    elif config.model == "gat":  # the heads must fit the width
-        arguments = dict(
-            in_channels=1, hidden_channels=config.hidden_channels, num_layers=1, num_heads=config.num_heads
-        )
-    else:
-        arguments = dict(in_channels=1, hidden_channels=1, num_layers=1)
-    error = construction_error(model_class, **arguments, out_channels=1, norm="none", **keywords)
+    arguments = meta_arguments(config)
+    error = construction_error(model_class, **arguments, **config.model_kwargs)
     if error is not None:
         raise ValueError(f"model_kwargs for model {config.model!r} are invalid: {error}")
+
+
+# What a model takes from the task, at its smallest: model_kwargs are checked by building the model with these.
+META_TASK_ARGUMENTS = {"in_channels": 1, "out_channels": 1, "atom_feature_dims": [1], "bond_feature_dims": [1]}
+
+
+def meta_arguments(config: RunConfig) -> dict[str, Any]:
+    """The smallest model that judges ``model_kwargs``: one layer, no norm (its keywords are checked apart), a
+    one-feature task, and the config's width and heads (which the keywords must fit), each where the model's
+    constructor takes it."""
+    from graphnorm.models import model_spec
+
+    accepted = model_spec(config.model).parameters()
+    size = {"num_layers": 1, "norm": "none", "hidden_channels": config.hidden_channels, "num_heads": config.num_heads}
+    arguments = {**META_TASK_ARGUMENTS, **size}
+    return {key: value for key, value in arguments.items() if key in accepted}
 
 
 def check_split(config: RunConfig) -> None:
@@ -510,12 +479,6 @@ def check_split(config: RunConfig) -> None:
             f"split must be in [0, {num_splits - 1}] for dataset={config.dataset!r} ({num_splits} standard splits), "
             f"got {config.split}"
         )
-
-
-def graph_datasets() -> list[str]:
-    from graphnorm.data import available_datasets
-
-    return available_datasets("graph")
 
 
 def check_dataset_kwargs(config: RunConfig) -> None:
@@ -644,12 +607,8 @@ def unsupported_norm_reason(config: RunConfig) -> str | None:
     norm = config.norm.lower() if isinstance(config.norm, str) else config.norm
     if norm != "sepnorm":
         return None
-    has_token_rows = config.model == "graphormer" or (config.virtual_node is True and not config.is_node_level)
-    if not has_token_rows:
-        return (
-            "sepnorm needs graph-token rows: use model=graphormer, or model=gcn with virtual_node=true on a "
-            "graph-level dataset"
-        )
+    if not has_token_rows(config):
+        return f"sepnorm needs graph-token rows: {token_rows_hint()}"
     norm_kwargs = config.norm_kwargs if isinstance(config.norm_kwargs, dict) else {}
     token_kwargs = norm_kwargs.get("token_kwargs") or {}
     if (
@@ -661,6 +620,22 @@ def unsupported_norm_reason(config: RunConfig) -> str | None:
         # SepNorm hands its token norm the token rows alone, without edges (tokens have no neighbours).
         return "sepnorm's token rows have no edges: token_norm=contranorm needs token_kwargs exclude_neighbors=false"
     return None
+
+
+def has_token_rows(config: RunConfig) -> bool:
+    """Whether ``config.model`` hands its norms graph-token rows in this run (as its registration declares); an
+    unknown model has none."""
+    from graphnorm.models import available_models, model_spec
+
+    return config.model in available_models() and model_spec(config.model).has_token_rows(config)
+
+
+def token_rows_hint() -> str:
+    """How to get graph-token rows: the models that always have them, or the default model with a virtual node."""
+    from graphnorm.models import available_models, model_spec
+
+    always = " or ".join(f"model={name}" for name in available_models() if model_spec(name).token_rows)
+    return f"use {always}, or model={RunConfig().model} with virtual_node=true on a graph-level dataset"
 
 
 # --- run ids and overrides ---------------------------------------------------------------------------------------

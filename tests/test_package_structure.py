@@ -51,6 +51,32 @@ def test_trainer_and_sweep_name_no_model_dataset_or_metric() -> None:
         assert not found, f"graphnorm/{file} names {found}"
 
 
+def string_constants(path: Path) -> dict[str, int]:
+    """Each string literal of ``path`` (docstrings and the defaults of dataclass fields left out) and its line."""
+    tree = ast.parse(path.read_text())
+    skipped: set[int] = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
+            skipped.add(id(body[0].value))
+        if isinstance(node, ast.AnnAssign) and node.value is not None:
+            skipped.add(id(node.value))  # a field default, e.g. RunConfig's model: str = "gcn"
+    return {
+        node.value: node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skipped
+    }
+
+
+def test_config_compares_no_model_dataset_or_metric_name() -> None:
+    """config.py asks the registries (a model's declared rules, a dataset's level) instead of comparing names;
+    RunConfig's defaults (dataset "cora", model "gcn") are the only names it holds."""
+    found = {text: line for text, line in string_constants(PACKAGE / "config.py").items() if text in forbidden_names()}
+    assert not found, f"graphnorm/config.py compares names: {found}"
+    source = (PACKAGE / "config.py").read_text()
+    assert 'model: str = "gcn"' in source and 'dataset: str = "cora"' in source  # the defaults are not counted
+
+
 def module_name(path: Path) -> str:
     parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)

@@ -24,6 +24,8 @@ as PyG's ``GAT`` and the PairNorm/ContraNorm code do). The activation is DeepGCN
 
 from __future__ import annotations
 
+from typing import Any
+
 from torch import Tensor, nn
 from torch_geometric.nn import GATConv
 from torch_geometric.utils import add_self_loops
@@ -32,7 +34,24 @@ from graphnorm.models.gcn import DeepGCN
 from graphnorm.models.registry import register_model
 
 
-@register_model("gat")
+def check_gat_config(config: Any) -> None:
+    """GATConv weighs neighbours by attention (self loops included), so there is no adjacency to choose; its hidden
+    heads are concatenated to hidden_channels unless model_kwargs sets concat=false. ``config``: a
+    :class:`graphnorm.config.RunConfig`."""
+    if config.adjacency != "sym":
+        raise ValueError(
+            f"adjacency={config.adjacency!r} is a DeepGCN option: model='gat' weighs neighbours by attention; "
+            "leave adjacency at 'sym'"
+        )
+    concat = config.model_kwargs.get("concat", True)
+    if concat is True and config.hidden_channels % config.num_heads != 0:
+        raise ValueError(
+            f"num_heads={config.num_heads} must divide hidden_channels={config.hidden_channels} for model='gat' "
+            "(its heads are concatenated), or set model_kwargs concat: false"
+        )
+
+
+@register_model("gat", check_config=check_gat_config)
 class DeepGAT(DeepGCN):
     """Deep GAT with a norm per hidden layer; see the module docstring and :class:`DeepGCN` for the layout.
 

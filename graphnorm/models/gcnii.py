@@ -34,6 +34,7 @@ node rows; :meth:`GCNII.probe_context` gives their ``batch`` and ``edge_index``.
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -114,7 +115,22 @@ class GCNIIBlock(nn.Module):
         return F.relu(x)
 
 
-@register_model("gcnii")
+def check_gcnii_config(config: Any) -> None:
+    """GCNII has its own fixed layer (sym adjacency, initial residual, dropout before each conv and before the
+    output, so both ``layer_order`` values describe it): DeepGCN's other layer options would be silently ignored,
+    so they are errors. ``config``: a :class:`graphnorm.config.RunConfig`."""
+    defaults = type(config)()
+    for key in ("residual", "adjacency", "shared_layernorm", "virtual_node"):
+        if getattr(config, key) != getattr(defaults, key):
+            raise ValueError(
+                f"{key}={getattr(config, key)!r} is a DeepGCN option; model='gcnii' has its own layer: leave {key} "
+                f"at {getattr(defaults, key)!r}"
+            )
+    if config.readout == "virtual":
+        raise ValueError("model='gcnii' reads out with readout=mean or sum, not 'virtual'")
+
+
+@register_model("gcnii", check_config=check_gcnii_config)
 class GCNII(nn.Module):
     """GCNII / GCNII* with a norm per layer; see the module docstring for the layout and the layer formula.
 

@@ -210,7 +210,35 @@ class GraphormerLayer(nn.Module):
         return self.tap(rows)
 
 
-@register_model("graphormer", levels=("graph",), inputs="graphormer")
+ATTENTION_BIAS_LR_SCALE_RULE = "attention_bias_lr_scale is for model=graphormer with scheduler=polynomial"
+# RunConfig keys only Graphormer uses (its padded dense batches, its optimizer), with the error for another model.
+GRAPHORMER_KEYS = {
+    "attention_bias_lr_scale": ATTENTION_BIAS_LR_SCALE_RULE,
+    "max_nodes": "max_nodes and drop_large_graphs are for model='graphormer'",
+    "drop_large_graphs": "max_nodes and drop_large_graphs are for model='graphormer'",
+    "bucket_batches": "bucket_batches groups graphs by size against Graphormer's padding: set model=graphormer",
+}
+
+
+def check_graphormer_config(config: Any) -> None:
+    """Graphormer's rules on a run config (a :class:`graphnorm.config.RunConfig`): its heads split the width, it
+    reads out its own graph token, and the attention-bias learning rate is a knob of the per-step schedule."""
+    if config.hidden_channels % config.num_heads != 0:
+        raise ValueError(f"num_heads={config.num_heads} must divide hidden_channels={config.hidden_channels}")
+    if config.virtual_node or config.readout != "mean":
+        raise ValueError("model='graphormer' reads out its own virtual graph token: leave virtual_node and readout")
+    if config.attention_bias_lr_scale != 1.0 and config.scheduler != "polynomial":
+        raise ValueError(ATTENTION_BIAS_LR_SCALE_RULE)
+
+
+@register_model(
+    "graphormer",
+    levels=("graph",),
+    inputs="graphormer",
+    check_config=check_graphormer_config,
+    token_rows=True,  # the virtual graph token of every graph
+    own_keys=GRAPHORMER_KEYS,
+)
 class Graphormer(nn.Module):
     """Graphormer for graph-level prediction from the virtual graph token (see the module docs).
 

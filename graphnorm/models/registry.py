@@ -11,6 +11,12 @@ Usage::
 
     model = build_model("sage", task, hidden_channels=32, norm="pairnorm")
 
+A model may also declare what it asks of a run config, in its own file, through its registration:
+``check_config(config)`` raises a one-line ``ValueError`` for a combination of ``RunConfig`` keys the model cannot run
+(config validation calls it for that model); ``token_rows=True`` says it always hands its norms graph-token rows
+(else a run has them only through ``virtual_node`` at graph level: :meth:`ModelSpec.has_token_rows`); ``own_keys``
+maps ``RunConfig`` keys only this model uses to the error another model's run that sets them gets.
+
 A model is built from the task's description, never from a run config: :func:`build_model` fills the constructor's
 *task keywords* (:data:`TASK_KEYWORDS`: ``in_channels``, ``out_channels``, ``atom_encoder``, ``atom_feature_dims``,
 ``bond_feature_dims``) from the task, each only when the constructor has a parameter of that name; every other
@@ -28,8 +34,8 @@ The forward convention (:func:`model_outputs`, the one adapter from a batch to a
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from torch import Tensor, nn
@@ -55,12 +61,21 @@ TASK_KEYWORDS = ("in_channels", "out_channels", "atom_encoder", "atom_feature_di
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """A registered model: its factory (a class or function), the levels it predicts at and its input kind."""
+    """A registered model: its factory (a class or function), the levels it predicts at, its input kind and its
+    declared config rules (module docstring). ``config`` below is a :class:`graphnorm.config.RunConfig`."""
 
     name: str
     factory: Callable[..., nn.Module]
     levels: tuple[str, ...]
     inputs: str
+    check_config: Callable[[Any], None] | None = None
+    token_rows: bool = False
+    own_keys: Mapping[str, str] = field(default_factory=dict)
+
+    def has_token_rows(self, config: Any) -> bool:
+        """Whether this model hands its norms graph-token rows in the run ``config``: always (``token_rows``), or
+        through a virtual node on a graph-level dataset."""
+        return self.token_rows or (config.virtual_node is True and not config.is_node_level)
 
     def parameters(self) -> dict[str, inspect.Parameter]:
         target = self.factory.__init__ if inspect.isclass(self.factory) else self.factory
@@ -77,10 +92,17 @@ _MODELS: dict[str, ModelSpec] = {}
 
 
 def register_model(
-    name: str, levels: tuple[str, ...] = LEVELS, inputs: str = "pyg"
+    name: str,
+    levels: tuple[str, ...] = LEVELS,
+    inputs: str = "pyg",
+    *,
+    check_config: Callable[[Any], None] | None = None,
+    token_rows: bool = False,
+    own_keys: Mapping[str, str] | None = None,
 ) -> Callable[[Callable[..., nn.Module]], Callable[..., nn.Module]]:
     """Decorator: register a model class (or a function returning a module) under a lower-case ``name``.
-    ``levels``: the task levels it predicts at; ``inputs``: how it is called (see the module docstring)."""
+    ``levels``: the task levels it predicts at; ``inputs``: how it is called; ``check_config``, ``token_rows``,
+    ``own_keys``: what it asks of a run config (see the module docstring)."""
     if not isinstance(name, str) or name != name.lower() or not name:
         raise ValueError(f"model names are non-empty lower-case strings, got {name!r}")
     if inputs not in INPUTS:
@@ -91,7 +113,7 @@ def register_model(
     def decorator(factory: Callable[..., nn.Module]) -> Callable[..., nn.Module]:
         if name in _MODELS and _MODELS[name].factory is not factory:
             raise ValueError(f"model name {name!r} is already registered to {_MODELS[name].factory.__name__}")
-        _MODELS[name] = ModelSpec(name, factory, tuple(levels), inputs)
+        _MODELS[name] = ModelSpec(name, factory, tuple(levels), inputs, check_config, token_rows, dict(own_keys or {}))
         return factory
 
     return decorator
