@@ -1,0 +1,131 @@
+"""The CPU cores this process may use, and how a sweep splits them into worker processes x torch threads.
+
+Why it matters: torch runs a CPU op on an OpenMP team (GNU libgomp in the PyPI wheels, see
+``torch.__config__.parallel_info()``), and every op ends at a barrier that waits for all threads of the team. When
+the team has more threads than free cores (another process is busy on the machine, or a sweep starts more
+workers x threads than there are cores), an op waits for a descheduled thread to get a time slice, and a deep GCN's
+hundreds of small ops per pass each pay that wait: a 64-layer DeepGCN forward on Cora took 5-20 s with 2 threads
+beside a busy process and 0.1-0.5 s with 1 thread (issue 20; ``experiments/benchmarks/bench_threads.py``). Subnormal
+floats were not the cause: none occur in the forward or backward of those models (``bench_threads`` counts them).
+
+So a sweep never starts more threads than usable cores: :func:`usable_cores` is the least of the CPU affinity
+(``taskset``, cpusets), the container's CPU quota (cgroup ``cpu.max``) and ``SLURM_CPUS_PER_TASK``, and
+:func:`plan_cpus` gives ``workers x threads <= usable cores`` by default, with one thread per run whenever the machine
+already looks busy (:func:`machine_busy`). ``--threads`` or ``$GRAPHNORM_THREADS`` set the threads per run
+explicitly.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+ENV_THREADS = "GRAPHNORM_THREADS"  # torch threads per run, overriding the default of plan_cpus
+CGROUP_V2_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
+CGROUP_V1_QUOTA = Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us")
+CGROUP_V1_PERIOD = Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us")
+
+
+def affinity_cores() -> int:
+    """Cores this process may run on (its CPU affinity: ``taskset``, a cpuset, SLURM's binding)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+def quota_cores() -> float | None:
+    """The container's CPU quota in cores (cgroup v2 ``cpu.max``, else v1 ``cfs_quota_us / cfs_period_us``);
+    ``None`` without a quota."""
+    cpu_max = _read(CGROUP_V2_CPU_MAX)
+    if cpu_max is not None:
+        quota, _, period = cpu_max.partition(" ")
+    else:
+        quota, period = _read(CGROUP_V1_QUOTA) or "max", _read(CGROUP_V1_PERIOD) or "100000"
+    try:
+        quota_us, period_us = int(quota), int(period or "100000")
+    except ValueError:  # "max": no quota
+        return None
+    return quota_us / period_us if quota_us > 0 and period_us > 0 else None
+
+
+def slurm_cores() -> int | None:
+    """``$SLURM_CPUS_PER_TASK`` inside a SLURM job that set it, else ``None``."""
+    value = os.environ.get("SLURM_CPUS_PER_TASK", "")
+    return int(value) if value.isdigit() and int(value) > 0 else None
+
+
+def usable_cores() -> int:
+    """The cores this process may keep busy: the least of its affinity, its CPU quota (rounded down, at least 1)
+    and ``$SLURM_CPUS_PER_TASK``."""
+    limits = [affinity_cores()]
+    quota = quota_cores()
+    if quota is not None:
+        limits.append(max(1, math.floor(quota)))
+    slurm = slurm_cores()
+    if slurm is not None:
+        limits.append(slurm)
+    return max(1, min(limits))
+
+
+def machine_busy(cores: int) -> bool:
+    """Whether other processes already keep our cores busy: the 1-minute load average exceeds what the machine's
+    other cores (``os.cpu_count() - cores``) can absorb by half a core or more. Read before the sweep starts work,
+    so the load is other people's."""
+    try:
+        load = os.getloadavg()[0]
+    except OSError:  # not available: assume the cores are free
+        return False
+    return load >= max(0, (os.cpu_count() or cores) - cores) + 0.5
+
+
+def env_threads() -> int | None:
+    """``$GRAPHNORM_THREADS`` as a positive integer, ``None`` when unset; ``ValueError`` when it is not one."""
+    value = os.environ.get(ENV_THREADS, "").strip()
+    if not value:
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"${ENV_THREADS} must be a positive integer (torch threads per run), got {value!r}")
+    return int(value)
+
+
+@dataclass(frozen=True)
+class CpuPlan:
+    """How many runs at once (``workers``) and torch threads each (``threads``), out of ``cores`` usable cores."""
+
+    cores: int
+    workers: int
+    threads: int
+    why: str  # where the thread count comes from, for the sweep's log line
+
+    @property
+    def oversubscribed(self) -> bool:
+        return self.workers * self.threads > self.cores
+
+
+def plan_cpus(num_runs: int, workers: int | None = None, threads: int | None = None) -> CpuPlan:
+    """Workers and threads per run for ``num_runs`` runs on this machine.
+
+    ``workers`` defaults to the usable cores (at most ``num_runs``). ``threads``, else ``$GRAPHNORM_THREADS``, else
+    the cores left per worker (``cores // workers``), and 1 when the machine is busy (:func:`machine_busy`): more
+    threads than free cores make each op wait for a descheduled thread (module docstring).
+    """
+    cores = usable_cores()
+    workers = max(1, min(workers or cores, num_runs))
+    if threads is not None:
+        return CpuPlan(cores, workers, threads, "--threads")
+    from_env = env_threads()
+    if from_env is not None:
+        return CpuPlan(cores, workers, from_env, f"${ENV_THREADS}")
+    if cores // workers > 1 and machine_busy(cores):
+        return CpuPlan(cores, workers, 1, "1: the machine is busy (load average), more would wait on busy cores")
+    return CpuPlan(cores, workers, max(1, cores // workers), f"{cores} usable cores / {workers} workers")

@@ -1,0 +1,120 @@
+"""graphnorm.cpu_budget: usable cores from affinity, cgroup quota and SLURM, and the sweep's workers x threads plan.
+
+The machine is faked where it is read (``os.sched_getaffinity``, the cgroup files, the environment, the load
+average); the logic under test runs as is."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from graphnorm import cpu_budget
+from graphnorm.cpu_budget import plan_cpus, quota_cores, usable_cores
+
+
+@pytest.fixture
+def machine(monkeypatch, tmp_path: Path):
+    """A fake machine: ``set(affinity=, cpu_max=, slurm=, load=, cpu_count=, env_threads=)``."""
+    v2, v1_quota, v1_period = tmp_path / "cpu.max", tmp_path / "cfs_quota_us", tmp_path / "cfs_period_us"
+    monkeypatch.setattr(cpu_budget, "CGROUP_V2_CPU_MAX", v2)
+    monkeypatch.setattr(cpu_budget, "CGROUP_V1_QUOTA", v1_quota)
+    monkeypatch.setattr(cpu_budget, "CGROUP_V1_PERIOD", v1_period)
+    monkeypatch.delenv("SLURM_CPUS_PER_TASK", raising=False)
+    monkeypatch.delenv(cpu_budget.ENV_THREADS, raising=False)
+
+    def set_machine(affinity=16, cpu_max=None, slurm=None, load=0.0, cpu_count=None, env_threads=None, v1=None):
+        monkeypatch.setattr(cpu_budget.os, "sched_getaffinity", lambda pid: set(range(affinity)))
+        monkeypatch.setattr(cpu_budget.os, "cpu_count", lambda: cpu_count or affinity)
+        monkeypatch.setattr(cpu_budget.os, "getloadavg", lambda: (load, load, load))
+        if cpu_max is not None:
+            v2.write_text(cpu_max + "\n")
+        if v1 is not None:
+            v1_quota.write_text(f"{v1[0]}\n")
+            v1_period.write_text(f"{v1[1]}\n")
+        if slurm is not None:
+            monkeypatch.setenv("SLURM_CPUS_PER_TASK", str(slurm))
+        if env_threads is not None:
+            monkeypatch.setenv(cpu_budget.ENV_THREADS, str(env_threads))
+
+    return set_machine
+
+
+def test_usable_cores_is_the_least_of_affinity_quota_and_slurm(machine):
+    machine(affinity=16)
+    assert usable_cores() == 16
+    machine(affinity=16, cpu_max="max 100000")  # no quota
+    assert usable_cores() == 16
+    machine(affinity=16, cpu_max="250000 100000")  # 2.5 cores: 2 threads can be kept busy
+    assert quota_cores() == 2.5
+    assert usable_cores() == 2
+    machine(affinity=16, cpu_max="50000 100000", slurm=8)  # half a core still runs one thread
+    assert usable_cores() == 1
+    machine(affinity=3, cpu_max="max 100000", slurm=8)
+    assert usable_cores() == 3
+
+
+def test_slurm_cpus_per_task_limits_cores(machine):
+    machine(affinity=64, slurm=4)
+    assert usable_cores() == 4
+
+
+def test_cgroup_v1_quota_is_read_when_there_is_no_v2_file(machine):
+    machine(affinity=8, v1=(300000, 100000))
+    assert quota_cores() == 3.0 and usable_cores() == 3
+    machine(affinity=8, v1=(-1, 100000))  # v1's "no quota"
+    assert quota_cores() is None and usable_cores() == 8
+
+
+def test_plan_never_puts_more_threads_than_cores(machine):
+    machine(affinity=2, cpu_count=2)
+    for runs in (1, 2, 3, 20):
+        for workers in (None, 1, 2):
+            plan = plan_cpus(runs, workers=workers)
+            assert plan.workers * plan.threads <= 2, (runs, workers, plan)
+    plan = plan_cpus(20)
+    assert (plan.workers, plan.threads) == (2, 1)
+    assert plan_cpus(1) == plan_cpus(1, workers=1)
+    assert (plan_cpus(1).workers, plan_cpus(1).threads) == (1, 2)  # one run on a quiet 2-core machine
+
+
+def test_plan_respects_the_quota_not_the_visible_cores(machine):
+    machine(affinity=32, cpu_max="400000 100000")
+    plan = plan_cpus(100)
+    assert (plan.cores, plan.workers, plan.threads) == (4, 4, 1)
+    plan = plan_cpus(2)
+    assert (plan.workers, plan.threads) == (2, 2)
+
+
+def test_busy_machine_gets_one_thread_per_run(machine):
+    machine(affinity=2, cpu_count=2, load=1.0)  # another process keeps one of the two cores busy
+    plan = plan_cpus(1)
+    assert (plan.workers, plan.threads) == (1, 1)
+    assert "busy" in plan.why
+    machine(affinity=2, cpu_count=2, load=0.2)
+    assert plan_cpus(1).threads == 2
+
+
+def test_load_on_cores_outside_our_set_does_not_count(machine):
+    # A SLURM job with 4 of a node's 64 cores: 50 busy cores elsewhere leave ours free.
+    machine(affinity=4, cpu_count=64, load=50.0)
+    assert plan_cpus(1).threads == 4
+    machine(affinity=4, cpu_count=64, load=61.0)  # more load than the other 60 cores hold
+    assert plan_cpus(1).threads == 1
+
+
+def test_explicit_threads_and_env_override_the_default(machine):
+    machine(affinity=8, load=20.0, env_threads=3)
+    plan = plan_cpus(1)
+    assert plan.threads == 3 and plan.why == "$GRAPHNORM_THREADS"
+    plan = plan_cpus(1, threads=5)
+    assert plan.threads == 5 and plan.why == "--threads"
+    plan = plan_cpus(8, workers=8, threads=2)
+    assert plan.oversubscribed  # the user's choice is kept; the sweep says so
+
+
+@pytest.mark.parametrize("value", ["0", "two", "-1", "1.5"])
+def test_bad_env_threads_is_one_line_error(machine, value):
+    machine(affinity=2, env_threads=value)
+    with pytest.raises(ValueError, match=r"\$GRAPHNORM_THREADS must be a positive integer"):
+        plan_cpus(4)
