@@ -6,6 +6,7 @@ graphnorm sweep --dry-run experiments/sweeps/cora_depth.yaml                # th
 graphnorm sweep experiments/sweeps/cora_depth.yaml --executor slurm --slurm-partition gpu --slurm-time 30
 graphnorm train experiments/runs/cora_gcn.yaml epochs=5 norm=pairnorm   # one run, prints its record
 graphnorm predict ckpt/<run_id>.model.pt new.csv --out predictions.csv  # score new molecules (SMILES CSV)
+graphnorm predict ckpt/<run_id>.model.pt --split test --out test.csv   # score a split of the run's dataset
 
 This module imports only the standard library and PyYAML at import time: torch, PyG and pandas are imported by the
 command handlers, so ``graphnorm --help`` and ``graphnorm --version`` answer at once.
@@ -26,6 +27,7 @@ from graphnorm.yaml_io import load_yaml_file
 
 if TYPE_CHECKING:
     from graphnorm.config import RunConfig
+    from graphnorm.predict import SplitScores
 
 # Choices the parser needs without importing graphnorm.sweep (torch); tests check they equal graphnorm.sweep's.
 EXECUTORS = ("local", "serial", "submitit-local", "slurm")
@@ -139,52 +141,97 @@ def _train_parser(sub: argparse._SubParsersAction) -> None:
 
 
 PREDICT_DESCRIPTION = """\
-Score the molecules of a CSV of SMILES with a model saved by a run with checkpoint_dir. Writes one prediction row
-per input row, in input order: line, the SMILES, valid (false for an invalid SMILES, with empty predictions) and
-one column per target (probability or value)."""
+Score with a model saved by a run with checkpoint_dir (<run_id>.model.pt), either
+  the molecules of a CSV of SMILES (INPUT): one prediction row per input row, in input order: line, the SMILES, valid
+  (false for an invalid SMILES, with empty predictions) and one column per target (probability or value); or
+  a part of the run's own dataset (--split train|val|test, the dataset and its keys from the run's config): one row
+  per node or graph with its index, the prediction(s) and the label, and the part's metric printed beside the run's
+  record of it."""
 
 PREDICT_EPILOG = """\
-example:
-  graphnorm predict ckpt/<run_id>.model.pt molecules.csv --out predictions.csv --smiles-column smiles"""
+examples:
+  graphnorm predict ckpt/<run_id>.model.pt molecules.csv --out predictions.csv --smiles-column smiles
+  graphnorm predict ckpt/<run_id>.model.pt --split test --out test_predictions.csv"""
 
 
 def _predict_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "predict",
-        help="score the molecules of a SMILES CSV with a trained model",
+        help="score a SMILES CSV, or a split of the run's dataset, with a trained model",
         description=PREDICT_DESCRIPTION,
         epilog=PREDICT_EPILOG,
         formatter_class=HELP_FORMAT,
     )
     p.add_argument("model", help="model file <checkpoint_dir>/<run_id>.model.pt, written by a run with checkpoint_dir")
-    p.add_argument("input", help="CSV file with a SMILES column")
+    p.add_argument("input", nargs="?", help="CSV file with a SMILES column (or give --split instead)")
     p.add_argument("--out", required=True, help="predictions CSV to write")
+    p.add_argument("--split", help="score this part of the run's dataset instead of a CSV: train, val or test")
+    p.add_argument(
+        "--data-root",
+        help="with --split: where the dataset lives (default: the run's data_root, else $GRAPHNORM_DATA, else the "
+        "user cache, seeded from $GRAPHNORM_DATA_MIRROR)",
+    )
     p.add_argument("--smiles-column", help="column holding the SMILES (default: the training CSV's, else 'smiles')")
-    p.add_argument("--batch-size", type=int, default=256, help="molecules per forward pass (default: 256)")
+    p.add_argument(
+        "--batch-size", type=int, help="graphs per forward pass (default: 256 for a CSV, the run's with --split)"
+    )
     p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+
+
+def check_predict_inputs(args: argparse.Namespace) -> None:
+    """``ValueError`` for options that do not go together: one of INPUT and --split, and each one's own options."""
+    if args.input is not None and args.split is not None:
+        raise ValueError(
+            f"give either a SMILES CSV ({args.input}) or --split {args.split} (a part of the run's dataset), not both"
+        )
+    if args.input is None and args.split is None:
+        raise ValueError("give a SMILES CSV to score, or --split train|val|test to score a part of the run's dataset")
+    if args.split is not None and args.smiles_column is not None:
+        raise ValueError("--smiles-column is for a SMILES CSV; --split scores the run's dataset")
+    if args.input is not None and args.data_root is not None:
+        raise ValueError("--data-root is for --split; a SMILES CSV is featurized from the file itself")
+    if args.batch_size is not None and args.batch_size < 1:
+        raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
     from graphnorm.model_file import ModelFileError
-    from graphnorm.predict import predict_csv
+    from graphnorm.predict import DEFAULT_BATCH_SIZE, predict_csv, predict_split
     from graphnorm.sweep_tables import ensure_writable_dir
 
     out = Path(args.out)
     try:
+        check_predict_inputs(args)
         if out.is_dir():
             raise ValueError(f"--out {out} is a directory; give a file name, e.g. {out / 'predictions.csv'}")
-        if args.batch_size < 1:
-            raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
         ensure_writable_dir(out.parent, f"--out {out}")
-        summary = predict_csv(args.model, args.input, out, args.smiles_column, args.batch_size, args.device)
+        if args.split is not None:
+            scores = predict_split(args.model, args.split, out, args.data_root, args.batch_size, args.device)
+        else:
+            batch_size = args.batch_size or DEFAULT_BATCH_SIZE
+            summary = predict_csv(args.model, args.input, out, args.smiles_column, batch_size, args.device)
     except (ModelFileError, ValueError, FileNotFoundError) as e:
         raise CommandError(str(e)) from None
+    if args.split is not None:
+        print(split_summary(scores, out))
+        return 0
     rate = 1000 * summary["seconds"] / max(summary["rows"], 1)
     print(
         f"{summary['rows']} rows ({summary['invalid']} invalid SMILES, marked valid=false) -> {out}; "
         f"{summary['seconds']:.2f} s ({rate:.2f} s per 1000 molecules)"
     )
     return 0
+
+
+def split_summary(scores: SplitScores, out: Path) -> str:
+    """The printed line of ``predict --split``: rows, the metric and the run's record of it, the time."""
+    items = "nodes" if scores.level == "node" else "graphs"
+    unscored = f", {scores.unscored} above max_nodes unscored as in training (scored=false)" if scores.unscored else ""
+    recorded = "not in the run's record" if scores.recorded is None else f"the run's record: {scores.recorded:.6f}"
+    return (
+        f"{scores.split}: {scores.rows} {items}{unscored} -> {out}; {scores.split}_{scores.metric} "
+        f"{scores.value:.6f} ({recorded}); {scores.seconds:.2f} s"
+    )
 
 
 MAIN_EPILOG = """\
