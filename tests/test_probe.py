@@ -1,4 +1,5 @@
-"""CollapseProbe on PyG's GCN (layers given) and on graphnorm's DeepGCN (collapse_layers / probe_context)."""
+"""CollapseProbe on PyG's GCN (layers given) and on graphnorm's DeepGCN (collapse_layers; its rows described by the
+keywords its norms receive)."""
 
 from __future__ import annotations
 
@@ -142,10 +143,12 @@ def test_stacked_fast_path_equals_reference_functions_on_every_layer(norm):
     one layer has zero rows; the output layer has another width (its own stack)."""
     data = _random_graph(300, num_features=8, num_edges=900)
     model = DeepGCN(8, 16, 3, num_layers=24, norm=norm).double()
-    outputs = CollapseProbe(model).capture(Data(x=data.x.double(), edge_index=data.edge_index, num_nodes=300))
+    probe = CollapseProbe(model)
+    outputs = probe.capture(Data(x=data.x.double(), edge_index=data.edge_index, num_nodes=300))
+    context = probe.last_contexts[0]
+    assert context["batch"] is None and context["token_mask"] is None  # one graph
     outputs[5] = outputs[5].clone()
     outputs[5][::7] = 0.0
-    context = model.probe_context(data)
     tol = 1e-3
     edge_index = context["edge_index"]
     per_layer = collapse_records_layers(outputs, edge_index=edge_index, num_singular_values=4, cone_tol_deg=tol)
@@ -178,12 +181,13 @@ def test_stacked_fast_path_graph_level_equals_per_graph_reference():
     graph's node rows alone; token rows equal the reference on the token set; directed edges handled too."""
     graphs = [_random_graph(n, num_edges=2 * n) for n in (6, 9, 11, 7, 14)]
     graphs[2].edge_index = graphs[2].edge_index[:, : graphs[2].edge_index.size(1) // 2]  # one directed graph
-    batch = Batch.from_data_list(graphs)
     model = DeepGCN(8, 16, 1, num_layers=6, readout="mean", virtual_node=True, norm="layernorm").double()
     model.eval()
     data = Batch.from_data_list([Data(x=g.x.double(), edge_index=g.edge_index, num_nodes=g.num_nodes) for g in graphs])
-    outputs = CollapseProbe(model).capture(data)
-    context = model.probe_context(batch)
+    probe = CollapseProbe(model)
+    outputs = probe.capture(data)
+    context = probe.last_contexts[0]
+    assert all(other is context for other in probe.last_contexts)  # every layer over the same rows
     tol = 1e-3
     per_layer = collapse_records_layers(outputs, cone_tol_deg=tol, num_singular_values=0, **context)
     token_mask, row_batch, edge_index = context["token_mask"], context["batch"], context["edge_index"]
