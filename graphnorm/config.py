@@ -648,6 +648,8 @@ def config_run_id(config: RunConfig) -> str:
 
     Only values that differ from ``RunConfig``'s defaults are hashed, so a later graphnorm version that adds a
     config key (with a default that keeps the old behaviour) still recognises the runs of an existing sweep.
+    ``dataset_kwargs`` are hashed as the dataset declares (:func:`dataset_identity`): a SMILES CSV by its content,
+    so an edited file is a new run and a moved one the same run.
     """
     float_fields = {f.name for f in dataclasses.fields(RunConfig) if f.type in ("float", float)}
 
@@ -659,8 +661,22 @@ def config_run_id(config: RunConfig) -> str:
     values = {
         k: v for k, v in normalized(config.to_dict()).items() if k not in NOT_HASHED and v != defaults.get(k, object())
     }
+    if "dataset_kwargs" in values:
+        values["dataset_kwargs"] = dataset_identity(config)
     digest = hashlib.sha1(json.dumps(values, sort_keys=True, default=str).encode()).hexdigest()[:10]
     return f"{config.norm}-L{config.num_layers}-s{config.seed}-{digest}"
+
+
+def dataset_identity(config: RunConfig) -> dict[str, Any]:
+    """What the run id hashes of ``dataset_kwargs``: the dataset's declared ``identity`` (a user's file by its
+    content, not its path: :class:`graphnorm.data.registry.DatasetSpec`), else the options themselves."""
+    from graphnorm.data import available_datasets, dataset_spec
+
+    if config.dataset in available_datasets():
+        identity = dataset_spec(config.dataset).identity
+        if identity is not None:
+            return identity(dict(config.dataset_kwargs))
+    return config.dataset_kwargs
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:

@@ -3,7 +3,9 @@
 Each dataset declares what the rest of the package needs to know about it in one :class:`DatasetSpec`: its level
 (node or graph), task type, metric (and so whether higher is better: :data:`graphnorm.data.metrics.METRICS`), the
 kind of its node features (``None``: float features; ``"zinc"``/``"ogb"``: categorical atom and bond features) and
-how many standard splits it has. Config validation, the trainer and the sweep ask the registry, and name no dataset.
+how many standard splits it has, and optionally its ``identity``: what a run's id hashes of its options, for a
+dataset whose options point at data that can change (a user's CSV: its content, not its path). Config validation,
+the trainer and the sweep ask the registry, and name no dataset.
 
 A loader is called as ``loader(spec, root, **options)`` (``split=`` only for a dataset with several standard
 splits; its keyword-only parameters are the dataset's options, ``RunConfig.dataset_kwargs``) and returns
@@ -39,6 +41,9 @@ class DatasetSpec:
     features: str | None = None
     num_splits: int = 1
     check_options: Callable[..., Any] | None = None  # validates the options before loading (ValueError)
+    # identity(options) -> what the run id hashes in place of the options (RunConfig.dataset_kwargs); None: the
+    # options themselves. A dataset read from a user's file hashes the file's content here, not its location.
+    identity: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 
     @property
     def higher_is_better(self) -> bool | None:
@@ -74,9 +79,11 @@ def register_dataset(
     features: str | None = None,
     num_splits: int = 1,
     check_options: Callable[..., Any] | None = None,
+    identity: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator: register a loader ``loader(spec, root, **options) -> GraphTask`` under a lower-case ``name``.
-    ``check_options(**options)``: optional validation of the options, run by config validation before loading."""
+    ``check_options(**options)``: optional validation of the options, run by config validation before loading;
+    ``identity(options)``: optional, what the run id hashes in place of the options (:class:`DatasetSpec`)."""
     if not isinstance(name, str) or not name or name != name.lower():
         raise ValueError(f"dataset names are non-empty lower-case strings, got {name!r}")
     if level not in LEVELS:
@@ -93,7 +100,9 @@ def register_dataset(
     def decorator(loader: Callable[..., Any]) -> Callable[..., Any]:
         if name in _DATASETS and _DATASETS[name].loader is not loader:
             raise ValueError(f"dataset name {name!r} is already registered to {_DATASETS[name].loader.__name__}")
-        _DATASETS[name] = DatasetSpec(name, loader, level, task_type, metric, features, num_splits, check_options)
+        _DATASETS[name] = DatasetSpec(
+            name, loader, level, task_type, metric, features, num_splits, check_options, identity
+        )
         return loader
 
     return decorator

@@ -33,6 +33,7 @@ import io
 import json
 import math
 import os
+import time
 import warnings
 from collections import defaultdict
 from dataclasses import dataclass
@@ -237,9 +238,7 @@ def load_smiles(
 ) -> GraphTask:
     """The ``smiles`` dataset of :func:`graphnorm.data.load_dataset`: see the module docstring."""
     options = check_options(path, smiles_column, target_columns, task, split, invalid, split_seed)
-    file = Path(path).expanduser().resolve()
-    if not file.is_file():
-        raise FileNotFoundError(f"SMILES CSV {file} not found (dataset_kwargs.path)")
+    file = csv_file(path)
     raw = file.read_bytes()
     digest = hashlib.sha256(raw).hexdigest()
     key = hashlib.sha256(json.dumps(options, sort_keys=True).encode()).hexdigest()[:10]
@@ -271,6 +270,41 @@ def load_smiles(
         target_names=list(options["target_columns"]),
         stats={"invalid_smiles_skipped": len(payload["invalid_lines"])},
     )
+
+
+def csv_file(path: str | os.PathLike) -> Path:
+    """The CSV at ``path`` (``~`` expanded, resolved); ``FileNotFoundError`` naming it if it is not a file."""
+    file = Path(path).expanduser().resolve()
+    if not file.is_file():
+        raise FileNotFoundError(f"SMILES CSV {file} not found (dataset_kwargs.path)")
+    return file
+
+
+# file, inode, size, mtime -> sha256 of files hashed at least TRUSTED_AGE_NS after their last change
+_DIGESTS: dict[tuple[str, int, int, int], str] = {}
+TRUSTED_AGE_NS = 2_000_000_000
+
+
+def content_sha256(file: Path) -> str:
+    """The sha256 of ``file``'s bytes, remembered while its stat (inode, size, mtime) is unchanged. A digest taken
+    within ``TRUSTED_AGE_NS`` of the file's last change is not remembered: a same-size edit inside one timestamp
+    tick would keep the stat (git's "racily clean" case)."""
+    stat = file.stat()
+    key = (str(file), stat.st_ino, stat.st_size, stat.st_mtime_ns)
+    if key in _DIGESTS:
+        return _DIGESTS[key]
+    digest = hashlib.sha256(file.read_bytes()).hexdigest()
+    if time.time_ns() - stat.st_mtime_ns > TRUSTED_AGE_NS:
+        _DIGESTS[key] = digest
+    return digest
+
+
+def run_identity(options: dict[str, Any]) -> dict[str, Any]:
+    """What a run's id hashes of its ``dataset_kwargs``: the options with the CSV's sha256 in place of its path, so
+    an edited file is another run and the same file elsewhere the same run (the path only says where the data
+    lives, as ``data_root`` does)."""
+    identity = {key: value for key, value in options.items() if key != "path"}
+    return {**identity, "sha256": content_sha256(csv_file(options["path"]))}
 
 
 def check_options(
@@ -391,6 +425,12 @@ def write_cache(cache: Path, payload: dict[str, Any]) -> None:
 
 
 # task type and metric come from the options (task: classification -> binary, rocauc; regression -> mae)
-register_dataset("smiles", level="graph", task_type=None, metric=None, features="ogb", check_options=check_options)(
-    load_smiles
-)
+register_dataset(
+    "smiles",
+    level="graph",
+    task_type=None,
+    metric=None,
+    features="ogb",
+    check_options=check_options,
+    identity=run_identity,
+)(load_smiles)
