@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from graphnorm.data.registry import _DATASETS
@@ -50,9 +51,19 @@ def test_bring_your_own_model_and_dataset(tmp_path: Path) -> None:
         _DATASETS.pop("two_blocks", None)
     assert record["metric"] == "acc" and record["test_acc"] >= 0.8  # two communities: easy once trained
     assert record["history"][-1]["epoch"] == 19 and record["majority_acc"] <= 0.6
+    # The probe found the model's three norms (one per hidden layer of the 4-layer stack) without any extra method.
     cones = layers[layers.metric == "cone_angle"]
-    assert list(cones.layer) == [1, 2, 3, 4] and cones.value.notna().all()  # every SAGEConv of the 4-layer stack
+    assert list(cones.layer) == [1, 2, 3] and list(cones.layer_name) == ["norms.0", "norms.1", "norms.2"]
+    assert cones.value.notna().all() and set(layers.rows) == {"node"} and set(layers.stat) == {"value"}
     assert len(runs) == 4 and set(runs.status) == {"ok"} and set(runs.num_layers) == {2, 4}
+    # The sweep's own probe (graphnorm.train.run) measured every run the same way: num_layers - 1 norms each.
+    swept = pd.read_csv(tmp_path / "sweep" / "layers.csv")
+    depth = (
+        swept.merge(runs[["run_id", "num_layers"]], on="run_id")
+        .groupby("run_id")
+        .agg(layers=("layer", "max"), num_layers=("num_layers", "first"))
+    )
+    assert len(depth) == 4 and (depth.layers == depth.num_layers - 1).all()
 
 
 def test_sweep_run_fn_module_registers_its_model_before_the_grid_is_checked(

@@ -65,26 +65,21 @@ def load_two_blocks(spec, root):
     return spec.task(num_features=dataset.num_features, num_outputs=2, data=dataset[0])
 
 
-# 3. Train one run (graphnorm's trainer, config checks and record), then probe every layer for collapse.
+# 3. Train one run (graphnorm's trainer, config checks and record), then probe it for collapse: the probe finds the
+#    model's graphnorm norms and measures the rows leaving each one (no extra method needed).
 def main(data_root=None, out_dir="runs/sage_depth"):
     config = RunConfig(dataset="two_blocks", model="sage", norm="pairnorm", num_layers=4, hidden_channels=16,
-                       epochs=20, lr=0.01, probe=False, data_root=data_root)  # fmt: skip
+                       epochs=20, lr=0.01, data_root=data_root)  # fmt: skip
     model, task, record = train(config)
     print(f"test accuracy {record['test_acc']:.3f}")
-    layers = CollapseProbe(model, layers=model.convs).probe(task.data)
-    print(layers[layers.metric == "cone_angle"][["layer", "value"]])
+    layers = CollapseProbe(model).probe(task.data)
+    print(layers[layers.metric == "cone_angle"][["layer", "layer_name", "value"]])
 
     # 4. Or a sweep: the same names in a sweep config (a YAML file for `graphnorm sweep` holds the same mapping).
+    #    Every run is probed the same way, into the sweep's layers.csv.
     sweep = {
         "name": "sage_depth",
-        "base": {
-            "dataset": "two_blocks",
-            "model": "sage",
-            "epochs": 20,
-            "hidden_channels": 16,
-            "probe": False,
-            "data_root": data_root,
-        },  # fmt: skip
+        "base": {"dataset": "two_blocks", "model": "sage", "epochs": 20, "hidden_channels": 16, "data_root": data_root},
         "grid": {"norm": ["none", "pairnorm"], "num_layers": [2, 4]},
     }
     runs = run_sweep(sweep, out_dir, executor="serial", make_plots=False)
