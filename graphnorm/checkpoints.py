@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from graphnorm.atomic_files import atomic_write, temporary_path
 from graphnorm.config import NOT_HASHED, RunConfig, config_run_id
 
 
@@ -66,28 +67,16 @@ CHECKPOINT_KEYS = ("model", "schedule", "rng", "state")
 
 
 def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
-    """``torch.save`` to a temporary file, then an atomic rename: a kill never leaves a partial checkpoint."""
+    """``torch.save`` through :func:`graphnorm.atomic_files.atomic_write`: a kill never leaves a partial checkpoint."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        torch.save(state, tmp)
-        os.replace(tmp, path)
+        atomic_write(path, lambda handle: torch.save(state, handle))
     except (OSError, RuntimeError) as error:  # a full disk (torch's zip writer raises RuntimeError), a read-only folder
         reason = error.strerror if isinstance(error, OSError) and error.strerror else type(error).__name__
         raise CheckpointError(
-            f"cannot write checkpoint {path} ({reason}; {_free_bytes(path.parent, tmp)} bytes free there); "
+            f"cannot write checkpoint {path} ({reason}; {shutil.disk_usage(path.parent).free} bytes free there); "
             "the previous checkpoint is intact: free space or make checkpoint_dir writable, then run again to resume"
         ) from error
-    finally:
-        if tmp.exists():  # (unlink of a missing file still fails on a read-only file system)
-            tmp.unlink()
-
-
-def _free_bytes(folder: Path, partial: Path) -> int:
-    """Free space in ``folder`` once the ``partial`` file of a failed save is removed."""
-    if partial.exists():
-        partial.unlink()
-    return shutil.disk_usage(folder).free
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:
@@ -110,7 +99,7 @@ def prepare_checkpoint_dir(config: RunConfig) -> Path | None:
     path = checkpoint_path(config)
     if path is None:
         return None
-    probe = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    probe = temporary_path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         probe.write_bytes(b"")

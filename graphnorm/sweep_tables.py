@@ -1,15 +1,13 @@
-"""A sweep's tables and summary, and the atomic file writes behind every file a sweep (or ``graphnorm predict``)
-writes: ``runs.csv`` (one row per run: config and record), ``layers.csv`` (the probe's per-layer metrics),
-``epochs.csv`` (learning curves), the summary table (metric by norm x depth, mean ± std over the replicate keys) and
-``summary.md``, all regenerated from the results files; a reader sees the old file or the new one, never a partial
-one."""
+"""A sweep's tables and summary: ``runs.csv`` (one row per run: config and record), ``layers.csv`` (the probe's
+per-layer metrics), ``epochs.csv`` (learning curves), the summary table (metric by norm x depth, mean ± std over the
+replicate keys) and ``summary.md``, all regenerated from the results files and written atomically
+(:mod:`graphnorm.atomic_files`, whose text writer is re-exported here for the sweep and ``graphnorm predict``): a
+reader sees the old file or the new one, never a partial one."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
-import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +15,8 @@ from typing import Any
 
 import pandas as pd
 
+from graphnorm.atomic_files import atomic_write_text
+from graphnorm.atomic_files import remove_leftover_temporary_files as remove_leftover_temporary_files  # sweep's
 from graphnorm.config import RunConfig, config_run_id
 from graphnorm.data.metrics import metric_names
 
@@ -26,21 +26,6 @@ DEFAULT_METRICS = tuple(f"test_{name}" for name in metric_names())
 # papers average over seeds and over a dataset's standard splits.
 REPLICATE_KEYS = ("seed", "split")
 LAYER_COLUMNS = ("run_id", "layer", "layer_name", "rows", "metric", "value")
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so readers see the old file or the new one, never a partial one."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
 
 
 def ensure_writable_dir(path: Path, what: str) -> None:
@@ -55,20 +40,6 @@ def ensure_writable_dir(path: Path, what: str) -> None:
             pass
     except OSError as e:
         raise ValueError(f"{what} cannot be written: {e.strerror or e} ({path})") from None
-
-
-def remove_leftover_temporary_files(folder: Path) -> list[Path]:
-    """Delete what interrupted :func:`atomic_write_text` calls left in ``folder`` (``.<name>.<pid>.tmp``).
-
-    Call it only while holding the folder's sweep lock, when no writer of the sweep can be running.
-    """
-    removed = []
-    for path in Path(folder).glob(".*.*.tmp"):
-        if path.is_file() and path.name.rsplit(".", 2)[-2].isdigit():
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
-                removed.append(path)
-    return removed
 
 
 def atomic_write_csv(path: Path, frame: pd.DataFrame) -> None:

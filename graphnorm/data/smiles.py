@@ -44,6 +44,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data, InMemoryDataset
 
+from graphnorm.atomic_files import atomic_write
 from graphnorm.data.datasets import GraphTask
 from graphnorm.data.registry import DatasetSpec, register_dataset
 from graphnorm.data.root import dataset_lock
@@ -411,17 +412,12 @@ def read_cache(cache: Path, digest: str, options: dict[str, Any]) -> dict[str, A
 
 
 def write_cache(cache: Path, payload: dict[str, Any]) -> None:
-    """``torch.save`` to a temporary file and rename; a cache that cannot be written is skipped with a warning."""
-    tmp = cache.with_name(f".{cache.name}.{os.getpid()}.tmp")
+    """``torch.save`` atomically; a cache that cannot be written is skipped with a warning."""
     try:
         cache.parent.mkdir(parents=True, exist_ok=True)
-        torch.save(payload, tmp)
-        os.replace(tmp, cache)
+        atomic_write(cache, lambda handle: torch.save(payload, handle))
     except (OSError, RuntimeError) as error:
         warnings.warn(f"cannot write the SMILES cache {cache} ({error}); it will be featurized again", stacklevel=3)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
 
 
 # task type and metric come from the options (task: classification -> binary, rocauc; regression -> mae)
