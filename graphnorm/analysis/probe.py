@@ -60,10 +60,10 @@ from torch import Tensor, nn
 from graphnorm.analysis.collapse import LayerStream, collapse_records_layers, single_thread
 from graphnorm.norms import available_norms, norm_class
 
-__all__ = ["CollapseProbe", "probe_records", "evaluation_sample", "graphnorm_norms", "TABLE_COLUMNS", "POSITIONS"]
+__all__ = ["CollapseProbe", "probe_records", "evaluation_sample", "graphnorm_norms", "TABLE_COLUMNS", "WATCH_AT"]
 
 TABLE_COLUMNS = ["layer", "layer_name", "rows", "metric", "stat", "value"]
-POSITIONS = ("output", "input")  # rows leaving / entering a watched layer
+WATCH_AT = ("output", "input")  # rows leaving / entering a watched layer
 CONTEXT_KEYS = ("batch", "token_mask", "edge_index")
 
 LayerSpec = Sequence[nn.Module] | Sequence[tuple[str, nn.Module]] | nn.ModuleList
@@ -117,7 +117,10 @@ def _named_layers(model: nn.Module, layers: LayerSpec | None) -> tuple[list[tupl
             raise ValueError("CollapseProbe: layers is empty; pass the modules to watch, or leave it out")
         return named, False
     if hasattr(model, "collapse_layers"):
-        return list(model.collapse_layers()), False
+        named = list(model.collapse_layers())
+        if not named:
+            raise ValueError(f"CollapseProbe: {type(model).__name__}.collapse_layers() is empty")
+        return named, False
     norms = graphnorm_norms(model)
     if not norms:
         raise ValueError(
@@ -318,8 +321,8 @@ class CollapseProbe:
     ) -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"CollapseProbe: model must be a torch.nn.Module, got {type(model).__name__}")
-        if at not in POSITIONS:
-            raise ValueError(f"CollapseProbe: at must be one of {POSITIONS}, got {at!r}")
+        if at not in WATCH_AT:
+            raise ValueError(f"CollapseProbe: at must be one of {WATCH_AT}, got {at!r}")
         named, self._found_norms = _named_layers(model, layers)
         for name, module in named:
             if not isinstance(module, nn.Module):
