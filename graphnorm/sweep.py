@@ -43,6 +43,7 @@ import yaml
 from tqdm import tqdm
 
 from graphnorm.config import RunConfig, apply_overrides, config_run_id
+from graphnorm.cpu_budget import CpuPlan, env_threads, plan_cpus
 from graphnorm.progress import SweepProgress
 from graphnorm.sweep_processes import init_worker, signals_interrupt, stop_workers
 from graphnorm.sweep_results import check_history, check_layers, load_results
@@ -303,13 +304,6 @@ class SlurmOptions:
     account: str | None = None
 
 
-def available_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
 def resolve_run_fn(spec: str | RunFn | None) -> RunFn:
     """``None`` -> ``graphnorm.train.run``; ``"module:function"`` -> that function; a callable as is.
 
@@ -408,8 +402,12 @@ def run_sweep(
 
     ``executor``: ``"local"`` (a process pool of ``workers``, default: all cores), ``"serial"`` (in-process),
     ``"submitit-local"`` (submitit's LocalExecutor, the SLURM code path on this machine, ``workers`` jobs at a
-    time) or ``"slurm"``. ``threads``: torch threads per run (default: cores / workers for local runs, the
-    job's CPUs on SLURM, untouched for serial). ``progress=None``: a progress bar only on a terminal.
+    time) or ``"slurm"``. ``workers`` default to the usable cores (:func:`graphnorm.cpu_budget.usable_cores`:
+    affinity, container quota, ``$SLURM_CPUS_PER_TASK``). ``threads``: torch threads per run, else
+    ``$GRAPHNORM_THREADS``, else for local runs usable cores / workers, or 1 on a busy machine
+    (:func:`graphnorm.cpu_budget.plan_cpus`); on SLURM the job's CPUs; serial runs keep the
+    process's setting unless one of those is given.
+    ``progress=None``: a progress bar only on a terminal.
     """
     if executor not in EXECUTORS:
         raise ValueError(f"unknown executor {executor!r}; valid: {', '.join(EXECUTORS)}")
@@ -445,7 +443,7 @@ def run_sweep(
             report_finished(bar, run_id, result, sweep.get("metric"))
 
         try:
-            _execute(executor, run_fn, todo, out, workers, threads, slurm or SlurmOptions(), finished)
+            _execute(executor, run_fn, todo, out, workers, threads, slurm or SlurmOptions(), finished, log)
         except OSError as e:  # a result that cannot be saved: every further run would be lost too
             raise RuntimeError(
                 f"cannot write the sweep's files in {out}: {e.strerror or e} ({e.filename or out}); finished runs "
@@ -502,13 +500,15 @@ def _execute(
     threads: int | None,
     slurm: SlurmOptions,
     finished: Callable[[str], None],
+    log: Callable[[str], None] = print,
 ) -> None:
     """Run ``todo`` on ``executor``, calling ``finished(run_id)`` as each run's result is written."""
     if executor == "serial":
+        threads = threads or env_threads()
         for config in todo:
             finished(execute_run(run_fn, config.to_dict(), str(out), threads)["run_id"])
     elif executor == "local":
-        _run_process_pool(run_fn, todo, out, workers, threads, finished)
+        _run_process_pool(run_fn, todo, out, workers, threads, finished, log)
     else:
         _run_submitit(run_fn, todo, out, executor, workers, threads, slurm, finished)
 
@@ -545,12 +545,13 @@ def _run_process_pool(
     workers: int | None,
     threads: int | None,
     finished: Callable[[str], None],
+    log: Callable[[str], None] = print,
 ) -> None:
     if not todo:
         return
-    cores = available_cores()
-    workers = min(workers or cores, len(todo))
-    threads = threads or max(1, cores // workers)
+    plan = plan_cpus(len(todo), workers, threads)
+    log_cpu_plan(plan, log)
+    workers, threads = plan.workers, plan.threads
     # forkserver, not fork: forking a process that already runs torch's thread pools can deadlock. The server
     # imports torch once, and every worker forks from it instead of importing it again (seconds each).
     context = multiprocessing.get_context("forkserver")
@@ -583,6 +584,16 @@ def _run_process_pool(
     pool.shutdown(wait=True)
 
 
+def log_cpu_plan(plan: CpuPlan, log: Callable[[str], None]) -> None:
+    """One line: runs at once x torch threads each, and why; a warning when that exceeds the usable cores."""
+    log(f"{plan.workers} worker(s) x {plan.threads} torch thread(s) ({plan.why}; {plan.cores} usable cores)")
+    if plan.oversubscribed:
+        log(
+            f"warning: {plan.workers} x {plan.threads} threads exceed the {plan.cores} usable cores; each op then "
+            "waits for descheduled threads (often several times slower): lower --workers or --threads"
+        )
+
+
 def make_submitit_executor(
     out: Path, executor_name: str, num_runs: int, workers: int | None, threads: int | None, slurm: SlurmOptions
 ) -> tuple[Any, int, int]:
@@ -602,11 +613,10 @@ def make_submitit_executor(
             slurm_account=slurm.account,
         )
         max_in_flight = num_runs  # one job array; SLURM schedules it
-        threads = threads or slurm.cpus_per_task
+        threads = threads or env_threads() or slurm.cpus_per_task
     else:
-        cores = available_cores()
-        max_in_flight = min(workers or cores, num_runs)
-        threads = threads or max(1, cores // max_in_flight)
+        plan = plan_cpus(num_runs, workers, threads)
+        max_in_flight, threads = plan.workers, plan.threads
     ex.update_parameters(**{k: v for k, v in params.items() if v is not None})
     return ex, max_in_flight, threads
 

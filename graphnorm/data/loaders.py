@@ -5,7 +5,10 @@
 
 from __future__ import annotations
 
+import collections
+import copy
 import functools
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +25,7 @@ from graphnorm.data.graphormer_preprocess import (
 )
 from graphnorm.data.metrics import get_metric
 from graphnorm.data.registry import load_dataset
+from graphnorm.data.root import resolve_root
 from graphnorm.data.size_buckets import SizeBucketBatchSampler
 from graphnorm.data.task import GraphTask
 
@@ -33,9 +37,10 @@ GRAPHORMER_DEFAULT_HOPS = 5  # Graphormer's multi_hop_max_dist default
 
 
 def prepare_task(config: RunConfig) -> GraphTask:
-    """Load the dataset and apply the config's data options (feature normalization, graph subsets)."""
+    """Load the dataset (from this process's :func:`cached_task` after the first run) and apply the config's data
+    options (feature normalization, graph subsets)."""
     # dataset_kwargs (dataset=smiles) may name the SMILES loader's own split rule; config.split is null there
-    task = load_dataset(config.dataset, config.data_root, **{"split": config.split, **config.dataset_kwargs})
+    task = cached_task(config.dataset, config.data_root, {"split": config.split, **config.dataset_kwargs})
     if config.feature_norm == "row_l1":
         # PyG's NormalizeFeatures: each row divided by its sum (exact row-L1 for the non-negative Planetoid features).
         task.data = T.NormalizeFeatures()(task.data.clone())
@@ -58,6 +63,70 @@ def prepare_task(config: RunConfig) -> GraphTask:
                         "class only, so ROC-AUC is undefined: raise limit_graphs (MolHIV has ~3% positives)"
                     )
     return task
+
+
+# Loaded tasks kept by this process (a sweep worker runs many configs of one dataset): key -> (task, fingerprint)
+_TASKS: collections.OrderedDict[tuple, tuple[GraphTask, tuple]] = collections.OrderedDict()
+TASK_CACHE_SIZE = 2  # datasets kept per process (least recently used dropped)
+
+
+def cached_task(name: str, root: str | None, options: dict[str, Any]) -> GraphTask:
+    """``load_dataset(name, root, **options)``, loaded once per process and ``(name, data root, options)``.
+
+    A sweep worker runs many short runs of one dataset; loading it again each time (reading the processed files,
+    the finiteness check) cost about 0.2 s per Cora run (``bench_sweep_overhead``). Each call returns a shallow copy
+    (its own ``GraphTask`` and ``Data`` objects around the shared tensors), so a run may reassign the task's fields
+    and the graph's attributes (``data.to(device)``, ``data.x = ...``) without touching the cache. A run that
+    modifies a shared tensor in place, or a cached object's attributes, changes its fingerprint (tensor identities
+    and version counters), and the next call loads the dataset afresh.
+    """
+    key = (name, str(resolve_root(root)), json.dumps(options, sort_keys=True, default=repr))
+    entry = _TASKS.get(key)
+    if entry is None or task_fingerprint(entry[0]) != entry[1]:
+        task = load_dataset(name, root, **options)
+        entry = (task, task_fingerprint(task))
+        _TASKS[key] = entry
+        while len(_TASKS) > TASK_CACHE_SIZE:
+            _TASKS.popitem(last=False)
+    _TASKS.move_to_end(key)
+    return _task_copy(entry[0])
+
+
+def clear_task_cache() -> None:
+    """Forget the tasks :func:`cached_task` keeps (the next call loads from disk)."""
+    _TASKS.clear()
+
+
+def task_fingerprint(task: GraphTask) -> tuple:
+    """Identity and version counter of every tensor a task holds (node level: its graph's attributes; graph
+    level: each split's collated storage and its index): any in-place change or reassignment changes it."""
+    parts: list[Any] = [id(task.data)]
+    stores = [task.data] if task.data is not None else []
+    for split in SPLITS:
+        dataset = getattr(task, split)
+        parts.append(id(dataset))
+        if dataset is not None:
+            stores.append(getattr(dataset, "_data", None))
+            parts.append(_tensor_state("_indices", getattr(dataset, "_indices", None)))
+    for store in stores:
+        if store is not None:
+            parts.extend(_tensor_state(key, value) for key, value in sorted(store.to_dict().items()))
+    return tuple(parts)
+
+
+def _tensor_state(key: str, value: Any) -> tuple:
+    if isinstance(value, torch.Tensor):
+        return key, id(value), value._version  # views share their base's version counter
+    return key, id(value)
+
+
+def _task_copy(task: GraphTask) -> GraphTask:
+    """A copy whose fields (and its graph's attributes) can be reassigned without affecting ``task``."""
+    copied = copy.copy(task)
+    if task.data is not None:
+        copied.data = copy.copy(task.data)
+    copied.stats = dict(task.stats)
+    return copied
 
 
 def collate_for(graphs: list, config: RunConfig, inputs: str) -> Any:
