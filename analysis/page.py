@@ -26,6 +26,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from graphnorm.analysis import plots  # noqa: E402
+from graphnorm.sweep_tables import markdown_table  # noqa: E402
 
 HEADLINE_STUDY = "cora_depth_quick"  # the README's main job: first on the page when collected
 COLLAPSE_FIGURE_METRICS = ("effective_rank", "mean_cosine", "cone_angle_q90")
@@ -118,11 +119,7 @@ def _cell_table(frame: pd.DataFrame, index: list[str], columns: list[str]) -> st
     frame = frame.fillna({c: "" for c in index})
     wide = frame.pivot_table(index=index, columns=columns, values="value", aggfunc="first", sort=False)
     wide.columns = [" ".join(str(c) for c in key if str(c)) if isinstance(key, tuple) else str(key) for key in wide]
-    lines = ["| " + " | ".join([*index, *wide.columns]) + " |", "|" + "---|" * (len(index) + len(wide.columns))]
-    for key, row in wide.iterrows():
-        keys = key if isinstance(key, tuple) else (key,)
-        lines.append("| " + " | ".join([*(str(k) for k in keys), *("" if pd.isna(v) else str(v) for v in row)]) + " |")
-    return "\n".join(lines)
+    return markdown_table(wide.astype(object).where(wide.notna(), ""))
 
 
 def seed_summary(frame: pd.DataFrame) -> pd.DataFrame:
@@ -155,11 +152,11 @@ def recorded_section(path: Path, notes: Path | None) -> list[str]:
         commits = ", ".join(sorted(set(group["commit"].dropna()))) or "not recorded"
         parts += [f"- command: `{c}`" for c in sorted(set(group["command"].dropna()))]
         parts += [f"- date: {dates}; commit: {commits}; source: {'; '.join(sources)}", ""]
-        parts += [_cell_table(group, ["variant", "norm", "seed", "epoch"], ["split", "metric"]), ""]
+        parts += [_cell_table(group, ["variant", "norm", "seed", "epoch"], ["split", "metric"])]
         summary = seed_summary(group)
         if not summary.empty:
             table = _cell_table(summary, ["variant", "norm", "epoch"], ["split", "metric"])
-            parts += ["Mean ± std over seeds:", "", table, ""]
+            parts += ["Mean ± std over seeds:", "", table]
     if notes is not None and notes.exists():
         text = notes.read_text().strip().splitlines()
         demoted = [f"##{line}" if line.startswith("## ") else line for line in text]  # under this page's ###
@@ -170,18 +167,13 @@ def recorded_section(path: Path, notes: Path | None) -> list[str]:
 def benchmark_section(path: Path) -> list[str]:
     """The benchmark ratios table, as collected."""
     frame = pd.read_csv(path, dtype=str, keep_default_na=False)
-    header = "| " + " | ".join(frame.columns) + " |"
-    rows = ["| " + " | ".join(row) + " |" for row in frame.itertuples(index=False)]
     return [
         "## Benchmark ratios",
         "",
         "Time of a graphnorm model or norm over its baseline timed in the same process (interleaved rounds, "
         "median); below 1 is faster. Absolute times are not comparable across machines or loads.",
         "",
-        header,
-        "|" + "---|" * len(frame.columns),
-        *rows,
-        "",
+        markdown_table(frame.set_index(frame.columns[0])),
     ]
 
 

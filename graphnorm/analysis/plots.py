@@ -40,6 +40,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from graphnorm.sweep_tables import DEFAULT_METRICS, MAJORITY_MARGIN, majority_level, markdown_table
+
 __all__ = [
     "load_sweep",
     "sweep_metric",
@@ -56,7 +58,6 @@ __all__ = [
     "DEFAULT_LAYER_METRICS",
 ]
 
-MAIN_METRICS = ("test_acc", "test_rocauc", "test_mae")
 DEFAULT_LAYER_METRICS = (
     "effective_rank",
     "stable_rank",
@@ -72,8 +73,6 @@ METRIC_LABELS = {
     "cone_angle": "exact cone angle (deg)",
 }
 TABLE_METRICS = ("effective_rank", "cone_angle", "cone_angle_q90")
-MAJORITY_COLUMN = "majority_acc"
-MAJORITY_MARGIN = 0.01  # cells at most this far above the majority-class level (or below it) are marked
 LOG_SCALE_METRICS = {"dirichlet_energy", "dirichlet_energy_normalized", "stable_rank"}
 # Config columns that never define a variant (they are the axes or the repetition).
 _NON_VARIANT = {"num_layers", "seed", "split", "dataset", "data_root", "run_id", "status", "epochs"}
@@ -122,10 +121,10 @@ def main_metric(runs: pd.DataFrame, metric: str | None = None) -> str:
         if metric not in runs.columns or not runs[metric].notna().any():
             raise ValueError(f"the sweep's metric {metric!r} has no values in runs.csv (columns: {list(runs.columns)})")
         return metric
-    for name in MAIN_METRICS:
+    for name in DEFAULT_METRICS:
         if name in runs.columns and runs[name].notna().any():
             return name
-    raise ValueError(f"runs has none of the task metrics {MAIN_METRICS} (columns: {', '.join(runs.columns)})")
+    raise ValueError(f"runs has none of the task metrics {DEFAULT_METRICS} (columns: {', '.join(runs.columns)})")
 
 
 def _variant_columns(runs: pd.DataFrame) -> list[str]:
@@ -245,15 +244,6 @@ def plot_metric_vs_layer(
     return _grid_of_curves(table, "metric", metrics, "layer", full_title, frozenset(LOG_SCALE_METRICS))
 
 
-def majority_level(runs: pd.DataFrame) -> float | None:
-    """Mean of the runs' ``majority_acc`` (accuracy of always predicting the most frequent training class on the
-    evaluated nodes), or None when the runs did not record it (older sweeps) or the task is not a classification."""
-    if MAJORITY_COLUMN not in runs.columns:
-        return None
-    values = pd.to_numeric(runs[MAJORITY_COLUMN], errors="coerce").dropna()
-    return float(values.mean()) if len(values) else None
-
-
 def plot_main_metric_vs_depth(runs: pd.DataFrame, metric: str | None = None, dataset: str | None = None) -> plt.Figure:
     """The sweep's metric against depth (log2 axis), one line per label, error bars = std over seeds; a dashed
     reference line at the majority-class level when the runs recorded ``majority_acc`` and the metric is an
@@ -266,7 +256,7 @@ def plot_main_metric_vs_depth(runs: pd.DataFrame, metric: str | None = None, dat
     for label, group in runs.groupby("label"):
         stats = group.groupby("num_layers")[metric].agg(["mean", "std", "count"]).sort_index()
         axis.errorbar(stats.index, stats["mean"], yerr=stats["std"].fillna(0), marker="o", capsize=3, label=label)
-    majority = majority_level(runs) if "acc" in metric else None
+    majority = majority_level(runs, metric)
     if majority is not None:
         axis.axhline(majority, color="0.3", ls="--", lw=1.2, label=f"majority class ({majority:.3f})")
     axis.set_xscale("log", base=2)
@@ -316,7 +306,7 @@ def plot_learning_curves(epochs: pd.DataFrame, runs: pd.DataFrame, dataset: str 
     table = epochs.merge(labelled[keep], on="run_id", how="inner")
     if dataset is not None and "dataset" in table.columns:
         table = table[table["dataset"].astype(str) == dataset]
-    quantities = [q for q in ("train_loss", *MAIN_METRICS) if q in table.columns and table[q].notna().any()]
+    quantities = [q for q in ("train_loss", *DEFAULT_METRICS) if q in table.columns and table[q].notna().any()]
     quantities[1:1] = [q.replace("test_", "val_") for q in quantities[1:] if q.replace("test_", "val_") in table]
     if table.empty or not quantities:
         raise ValueError("no learning curves to plot (epochs.csv empty or without train_loss / task metrics)")
@@ -332,13 +322,6 @@ def _mean_std(values: pd.Series) -> str:
         return ""
     std = values.std() if len(values) > 1 else math.nan
     return f"{values.mean():.4g}" + (f" ± {std:.2g}" if not math.isnan(std) else "") + f" (n={len(values)})"
-
-
-def _to_markdown(table: pd.DataFrame) -> str:
-    header = "| " + " | ".join([str(table.index.name or "")] + [str(c) for c in table.columns]) + " |"
-    rule = "|" + "---|" * (len(table.columns) + 1)
-    body = ["| " + " | ".join([str(index)] + [str(v) for v in row]) + " |" for index, row in table.iterrows()]
-    return "\n".join([header, rule, *body])
 
 
 def last_layer_description(runs: pd.DataFrame) -> str:
@@ -380,7 +363,7 @@ def _collapse_tables(table: pd.DataFrame, column: str, title: str) -> list[str]:
             continue
         pivot = metric_rows.groupby(["label", column])["value"].apply(_mean_std).unstack(column)
         pivot.index.name = "norm \\ " + ("depth" if column == "num_layers" else column)
-        parts += [f"## {title.format(metric=collapse_metric)}", "", _to_markdown(pivot), ""]
+        parts += [f"## {title.format(metric=collapse_metric)}", "", markdown_table(pivot)]
     return parts
 
 
@@ -397,7 +380,7 @@ def _metric_table(subset: pd.DataFrame, metric: str) -> tuple[pd.DataFrame, list
     """label x depth table of ``metric`` (mean ± std over seeds) and the note lines under it: the majority-class
     level when recorded, cells at most one point above it (or below) marked with "≤maj"."""
     pivot = subset.groupby(["label", "num_layers"])[metric].apply(_mean_std).unstack("num_layers")
-    majority = majority_level(subset) if "acc" in metric else None
+    majority = majority_level(subset, metric)
     notes: list[str] = []
     if majority is not None:
         means = subset.groupby(["label", "num_layers"])[metric].mean().unstack("num_layers")
@@ -430,7 +413,7 @@ def summary_markdown(runs: pd.DataFrame, layers: pd.DataFrame, metric: str | Non
             continue
         pivot, notes = _metric_table(subset, shown)
         over = "seeds x splits" if "split" in subset.columns and subset["split"].nunique() > 1 else "seeds"
-        parts += [f"## {dataset}: {shown} (mean ± std over {over})", "", _to_markdown(pivot), "", *notes]
+        parts += [f"## {dataset}: {shown} (mean ± std over {over})", "", markdown_table(pivot), *notes]
         last = _last_layer(table[table["dataset"].astype(str) == dataset])
         where = f"at the last probed layer ({last_layer_description(subset)})"
         parts += _collapse_tables(last, "num_layers", f"{dataset}: {{metric}} {where}")
