@@ -69,8 +69,8 @@ EDGE_METRICS = ("mad_neighbors", "dirichlet_energy", "dirichlet_energy_normalize
 POOLED_METRICS = tuple(metric for metric in PER_GRAPH_METRICS if metric not in EDGE_METRICS)
 METRIC_NAMES = PER_GRAPH_METRICS
 
-# Float64 working memory per chunk of stacked layers ([layers, rows, d] a few times; edges go layer by layer).
-_CHUNK_BYTES = 16 * 2**20
+# Float64 working memory per chunk of stacked layers ([layers, rows, d] a few times and the edge gathers).
+_CHUNK_BYTES = 64 * 2**20
 
 
 def spectrum_metric_name(index: int) -> str:
@@ -138,13 +138,14 @@ class _Rows:
 
     _buffers: dict[int, tuple[np.ndarray, np.ndarray]] = field(init=False, default_factory=dict)
 
-    def gather_buffers(self, width: int) -> tuple[np.ndarray, np.ndarray]:
-        """Two float64 [num_kept_edges, width] arrays for the edge endpoint rows, reused by every layer of that
-        width instead of fresh arrays of a few MB (and their page faults) per layer."""
-        if width not in self._buffers:
-            shape = (self.edge_source.numel(), width)
+    def gather_buffers(self, num_layers: int, width: int) -> tuple[np.ndarray, np.ndarray]:
+        """Two float64 [num_layers, num_kept_edges, width] arrays for the edge endpoint rows of stacked layers,
+        reused by every chunk of that width instead of fresh arrays of MBs (and their page faults) per chunk."""
+        if width not in self._buffers or self._buffers[width][0].shape[0] < num_layers:
+            shape = (num_layers, self.edge_source.numel(), width)
             self._buffers[width] = (np.empty(shape), np.empty(shape))
-        return self._buffers[width]
+        source_rows, target_rows = self._buffers[width]
+        return source_rows[:num_layers], target_rows[:num_layers]
 
     def __post_init__(self) -> None:
         self.edge_source_np, self.edge_target_np = _numpy(self.edge_source), _numpy(self.edge_target)
@@ -157,6 +158,11 @@ class _Rows:
             if self.edge_both_ways:
                 count += np.bincount(self.edge_target_np, minlength=self.num_node_rows)
             self.neighbour_count_np = count
+
+    @property
+    def num_edges(self) -> int:
+        """Kept edges (one direction per pair when edge_both_ways)."""
+        return 0 if self.edge_source is None else self.edge_source.numel()
 
     @property
     def num_node_rows(self) -> int:
@@ -212,12 +218,11 @@ def _build_rows(n: int, edge_index: Tensor | None, batch: Tensor | None, token_m
     )
 
 
-# --- one layer's rows: float64 copy, row norms, unit rows -------------------------------------------------------
+# --- layers' rows: float64 copy, row norms, unit rows ----------------------------------------------------------
 @dataclass
 class _Layer:
     """One layer's rows as float64 [m, d], with row norms, non-zero mask and unit rows computed once and shared by
-    every metric (Gram, cosine, MAD, cone, energies). A layer fits in cache (Cora: 1.4 MB), so every metric reads
-    it there; stacking all layers first (tens of MB) made each pass memory-bound."""
+    every metric (Gram, cosine, MAD, cone, energies)."""
 
     x: Tensor
     norms: Tensor  # [m]
@@ -225,43 +230,54 @@ class _Layer:
     units: Tensor  # [m, d], zero rows stay zero
 
 
-class _Workspace:
-    """Float64 buffers for the rows and unit rows of one layer at a time, reused by every layer of a width (the
-    one-graph path keeps no layer), instead of fresh MB-sized tensors (and their page faults) per layer."""
-
-    def __init__(self) -> None:
-        self._buffers: dict[tuple[int, int], tuple[Tensor, Tensor]] = {}
-
-    def get(self, shape: tuple[int, int]) -> tuple[Tensor, Tensor]:
-        if shape not in self._buffers:
-            self._buffers[shape] = (torch.empty(shape, dtype=torch.float64), torch.empty(shape, dtype=torch.float64))
-        return self._buffers[shape]
-
-
-def _layer(x: Tensor, rows: Tensor | None, workspace: _Workspace | None = None) -> _Layer:
-    """The given rows of ``x`` as float64; rejects NaN / Inf and entries too large for float64 sums of squares
-    (:mod:`graphnorm.analysis.magnitude`). With a ``workspace`` the result lives in its buffers (valid until the
-    next call with the same workspace and shape).
+def _load_rows(x: Tensor, rows: Tensor | None, out_x: Tensor, out_norms: Tensor) -> None:
+    """Copy the given rows of ``x`` into ``out_x`` [m, d] (float64) and their norms into ``out_norms`` [m]; rejects
+    NaN / Inf and entries too large for float64 sums of squares (:mod:`graphnorm.analysis.magnitude`).
 
     Validation costs little: a row holding NaN or Inf has a non-finite norm, so the element-wise check runs only
     when some norm is non-finite (then it names the count); the size check reads the row norms."""
     x = x.detach().to("cpu")
     if rows is not None:
         x = x.index_select(0, rows)
-    if workspace is None:
-        x = x.to(torch.float64).contiguous()
-        units = None
-    else:
-        x, units = workspace.get(tuple(x.shape))[0].copy_(x), workspace.get(tuple(x.shape))[1]
-    norms = torch.linalg.vector_norm(x, dim=-1)
+    out_x.copy_(x)
+    norms = torch.linalg.vector_norm(out_x, dim=-1, out=out_norms)
     if not bool(torch.isfinite(norms).all()):
-        finite = torch.isfinite(x)
+        finite = torch.isfinite(out_x)
         if not bool(finite.all()):
-            raise ValueError(f"collapse_metrics: x contains NaN or Inf ({int((~finite).sum())} of {x.numel()} entries)")
-    check_not_too_large(float(norms.square().sum()), x.size(0), "collapse_metrics")
+            raise ValueError(
+                f"collapse_metrics: x contains NaN or Inf ({int((~finite).sum())} of {out_x.numel()} entries)"
+            )
+    check_not_too_large(float(norms.square().sum()), out_x.size(0), "collapse_metrics")
+
+
+def _unit_rows(x: Tensor, norms: Tensor, out: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """Non-zero mask and unit rows of ``x`` [..., m, d] with row norms ``norms`` [..., m] (zero rows stay zero)."""
     nonzero = norms > 0
-    units = torch.div(x, torch.where(nonzero, norms, 1.0).unsqueeze(-1), out=units)
-    return _Layer(x, norms, nonzero, units)
+    return nonzero, torch.div(x, torch.where(nonzero, norms, 1.0).unsqueeze(-1), out=out)
+
+
+class _StackBuffers:
+    """Float64 buffers for a chunk of up to ``capacity`` layers of [m, d] rows: rows, row norms and unit rows,
+    filled layer by layer (:meth:`load`, while each layer is in cache) and reused by every chunk instead of fresh
+    MB-sized tensors (and their page faults) per chunk."""
+
+    def __init__(self, capacity: int, num_rows: int, width: int) -> None:
+        self.x = torch.empty(capacity, num_rows, width, dtype=torch.float64)
+        self.norms = torch.empty(capacity, num_rows, dtype=torch.float64)
+        self.units = torch.empty(capacity, num_rows, width, dtype=torch.float64)
+
+    @property
+    def capacity(self) -> int:
+        return self.x.size(0)
+
+    def load(self, slot: int, x: Tensor, rows: Tensor | None) -> None:
+        _load_rows(x, rows, self.x[slot], self.norms[slot])
+
+    def stack(self, count: int) -> _Stack:
+        """The first ``count`` loaded layers, with their unit rows (valid until the buffers are loaded again)."""
+        x, norms = self.x[:count], self.norms[:count]
+        nonzero, units = _unit_rows(x, norms, out=self.units[:count])
+        return _Stack(x, norms, nonzero, units)
 
 
 def _gram(x: Tensor) -> Tensor:
@@ -319,19 +335,27 @@ class _SetSummary:
     cone_q90: float
 
 
-def _summarize_set(layer: _Layer, cone_tol_deg: float) -> _SetSummary:
-    m, d = layer.x.shape
-    tall = m > 2 * d
-    cone, cone_q90, units_sum = _cones(layer, cone_tol_deg)
-    return _SetSummary(
-        gram=_gram(layer.x) if tall else None,
-        x=None if tall else layer.x.clone(),  # layer.x may be a reused workspace buffer
-        units_sum=units_sum,
-        num_nonzero=int(layer.nonzero.sum()),
-        num_rows=m,
-        cone=cone,
-        cone_q90=cone_q90,
-    )
+def _summarize_sets(stack: _Stack, cone_tol_deg: float) -> list[_SetSummary]:
+    """The :class:`_SetSummary` of every stacked layer: Gram matrices in one batched product when tall."""
+    num_rows, width = stack.x.shape[1:]
+    tall = num_rows > 2 * width
+    grams = stack.x.transpose(1, 2) @ stack.x if tall else None
+    summaries = []
+    for index, num_nonzero in enumerate(stack.nonzero.sum(-1).tolist()):
+        layer = _Layer(stack.x[index], stack.norms[index], stack.nonzero[index], stack.units[index])
+        cone, cone_q90, units_sum = _cones(layer, cone_tol_deg)
+        summaries.append(
+            _SetSummary(
+                gram=grams[index] if tall else None,
+                x=None if tall else layer.x.clone(),  # the stack lives in reused buffers
+                units_sum=units_sum,
+                num_nonzero=num_nonzero,
+                num_rows=num_rows,
+                cone=cone,
+                cone_q90=cone_q90,
+            )
+        )
+    return summaries
 
 
 def _set_metrics(summaries: list[_SetSummary], num_singular_values: int) -> list[dict[str, float]]:
@@ -365,59 +389,70 @@ def _set_metrics(summaries: list[_SetSummary], num_singular_values: int) -> list
     return result
 
 
-# --- edge metrics, one layer at a time ----------------------------------------------------------------------------
-def _edge_metrics_layer(layer: _Layer, rows: _Rows) -> dict[str, np.ndarray]:
-    """Dirichlet energies and neighbour MAD of one layer per graph: {name: [num_graphs]} (NaN where undefined).
+# --- edge metrics over stacked layers ----------------------------------------------------------------------------
+def _sum_by(index: np.ndarray, weights: np.ndarray, size: int) -> np.ndarray:
+    """``np.bincount(index, weights=row, minlength=size)`` of every row of ``weights`` [L, len(index)] as [L, size],
+    in one bincount (each bin sums its weights in the same order, so the same numbers as one row at a time)."""
+    num_layers = weights.shape[0]
+    offsets = (np.arange(num_layers) * size)[:, None]
+    flat = np.bincount((index[None, :] + offsets).ravel(), weights=weights.ravel(), minlength=num_layers * size)
+    return flat.reshape(num_layers, size)
 
-    One gather of the edge endpoint rows gives the dot product (cosine, neighbour MAD) and the squared difference
-    (Dirichlet) of every edge. NumPy's row gather and row-wise einsum: measured about 1.7x faster than
-    ``index_select`` and element-wise torch ops on Cora-sized layers."""
-    x, norms = layer.x.numpy(), layer.norms.numpy()
-    num_rows = x.shape[0]
+
+def _edge_metrics_stacked(stack: _Stack, rows: _Rows) -> dict[str, np.ndarray]:
+    """Dirichlet energies and neighbour MAD of stacked layers per graph: {name: [L, num_graphs]} (NaN where
+    undefined).
+
+    One gather of the edge endpoint rows of all layers gives the dot product (cosine, neighbour MAD) and the squared
+    difference (Dirichlet) of every edge; per-node and per-graph sums are one bincount for all layers. NumPy's row
+    gather and row-wise einsum: measured about 1.7x faster than ``index_select`` and element-wise torch ops on
+    Cora-sized layers."""
+    x, norms = stack.x.numpy(), stack.norms.numpy()
+    num_layers, num_rows, width = x.shape
     source, target = rows.edge_source_np, rows.edge_target_np
-    source_rows, target_rows = rows.gather_buffers(x.shape[1])
-    np.take(x, source, axis=0, out=source_rows, mode="clip")  # indices validated by _build_rows; no buffering
-    np.take(x, target, axis=0, out=target_rows, mode="clip")
-    dots = np.einsum("ij,ij->i", source_rows, target_rows)
+    source_rows, target_rows = rows.gather_buffers(num_layers, width)
+    np.take(x, source, axis=1, out=source_rows, mode="clip")  # indices validated by _build_rows; no buffering
+    np.take(x, target, axis=1, out=target_rows, mode="clip")
+    dots = np.einsum("lij,lij->li", source_rows, target_rows)
     # Dirichlet energy: sum over edges of ||x_s - x_t||^2 as explicit differences (not deg-weighted norms minus
     # cross terms), so an energy decaying to 1e-30 is not lost to cancellation.
     np.subtract(source_rows, target_rows, out=source_rows)
-    squared = np.einsum("ij,ij->i", source_rows, source_rows)
+    squared = np.einsum("lij,lij->li", source_rows, source_rows)
     if rows.edge_both_ways:  # each stored pair stands for both directions
         squared *= 2.0
     squared_norms = np.square(norms)
-    counts = rows.node_counts_np
     if rows.batch is None:
-        energy, frobenius_sq = np.array([squared.sum()]), np.array([squared_norms.sum()])
+        energy, frobenius_sq = squared.sum(axis=1)[:, None], squared_norms.sum(axis=1)[:, None]
     else:
-        energy = np.bincount(rows.edge_graph_np, weights=squared, minlength=rows.num_graphs)
-        frobenius_sq = np.bincount(rows.batch_np, weights=squared_norms, minlength=rows.num_graphs)
-    per_node = np.maximum(counts, 1.0)
+        energy = _sum_by(rows.edge_graph_np, squared, rows.num_graphs)
+        frobenius_sq = _sum_by(rows.batch_np, squared_norms, rows.num_graphs)
+    per_node = np.maximum(rows.node_counts_np, 1.0)
     result = {"dirichlet_energy": energy / per_node}
     normalized = np.where(frobenius_sq > 0, energy / np.where(frobenius_sq > 0, frobenius_sq, 1.0), 0.0)
     result["dirichlet_energy_normalized"] = normalized / per_node
     # Neighbour MAD: node i's mean cosine distance to its non-self, non-zero neighbours j is
     # 1 - sum_j cos(x_i, x_j) / #{j}; edges touching a zero row (no direction) are left out of both sums.
-    source_norms, target_norms = norms[source], norms[target]
-    if bool(layer.nonzero.all()):
+    source_norms, target_norms = norms[:, source], norms[:, target]
+    if bool(stack.nonzero.all()):
         cosine = dots / (source_norms * target_norms)
         count = rows.neighbour_count_np
     else:
         live = (source_norms > 0) & (target_norms > 0)
         cosine = np.where(live, dots / np.where(live, source_norms * target_norms, 1.0), 0.0)
-        count = np.bincount(source, weights=live, minlength=num_rows)
+        count = _sum_by(source, live, num_rows)
         if rows.edge_both_ways:
-            count += np.bincount(target, weights=live, minlength=num_rows)
-    cosine_sum = np.bincount(source, weights=cosine, minlength=num_rows)
+            count += _sum_by(target, live, num_rows)
+    cosine_sum = _sum_by(source, cosine, num_rows)
     if rows.edge_both_ways:
-        cosine_sum += np.bincount(target, weights=cosine, minlength=num_rows)
+        cosine_sum += _sum_by(target, cosine, num_rows)
     has_targets = count > 0
     node_mad = np.where(has_targets, 1.0 - cosine_sum / np.maximum(count, 1.0), 0.0)
     if rows.batch is None:
-        mad_sum, mad_count = np.array([node_mad.sum()]), np.array([float(has_targets.sum())])
+        mad_sum = node_mad.sum(axis=1)[:, None]
+        mad_count = np.broadcast_to(has_targets.sum(axis=-1, dtype=np.float64), (num_layers,))[:, None]
     else:
-        mad_sum = np.bincount(rows.batch_np, weights=node_mad, minlength=rows.num_graphs)
-        mad_count = np.bincount(rows.batch_np, weights=has_targets, minlength=rows.num_graphs)
+        mad_sum = _sum_by(rows.batch_np, node_mad, rows.num_graphs)
+        mad_count = _sum_by(rows.batch_np, np.broadcast_to(has_targets, node_mad.shape), rows.num_graphs)
     result["mad_neighbors"] = np.where(mad_count > 0, mad_sum / np.maximum(mad_count, 1.0), np.nan)
     return result
 
@@ -431,15 +466,6 @@ class _Stack:
     norms: Tensor  # [L, m]
     nonzero: Tensor  # [L, m] bool
     units: Tensor  # [L, m, d]
-
-
-def _stack(layers: Sequence[_Layer]) -> _Stack:
-    return _Stack(
-        torch.stack([layer.x for layer in layers]),
-        torch.stack([layer.norms for layer in layers]),
-        torch.stack([layer.nonzero for layer in layers]),
-        torch.stack([layer.units for layer in layers]),
-    )
 
 
 def _singular_values_stacked(x: Tensor) -> Tensor:
@@ -522,30 +548,22 @@ def _mean_std(values: Tensor) -> tuple[list[float], list[float]]:
     return mean.tolist(), std.tolist()
 
 
-def _chunks(indices: list[int], per_layer_bytes: int) -> Iterator[list[int]]:
-    size = max(1, _CHUNK_BYTES // max(per_layer_bytes, 1))
-    for start in range(0, len(indices), size):
-        yield indices[start : start + size]
-
-
 def _records_of_set(values: dict[str, float], rows_kind: str, stat: str) -> list[dict]:
     return [dict(rows=rows_kind, metric=k, stat=stat, value=v) for k, v in values.items()]
 
 
-def _edge_metrics_layers(layers: Sequence[_Layer], rows: _Rows) -> dict[str, Tensor]:
-    """:func:`_edge_metrics_layer` of every layer as {name: [L, num_graphs]}."""
-    parts = [_edge_metrics_layer(layer, rows) for layer in layers]
-    return {name: torch.from_numpy(np.stack([part[name] for part in parts])) for name in EDGE_METRICS}
-
-
-def _one_graph_part(layer: _Layer, rows: _Rows, cone_tol_deg: float) -> tuple[_SetSummary, dict | None]:
-    """What one layer's node rows contribute when they form one graph: the set summary and the edge metrics."""
-    edges = _edge_metrics_layer(layer, rows) if rows.edge_source is not None else None
-    return _summarize_set(layer, cone_tol_deg), edges
+def _one_graph_parts(stack: _Stack, rows: _Rows, cone_tol_deg: float) -> list[tuple[_SetSummary, dict | None]]:
+    """What each stacked layer's node rows contribute when they form one graph: the set summary and the edge
+    metrics ({name: [1]})."""
+    edges = _edge_metrics_stacked(stack, rows) if rows.edge_source is not None else None
+    return [
+        (summary, None if edges is None else {name: values[index] for name, values in edges.items()})
+        for index, summary in enumerate(_summarize_sets(stack, cone_tol_deg))
+    ]
 
 
 def _one_graph_records(parts: list[tuple[_SetSummary, dict | None]], num_singular_values: int) -> list[list[dict]]:
-    """Node-row records (stat "value") of layers of one width from their :func:`_one_graph_part`."""
+    """Node-row records (stat "value") of layers of one width from their :func:`_one_graph_parts`."""
     records = []
     for (_, edges), values in zip(parts, _set_metrics([summary for summary, _ in parts], num_singular_values)):
         if edges is not None:
@@ -555,10 +573,30 @@ def _one_graph_records(parts: list[tuple[_SetSummary, dict | None]], num_singula
     return records
 
 
+def _chunk_capacity(num_rows: int, num_edges: int, width: int) -> int:
+    """Layers per chunk of stacked layers within _CHUNK_BYTES (at least one): float64 rows, unit rows and working
+    copies ([rows, width] a few times) and the two edge gathers ([edges, width]) of each layer."""
+    return max(1, _CHUNK_BYTES // max(1, 8 * width * (6 * num_rows + 2 * num_edges)))
+
+
+def _stacks(xs: Sequence[Tensor], row_index: Tensor | None, num_rows: int, num_edges: int) -> Iterator[_Stack]:
+    """The given rows of the layers ``xs`` (one width) as float64 stacks of consecutive layers, a chunk at a time
+    within _CHUNK_BYTES: rows, unit rows, per-graph working copies and the two edge gathers of each layer."""
+    width = xs[0].size(1)
+    capacity = min(len(xs), _chunk_capacity(num_rows, num_edges, width))
+    buffers = _StackBuffers(capacity, num_rows, width)
+    for start in range(0, len(xs), capacity):
+        chunk = xs[start : start + capacity]
+        for slot, x in enumerate(chunk):
+            buffers.load(slot, x, row_index)
+        yield buffers.stack(len(chunk))
+
+
 def _records_one_graph(xs: Sequence[Tensor], rows: _Rows, num_singular_values: int, cone_tol_deg: float) -> list:
-    """Node-row records of every layer when the rows form one graph (stat "value"), one layer at a time."""
-    workspace = _Workspace()
-    parts = [_one_graph_part(_layer(x, rows.node_rows, workspace), rows, cone_tol_deg) for x in xs]
+    """Node-row records of every layer when the rows form one graph (stat "value"), in stacked chunks of layers."""
+    parts = []
+    for stack in _stacks(xs, rows.node_rows, rows.num_node_rows, rows.num_edges):
+        parts += _one_graph_parts(stack, rows, cone_tol_deg)
     return _one_graph_records(parts, num_singular_values)
 
 
@@ -567,13 +605,11 @@ def _records_per_graph(xs: Sequence[Tensor], rows: _Rows, num_singular_values: i
     bounded memory) and the pooled set metrics."""
     summaries: list[_SetSummary] = []
     parts: list[dict[str, Tensor]] = []
-    per_layer_bytes = 8 * 6 * rows.num_node_rows * xs[0].size(1)
-    for chunk in _chunks(list(range(len(xs))), per_layer_bytes):
-        layers = [_layer(xs[index], rows.node_rows) for index in chunk]
-        summaries += [_summarize_set(layer, cone_tol_deg) for layer in layers]
-        part = _per_graph_metrics_stacked(_stack(layers), rows, cone_tol_deg)
+    for stack in _stacks(xs, rows.node_rows, rows.num_node_rows, rows.num_edges):
+        summaries += _summarize_sets(stack, cone_tol_deg)
+        part = _per_graph_metrics_stacked(stack, rows, cone_tol_deg)
         if rows.edge_source is not None:
-            part.update(_edge_metrics_layers(layers, rows))
+            part.update({name: torch.from_numpy(v) for name, v in _edge_metrics_stacked(stack, rows).items()})
         parts.append(part)
     per_graph = {name: torch.cat([part[name] for part in parts]) for name in parts[0]}
     empty = rows.node_counts == 0
@@ -600,7 +636,12 @@ def _records_of_width(
     """Records of layers that share a width: token rows, then node rows."""
     records: list[list[dict]] = [[] for _ in xs]
     if rows.token_rows is not None:
-        summaries = [_summarize_set(_layer(x, rows.token_rows), cone_tol_deg) for x in xs]
+        num_tokens = rows.token_rows.numel()
+        summaries = [
+            summary
+            for stack in _stacks(xs, rows.token_rows, num_tokens, 0)
+            for summary in _summarize_sets(stack, cone_tol_deg)
+        ]
         for layer, values in enumerate(_set_metrics(summaries, num_singular_values)):
             records[layer] += _records_of_set(values, "token", "value")
         if rows.num_node_rows == 0:
@@ -669,9 +710,11 @@ def collapse_records_layers(
 
 class LayerStream:
     """:func:`collapse_records_layers` fed one layer at a time, for rows that form one graph (no ``batch``, no token
-    rows): the probe measures each layer's output in its forward hook, while the output is still in cache, and keeps
-    only a small summary per layer ([d, d] Gram matrix, unit-row sum, cones, edge metrics), so the forward pass
-    reuses its buffers instead of holding every layer's output. :meth:`records` then batches the rest over layers.
+    rows): the probe hands each layer's output over in its forward hook, while the output is still in cache, and the
+    stream copies it (float64) into a chunk of a few layers, validates it at once, and measures the chunk when it is
+    full (stacked: unit rows, Gram matrices, edge gathers) keeping only a small summary per layer ([d, d] Gram matrix,
+    unit-row sum, cones, edge metrics). Memory: one chunk of float64 rows per width (within _CHUNK_BYTES, at least one
+    layer), not every layer's output. :meth:`records` measures what is left and batches the rest over layers.
 
     Gives the records of :func:`collapse_records_layers` on the same layers.
     """
@@ -681,7 +724,7 @@ class LayerStream:
         self.num_singular_values = num_singular_values
         self.cone_tol_deg = cone_tol_deg
         self._rows: _Rows | None = None
-        self._workspace = _Workspace()
+        self._chunks: dict[int, tuple[_StackBuffers, list[int]]] = {}  # width -> (buffers, layer index per slot)
         self._parts: dict[int, tuple[int, tuple[_SetSummary, dict | None]]] = {}
 
     def add(self, index: int, x: Tensor) -> None:
@@ -691,11 +734,41 @@ class LayerStream:
         with single_thread():
             if self._rows is None:
                 self._rows = _build_rows(x.size(0), self.edge_index, None, None)
-            part = _one_graph_part(_layer(x, None, self._workspace), self._rows, self.cone_tol_deg)
-        self._parts[index] = (x.size(1), part)
+            width = x.size(1)
+            if width not in self._chunks:
+                capacity = _chunk_capacity(self._rows.num_rows, self._rows.num_edges, width)
+                self._chunks[width] = (_StackBuffers(capacity, self._rows.num_rows, width), [])
+            buffers, indices = self._chunks[width]
+            buffers.load(len(indices), x, None)  # validates x before an earlier call's layer is replaced
+            self._discard(index, width)
+            indices.append(index)
+            if len(indices) == buffers.capacity:
+                self._measure(width)
+
+    def _discard(self, index: int, loading_width: int) -> None:
+        """Forget layer ``index`` (measured, or waiting in a chunk: the chunk's later layers, and the layer being
+        loaded in the first free slot of the chunk of ``loading_width``, move up a slot)."""
+        self._parts.pop(index, None)
+        for width, (buffers, indices) in self._chunks.items():
+            if index in indices:
+                slot = indices.index(index)
+                count = len(indices) + (width == loading_width)
+                for target in (buffers.x, buffers.norms):
+                    target[slot : count - 1] = target[slot + 1 : count].clone()
+                indices.remove(index)
+
+    def _measure(self, width: int) -> None:
+        buffers, indices = self._chunks[width]
+        if indices:
+            parts = _one_graph_parts(buffers.stack(len(indices)), self._rows, self.cone_tol_deg)
+            self._parts.update((index, (width, part)) for index, part in zip(indices, parts))
+            indices.clear()
 
     def records(self) -> list[list[dict]]:
         """Records of every added layer, in index order (layers of equal width batched together)."""
+        with single_thread():
+            for width in self._chunks:
+                self._measure(width)
         indices = sorted(self._parts)
         results: dict[int, list[dict]] = {}
         widths: dict[int, list[int]] = {}
