@@ -231,6 +231,23 @@ def check_graphormer_config(config: Any) -> None:
         raise ValueError(ATTENTION_BIAS_LR_SCALE_RULE)
 
 
+def check_arguments(atom_feature_dims: Sequence[int] | None, sizes: dict[str, Any], rates: dict[str, float]) -> None:
+    """Graphormer's constructor arguments: atom features given, ``sizes`` positive integers (the heads dividing
+    the width), dropout ``rates`` in [0, 1); ``ValueError`` naming the first that is not."""
+    if atom_feature_dims is None:
+        raise ValueError("Graphormer needs categorical atom features (atom_feature_dims), e.g. ZINC's or OGB's")
+    for name, value in sizes.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if sizes["hidden_channels"] % sizes["num_heads"] != 0:
+        raise ValueError(
+            f"hidden_channels ({sizes['hidden_channels']}) must be divisible by num_heads ({sizes['num_heads']})"
+        )
+    for name, value in rates.items():
+        if not 0.0 <= value < 1.0:
+            raise ValueError(f"{name} must be in [0, 1), got {value}")
+
+
 @register_model(
     "graphormer",
     levels=("graph",),
@@ -280,65 +297,60 @@ class Graphormer(nn.Module):
         activation_dropout: float = 0.1,
     ) -> None:
         super().__init__()
-        if atom_feature_dims is None:
-            raise ValueError("Graphormer needs categorical atom features (atom_feature_dims), e.g. ZINC's or OGB's")
         ffn_channels = hidden_channels if ffn_channels is None else ffn_channels
-        for name, value in [
-            ("num_layers", num_layers),
-            ("hidden_channels", hidden_channels),
-            ("num_heads", num_heads),
-            ("ffn_channels", ffn_channels),
-            ("out_channels", out_channels),
-            ("max_degree", max_degree),
-            ("max_distance", max_distance),
-            ("multi_hop_max_dist", multi_hop_max_dist),
-        ]:
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if hidden_channels % num_heads != 0:
-            raise ValueError(f"hidden_channels ({hidden_channels}) must be divisible by num_heads ({num_heads})")
-        for name, value in [
-            ("dropout", dropout),
-            ("attention_dropout", attention_dropout),
-            ("activation_dropout", activation_dropout),
-        ]:
-            if not 0.0 <= value < 1.0:
-                raise ValueError(f"{name} must be in [0, 1), got {value}")
+        sizes = dict(
+            num_layers=num_layers,
+            hidden_channels=hidden_channels,
+            num_heads=num_heads,
+            ffn_channels=ffn_channels,
+            out_channels=out_channels,
+            max_degree=max_degree,
+            max_distance=max_distance,
+            multi_hop_max_dist=multi_hop_max_dist,
+        )
+        rates = dict(dropout=dropout, attention_dropout=attention_dropout, activation_dropout=activation_dropout)
+        check_arguments(atom_feature_dims, sizes, rates)
         norm_kwargs = dict(norm_kwargs or {})
         self.num_layers = num_layers
         self.hidden_channels = hidden_channels
         self.max_degree = max_degree
         self.pre_ln = pre_ln
-
-        self.atom_embedding = FeatureEmbedding(atom_feature_dims, hidden_channels, "sum")
-        self.in_degree_embedding = nn.Embedding(max_degree + 1, hidden_channels)
-        self.out_degree_embedding = nn.Embedding(max_degree + 1, hidden_channels)
-        self.graph_token = nn.Parameter(torch.zeros(hidden_channels))
-        self.attention_bias = GraphAttentionBias(num_heads, max_distance, bond_feature_dims, multi_hop_max_dist)
-        self.embedding_dropout = FastDropout(dropout)
-        self.embedding_tap = RepresentationTap()
+        # Built in this order (parameters draw from the RNG as they are made; reset_parameters goes in module order).
+        self._build_input(atom_feature_dims, bond_feature_dims, num_heads, max_distance, multi_hop_max_dist, dropout)
         self.layers = nn.ModuleList(
-            GraphormerLayer(
-                hidden_channels,
-                num_heads,
-                ffn_channels,
-                norm,
-                norm_kwargs,
-                pre_ln,
-                dropout,
-                attention_dropout,
-                activation_dropout,
-            )
+            GraphormerLayer(hidden_channels, num_heads, ffn_channels, norm, norm_kwargs, pre_ln, **rates)
             for _ in range(num_layers)
         )
         self.final_norm = (
             build_norm(norm, hidden_channels, **norm_kwargs) if pre_ln else build_norm("none", hidden_channels)
         )
-        # Readout of the graph token as the original: transform, GELU, LayerNorm, output projection.
-        self.head_transform = nn.Linear(hidden_channels, hidden_channels)
-        self.head_norm = nn.LayerNorm(hidden_channels)
-        self.head_out = nn.Linear(hidden_channels, out_channels)
+        self._build_head(out_channels)
         self.reset_parameters()
+
+    def _build_input(
+        self,
+        atom_feature_dims: Sequence[int],
+        bond_feature_dims: Sequence[int] | None,
+        num_heads: int,
+        max_distance: int,
+        multi_hop_max_dist: int,
+        dropout: float,
+    ) -> None:
+        """The input rows (atom and degree embeddings, the graph token) and the attention bias."""
+        hidden_channels = self.hidden_channels
+        self.atom_embedding = FeatureEmbedding(atom_feature_dims, hidden_channels, "sum")
+        self.in_degree_embedding = nn.Embedding(self.max_degree + 1, hidden_channels)
+        self.out_degree_embedding = nn.Embedding(self.max_degree + 1, hidden_channels)
+        self.graph_token = nn.Parameter(torch.zeros(hidden_channels))
+        self.attention_bias = GraphAttentionBias(num_heads, max_distance, bond_feature_dims, multi_hop_max_dist)
+        self.embedding_dropout = FastDropout(dropout)
+        self.embedding_tap = RepresentationTap()
+
+    def _build_head(self, out_channels: int) -> None:
+        """Readout of the graph token as the original: transform, GELU, LayerNorm, output projection."""
+        self.head_transform = nn.Linear(self.hidden_channels, self.hidden_channels)
+        self.head_norm = nn.LayerNorm(self.hidden_channels)
+        self.head_out = nn.Linear(self.hidden_channels, out_channels)
 
     def reset_parameters(self) -> None:
         """The Graphormer initialization: N(0, 0.02) for linear and embedding weights, zero biases; the norms keep
