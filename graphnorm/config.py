@@ -438,8 +438,8 @@ def check_model_kwargs(config: RunConfig) -> None:
     model_keywords(config, "node" if config.is_node_level else "graph")
     if not config.model_kwargs:  # the config's own keys are checked already
         return
-    if "ffn_channels" in config.model_kwargs:
-        check_size("model_kwargs.ffn_channels", config.model_kwargs["ffn_channels"])
+    for key in sorted(config.model_kwargs.keys() & MAX_SIZES.keys()):
+        check_size(f"model_kwargs.{key}", config.model_kwargs[key])
     arguments = meta_arguments(config)
     error = construction_error(model_class, **arguments, **config.model_kwargs)
     if error is not None:

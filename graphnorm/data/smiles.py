@@ -22,6 +22,9 @@ run's record counts them (``invalid_smiles_skipped``).
 Cache: the processed graphs and splits are saved (tensors and plain lists only, loaded with ``weights_only=True``,
 written atomically) under ``<data root>/smiles/<file stem>-<sha256 of the file>-<hash of the options>/``, so an
 edited file, or other options, are processed afresh.
+
+Run id: a run's id hashes the CSV's sha256 in place of its path (:func:`run_identity`, the dataset's declared
+``identity``), so editing the file in place makes a new run, and the same file elsewhere is the same run.
 """
 
 from __future__ import annotations
