@@ -1,0 +1,133 @@
+"""The stacked paths of :mod:`graphnorm.analysis.collapse` give the per-layer numbers bit for bit.
+
+``collapse_records_layers`` measures layers of one width in stacked chunks (one batched Gram product, one edge gather
+and one bincount per sum for a whole chunk) and ``LayerStream`` fills such chunks from forward hooks. Both must give,
+for every layer, exactly the records of ``collapse_records`` on that layer alone (a chunk of one), whatever the chunk
+size, on random and degenerate inputs: zero rows, identical rows, all-zero layers, one-node graphs, token rows, batches
+with graphs that have no node rows, directed and undirected edge lists.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import Tensor
+
+from graphnorm.analysis import collapse
+from graphnorm.analysis.collapse import LayerStream, collapse_records, collapse_records_layers
+
+NUM_ROWS = 120
+
+
+def _layers(generator: torch.Generator, width: int = 8, count: int = 7) -> list[Tensor]:
+    """Random layers with degenerate ones among them."""
+    xs = [torch.randn(NUM_ROWS, width, generator=generator) * torch.rand(width, generator=generator) for _ in range(4)]
+    xs[0][:15] = 0.0  # zero rows
+    xs[1][10:60] = xs[1][5]  # identical rows
+    xs[2] = xs[2][:, :1].repeat(1, width) + 1e-9 * xs[2]  # collapsed to one direction
+    xs.append(torch.zeros(NUM_ROWS, width))  # an all-zero layer
+    xs.append(torch.randn(NUM_ROWS, width, generator=generator).abs() + 3.0)  # a narrow cone
+    xs.append(torch.randn(NUM_ROWS, width, generator=generator).double())
+    return xs[:count]
+
+
+def _edges(generator: torch.Generator, undirected: bool) -> Tensor:
+    edges = torch.randint(0, NUM_ROWS, (2, 400), generator=generator)
+    return torch.cat([edges, edges.flip(0)], 1) if undirected else edges
+
+
+def _assert_same_records(got: list[dict], expected: list[dict]) -> None:
+    assert [(r["rows"], r["metric"], r["stat"]) for r in got] == [(r["rows"], r["metric"], r["stat"]) for r in expected]
+    for record, reference in zip(got, expected):
+        value, wanted = record["value"], reference["value"]
+        assert value == wanted or (math.isnan(value) and math.isnan(wanted)), (record, wanted)
+
+
+def _contexts(generator: torch.Generator) -> dict[str, dict]:
+    batch = torch.sort(torch.randint(0, 6, (NUM_ROWS,), generator=generator)).values
+    batch[batch == 3] = 4  # graph 3 has no rows
+    tokens = torch.zeros(NUM_ROWS, dtype=torch.bool)
+    tokens[::17] = True
+    lonely = batch.clone()
+    lonely[-1] = 6  # a one-node graph
+    return {
+        "undirected": dict(edge_index=_edges(generator, True)),
+        "directed": dict(edge_index=_edges(generator, False)),
+        "no edges": {},
+        "batch": dict(edge_index=_edges(generator, True), batch=batch),
+        "batch one-node graph": dict(edge_index=_edges(generator, False), batch=lonely),
+        "tokens": dict(edge_index=_edges(generator, True), token_mask=tokens),
+        "batch and tokens": dict(edge_index=_edges(generator, True), batch=batch, token_mask=tokens),
+    }
+
+
+@pytest.mark.parametrize("context_name", list(_contexts(torch.Generator().manual_seed(0))))
+@pytest.mark.parametrize("chunk_layers", [1, 3, 64])
+def test_stacked_layers_equal_each_layer_alone(context_name, chunk_layers, monkeypatch):
+    generator = torch.Generator().manual_seed(1)
+    context = _contexts(generator)[context_name]
+    xs = _layers(generator)
+    expected = [collapse_records(x, num_singular_values=5, **context) for x in xs]
+    # _CHUNK_BYTES sets how many layers are stacked together: one, a few, or all of them.
+    monkeypatch.setattr(collapse, "_CHUNK_BYTES", chunk_layers * 8 * 8 * (6 * NUM_ROWS + 2 * 1600))
+    got = collapse_records_layers(xs, num_singular_values=5, **context)
+    assert len(got) == len(xs)
+    for layer_got, layer_expected in zip(got, expected):
+        _assert_same_records(layer_got, layer_expected)
+
+
+def test_stacked_layers_of_two_widths_and_wide_layers():
+    """Layers of several widths (tall and wide: SVD instead of the Gram matrix) in one call."""
+    generator = torch.Generator().manual_seed(2)
+    edge_index = _edges(generator, True)
+    xs = [torch.randn(NUM_ROWS, 8, generator=generator), torch.randn(NUM_ROWS, 200, generator=generator)]
+    xs += [torch.randn(NUM_ROWS, 8, generator=generator), torch.zeros(NUM_ROWS, 200)]
+    got = collapse_records_layers(xs, edge_index=edge_index)
+    for x, records in zip(xs, got):
+        _assert_same_records(records, collapse_records(x, edge_index=edge_index))
+
+
+def test_one_node_graph_layers():
+    edge_index = torch.zeros(2, 0, dtype=torch.long)
+    xs = [torch.randn(1, 4), torch.zeros(1, 4), torch.ones(1, 4)]
+    got = collapse_records_layers(xs, edge_index=edge_index)
+    for x, records in zip(xs, got):
+        _assert_same_records(records, collapse_records(x, edge_index=edge_index))
+    values = {r["metric"]: r["value"] for r in got[0]}
+    assert math.isnan(values["mean_cosine"]) and values["cone_angle"] == 0.0
+
+
+@pytest.mark.parametrize("chunk_layers", [1, 2, 64])
+def test_layer_stream_chunks_equal_each_layer_alone(chunk_layers, monkeypatch):
+    """Layers added out of order, in two widths, some replaced while waiting in a chunk and some after their chunk
+    was measured; an invalid layer leaves the earlier one of its index in place."""
+    generator = torch.Generator().manual_seed(3)
+    edge_index = _edges(generator, True)
+    monkeypatch.setattr(collapse, "_CHUNK_BYTES", chunk_layers * 8 * 8 * (6 * NUM_ROWS + 2 * 400))
+    xs = _layers(generator) + [torch.randn(NUM_ROWS, 3, generator=generator)]
+    stream = LayerStream(edge_index, num_singular_values=4)
+    stream.add(2, torch.randn(NUM_ROWS, 8, generator=generator))  # replaced below
+    stream.add(7, torch.randn(NUM_ROWS, 8, generator=generator))  # other width before: replaced by width 3
+    for index in (6, 0, 5, 1, 2, 7, 4, 3):
+        stream.add(index, xs[index])
+    stream.add(0, torch.randn(NUM_ROWS, 8, generator=generator))
+    stream.add(0, xs[0])  # replaced again after its chunk may have been measured
+    bad = xs[1].clone()
+    bad[4, 0] = math.inf
+    with pytest.raises(ValueError, match="NaN or Inf"):
+        stream.add(1, bad)
+    got = stream.records()
+    assert len(got) == len(xs)
+    for x, records in zip(xs, got):
+        _assert_same_records(records, collapse_records(x, edge_index=edge_index, num_singular_values=4))
+
+
+def test_chunk_memory_is_bounded():
+    """A chunk holds at least one layer and otherwise stays within _CHUNK_BYTES."""
+    assert collapse._chunk_capacity(2708, 5278, 64) == 4  # Cora, hidden 64
+    assert collapse._chunk_capacity(20_000, 200_000, 64) == 1
+    for rows, edges, width in [(10, 0, 2), (2708, 5278, 64), (50_000, 10**6, 256)]:
+        capacity = collapse._chunk_capacity(rows, edges, width)
+        assert capacity == 1 or capacity * 8 * width * (6 * rows + 2 * edges) <= collapse._CHUNK_BYTES
