@@ -3,7 +3,9 @@
 ``graphnorm.analysis.CollapseProbe(model).probe(data)`` runs one eval/no-grad forward with hooks on every layer that
 measure each layer's output as it appears (one graph) and then batches the rest over layers. The baseline is one
 forward pass of the same model in eval mode under ``torch.no_grad()`` (the least any probe must do). Interleaved
-rounds; the probe / forward ratio of each round (min and median) is reported with the probe's own split. Target
+rounds; the probe / forward ratio of each round (min and median) is reported with the probe's own split, the load
+average while the rounds ran, and the peak memory of one probe and one forward beside their time (also for a 64-layer
+model on a 20,000-node random graph: the probe keeps a bounded chunk of layers, not every layer's output). Target
 (issue 20): at most 1.5x at 64 layers.
 
     python -m experiments.benchmarks.bench_probe [--quick] [--out DIR]
@@ -12,6 +14,7 @@ rounds; the probe / forward ratio of each round (min and median) is reported wit
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -57,7 +60,9 @@ def _measure(data: Data, num_layers: int, repeats: int, min_seconds: float) -> d
         "forward_1_thread": forward_one_thread,
         "probe": probe_call,
     }
+    load_before = os.getloadavg()[0]
     samples = _common.time_interleaved_samples(fns, repeats=repeats, min_seconds=min_seconds)
+    load_after = os.getloadavg()[0]
     times = {name: _common.median(values) for name, values in samples.items()}
     ratios = [p / f for p, f in zip(samples["probe"], samples["forward"])]
     ratios_one_thread = [p / f for p, f in zip(samples["probe"], samples["forward_1_thread"])]
@@ -72,7 +77,37 @@ def _measure(data: Data, num_layers: int, repeats: int, min_seconds: float) -> d
         "probe / forward 1 thread (median)": _common.median(ratios_one_thread),
         "probe: its forward with per-layer metrics (ms)": _common.median(split["forward_s"]) * 1e3,
         "probe: batched rest (ms)": _common.median(split["metrics_s"]) * 1e3,
+        "probe peak memory (MB)": _common.megabytes(_common.peak_memory(lambda: probe.probe(data))),
+        "forward peak memory (MB)": _common.megabytes(_common.peak_memory(forward_one_thread)),
+        "load average (1 min, before / after)": f"{load_before:.2f} / {load_after:.2f}",
         "records": len(probe.probe(data)),
+    }
+
+
+def _memory_large_graph(num_nodes: int, num_layers: int) -> dict:
+    """Time and peak memory of one probe and one one-thread forward of a DeepGCN on a random graph of ``num_nodes``
+    nodes (4 random edges per node, stored both ways; 32 features)."""
+    data = synthetic_graph(num_nodes=num_nodes)
+    torch.manual_seed(0)
+    model = DeepGCN(data.num_features, HIDDEN, int(data.y.max()) + 1, num_layers, norm="none", dropout=0.5)
+    probe = CollapseProbe(model)
+
+    def forward_one_thread() -> None:
+        model.eval()
+        with torch.no_grad(), single_thread():
+            model(data.x, data.edge_index)
+
+    probe.probe(data)  # warm-up
+    forward_s, forward_memory = _common.time_and_peak_memory(forward_one_thread)
+    probe_s, probe_memory = _common.time_and_peak_memory(lambda: probe.probe(data))
+    return {
+        "model": f"DeepGCN {num_layers} layers, hidden {HIDDEN}, random graph of {num_nodes} nodes",
+        "forward 1 thread (ms)": forward_s * 1e3,
+        "probe (ms)": probe_s * 1e3,
+        "probe / forward 1 thread (one call)": probe_s / forward_s,
+        "probe peak memory (MB)": _common.megabytes(probe_memory),
+        "forward peak memory (MB)": _common.megabytes(forward_memory),
+        "load average (1 min)": f"{os.getloadavg()[0]:.2f}",
     }
 
 
@@ -85,6 +120,8 @@ def run(quick: bool = False, out_dir: Path | None = None, repeats: int | None = 
     for num_layers in depths:
         rows.append(_measure(data, num_layers, repeats, min_seconds))
         print(common.format_row(rows[-1]), flush=True)
+    large = _memory_large_graph(2_000 if quick else 20_000, 4 if quick else 64)
+    print(common.format_row(large), flush=True)
     graph = "random graph" if quick else "Cora"
     setup = (
         f"{graph} ({data.num_nodes} nodes), DeepGCN with {' and '.join(map(str, depths))} layers (norm none, hidden "
@@ -92,7 +129,9 @@ def run(quick: bool = False, out_dir: Path | None = None, repeats: int | None = 
         "measured in its forward hook, the rest batched over layers); baseline = one eval/no-grad forward with this "
         f"run's torch threads ({torch.get_num_threads()}) and on one thread (the probe runs its own forward and "
         f"metrics on one thread); {repeats} interleaved rounds, ratio of each round, min and median. "
-        f"Target (issue 20): probe / forward <= {TARGET_RATIO} at 64 layers, against the one-thread forward."
+        f"Target (issue 20): probe / forward <= {TARGET_RATIO} at 64 layers, against the one-thread forward. Peak "
+        "memory: extra resident memory of one call over the memory before it (_common.peak_memory). Second table: "
+        "one probe and one forward on a larger random graph, timed once each, for memory. " + _common.load_summary()
     )
     # The target is judged against the one-thread forward, the probe's own: a forward with more threads than free
     # cores can be many times slower (issue 20, item 1), which would make any probe look cheap.
@@ -113,7 +152,7 @@ def run(quick: bool = False, out_dir: Path | None = None, repeats: int | None = 
         name="probe",
         title="5. Collapse probe vs one forward pass",
         setup=setup,
-        tables=[common.markdown_table(rows)],
+        tables=[common.markdown_table(rows), common.markdown_table([large])],
         targets=targets,
     )
 
