@@ -553,9 +553,11 @@ def _run_process_pool(
     log_cpu_plan(plan, log)
     workers, threads = plan.workers, plan.threads
     # forkserver, not fork: forking a process that already runs torch's thread pools can deadlock. The server
-    # imports torch once, and every worker forks from it instead of importing it again (seconds each).
+    # imports torch and the run function's module once, and every worker forks from it instead of importing them
+    # again (seconds each).
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["graphnorm.sweep"])
+    module = getattr(run_fn, "__module__", None)
+    context.set_forkserver_preload(["graphnorm.sweep", *([module] if module and module != "__main__" else [])])
     pool = concurrent.futures.ProcessPoolExecutor(
         workers, mp_context=context, initializer=init_worker, initargs=(os.getpid(),)
     )

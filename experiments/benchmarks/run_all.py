@@ -12,6 +12,10 @@ Benchmarks (see each module's docstring for its setup and target):
   (``bench_contranorm_model``).
 * ``gcnii``: GCNII training epoch vs a PyG-only GCNII (PyG's ``examples/gcn2_cora.py``) on Cora (``bench_gcnii``).
 * ``gat``: DeepGAT training epoch vs PyG's ``GAT`` of the same depth, width and heads on Cora (``bench_gat``).
+* ``threads``: a 64-layer DeepGCN's forward and training epoch alone and beside a CPU-bound neighbour process, 1 vs
+  all-cores threads, OpenMP spin policy, subnormal counts and flush-to-zero (``bench_threads``).
+* ``sweep_overhead``: the per-run cost of a sweep of short runs that is not training, broken down, on a warm worker
+  and end to end (``bench_sweep_overhead``).
 
 Every benchmark compares against a baseline run in the same process (interleaved rounds, median) and notes the
 machine load (``os.getloadavg()``) before and after it: on a shared machine the ratios are what carries over,
@@ -47,6 +51,8 @@ BENCHMARKS: dict[str, str] = {
     "contranorm_model": "bench_contranorm_model",
     "gcnii": "bench_gcnii",
     "gat": "bench_gat",
+    "threads": "bench_threads",
+    "sweep_overhead": "bench_sweep_overhead",
 }
 
 
