@@ -87,19 +87,29 @@ def _numpy_blas_pools() -> ThreadpoolController | None:
     return ThreadpoolController().select(user_api="blas")
 
 
+_single_thread_depth = 0  # single_thread() blocks open: nested ones (a probe's hooks inside its forward) cost nothing
+
+
 @contextlib.contextmanager
 def single_thread() -> Iterator[None]:
     """Run torch ops and NumPy's BLAS (the cone solver's products) on one thread, restoring the settings after. The
     matrices here are small (n x 64): thread start-up and spinning cost more than they save, badly so on an
     oversubscribed machine (measured 30x for torch; 3.5x for the cones of a Cora layer with OpenBLAS's default
-    threads on 2 busy cores). The thread count changes no result: each product's sums run in the same order."""
+    threads on 2 busy cores). The thread count changes no result: each product's sums run in the same order.
+    Inside another ``single_thread()`` block it does nothing (threadpoolctl's limit costs ~0.1 ms a call)."""
+    global _single_thread_depth
+    if _single_thread_depth:
+        yield
+        return
     previous = torch.get_num_threads()
     torch.set_num_threads(1)
     pools = _numpy_blas_pools()
+    _single_thread_depth += 1
     try:
         with pools.limit(limits=1) if pools is not None else contextlib.nullcontext():
             yield
     finally:
+        _single_thread_depth -= 1
         torch.set_num_threads(previous)
 
 
