@@ -8,6 +8,7 @@ from torch import Tensor, nn
 from torch_geometric.data import Batch, Data
 from torch_geometric.utils import erdos_renyi_graph, to_undirected
 
+from graphnorm.analysis import CollapseProbe
 from graphnorm.models import DeepGCN, GCNBlock
 from graphnorm.models.gcn import dropout_nonzeros
 from graphnorm.norms import available_norms
@@ -104,9 +105,14 @@ def test_norms_receive_one_virtual_token_per_graph() -> None:
         assert not (edges[0] == edges[1]).any()  # no self loops for the norms
         token_degree = torch.bincount(edges[0], minlength=16)[mask]
         assert token_degree.tolist() == [4, 6, 3]  # the token is linked to every node of its graph
-    context = model.probe_context(batch)
+    # the probe measures the rows with what a registered norm receives in the same model
+    probed = DeepGCN(28, 8, 1, 3, norm="none", readout="mean", virtual_node=True, atom_encoder="zinc")
+    probe = CollapseProbe(probed)
+    probe.capture(batch)
+    context = probe.last_contexts[0]
     assert torch.equal(context["token_mask"], calls[0]["token_mask"])
     assert torch.equal(context["edge_index"], calls[0]["edge_index"])
+    assert torch.equal(context["batch"], calls[0]["batch"])
 
 
 @pytest.mark.parametrize("norm", available_norms())
@@ -169,7 +175,9 @@ def test_mean_readout_pools_node_rows_only() -> None:
     captured = {}
     model.blocks[-1].register_forward_hook(lambda module, args, output: captured.update(h=output))
     out = model(batch.x, batch.edge_index, batch.batch, 2)
-    token_mask = model.probe_context(batch)["token_mask"]
+    probe = CollapseProbe(model)
+    probe.capture(batch)
+    token_mask = probe.last_contexts[-1]["token_mask"]
     node_rows = captured["h"][~token_mask]
     pooled = torch.stack([node_rows[:4].mean(0), node_rows[4:].mean(0)])
     torch.testing.assert_close(out, model.head(pooled))
@@ -185,12 +193,25 @@ def test_probe_contract_rows_agree() -> None:
     model(batch.x, batch.edge_index, batch.batch, batch.num_graphs)
     for hook in hooks:
         hook.remove()
-    context = model.probe_context(batch)
+    probe = CollapseProbe(model)
+    probe.capture(batch)
+    assert [name for name, _ in probe.layers] == [name for name, _ in layers]
+    context = probe.last_contexts[0]
+    assert all(_same_rows(other, context) for other in probe.last_contexts)
     rows = context["batch"].numel()
     assert rows == batch.num_nodes + batch.num_graphs
     assert all(output.shape == (rows, 8) for output in outputs.values())
-    node_context = DeepGCN(5, 8, 3, 2).probe_context(random_graph(6))
+    node_probe = CollapseProbe(DeepGCN(5, 8, 3, 2))
+    node_probe.capture(random_graph(6))
+    node_context = node_probe.last_contexts[0]
     assert node_context["token_mask"] is None and node_context["batch"] is None
+
+
+def _same_rows(first: dict, second: dict) -> bool:
+    return all(
+        (first[key] is None and second[key] is None) or torch.equal(first[key], second[key])
+        for key in ("batch", "token_mask", "edge_index")
+    )
 
 
 def test_norm_module_is_copied_per_layer_and_layernorm_is_shared() -> None:

@@ -20,6 +20,7 @@ import pandas as pd
 import pytest
 import torch
 from torch import Tensor
+from torch_geometric.utils import remove_self_loops
 
 from graphnorm.analysis import (
     CollapseProbe,
@@ -122,11 +123,32 @@ def _absolute_floor(metric: str, stat: str) -> float:
     return 1e-12 if stat != "std" else 1e-9
 
 
+def _model_rows(model: torch.nn.Module, data) -> dict[str, Tensor | None]:
+    """The rows of every probed layer as the model lays them out (not as the probe infers them): DeepGCN's
+    ``graph_rows`` (virtual-node rows included), GCNII's node rows (graph-level models pool a one-graph batch)."""
+    batch = getattr(data, "batch", None)
+    if isinstance(model, DeepGCN):
+        if model.readout is not None and batch is None:
+            batch = data.edge_index.new_zeros(data.num_nodes)
+        rows = model.graph_rows(data.edge_index, data.num_nodes, batch, data.num_graphs if batch is not None else None)
+        return {"batch": rows.batch, "token_mask": rows.token_mask, "edge_index": rows.edge_index}
+    assert isinstance(model, GCNII) and model.readout is None
+    return {"batch": batch, "token_mask": None, "edge_index": remove_self_loops(data.edge_index)[0]}
+
+
+def _same_rows(first: dict, second: dict) -> bool:
+    return all(
+        (first[key] is None and second[key] is None) or torch.equal(first[key], second[key])
+        for key in ("batch", "token_mask", "edge_index")
+    )
+
+
 def _assert_table_equals_reference(model: torch.nn.Module, data) -> None:
     probe = CollapseProbe(model, num_singular_values=NUM_SV, cone_tol_deg=TOL_DEG)
     table = probe.probe(data)
     outputs = probe.capture(data)
-    context = model.probe_context(data)
+    context = _model_rows(model, data)
+    assert all(_same_rows(measured, context) for measured in probe.last_contexts)
     expected = []
     for position, ((name, _), x) in enumerate(zip(probe.layers, outputs), start=1):
         expected += [(position, name, *record) for record in _layer_reference(x, context)]

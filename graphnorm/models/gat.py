@@ -4,8 +4,7 @@
 everything else is DeepGCN's and behaves the same: the block layout and the two layer orders, the norm after each
 hidden convolution (optionally followed by the shared LayerNorm), residuals, node- and graph-level readouts, the
 virtual node and its ``token_mask``, the atom encoders, the sparse-input dropout, the input checks, and the probe
-contract (``collapse_layers`` / ``probe_context``), which the trainer and :class:`~graphnorm.analysis.CollapseProbe`
-use unchanged.
+layers (``collapse_layers``), which the trainer and :class:`~graphnorm.analysis.CollapseProbe` use unchanged.
 
 Convolutions:
 

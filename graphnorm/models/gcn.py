@@ -23,11 +23,11 @@ Norms are always called as ``norm(x, batch=, batch_size=, edge_index=, token_mas
 graph's edge_index *without* self loops (with the virtual-node edges when there is one): ContraNorm uses it to
 exclude neighbours from its negatives.
 
-Probe contract (``graphnorm.analysis.CollapseProbe``): :meth:`DeepGCN.collapse_layers` lists the modules whose
-forward output is the representation after each layer, all over the same rows (node rows plus virtual-node rows):
-``input`` (the atom encoder output, only when there is an encoder), then ``layer1 .. layerL`` (each
-:class:`GCNBlock`, after norm and activation; the node-level ``layerL`` is the classifier output).
-:meth:`DeepGCN.probe_context` gives ``batch``, ``token_mask`` and ``edge_index`` for those rows.
+Probed layers (``graphnorm.analysis.CollapseProbe``): :meth:`DeepGCN.collapse_layers` (the probe's optional
+attribute) lists the modules whose forward output is the representation after each layer, all over the same rows
+(node rows plus virtual-node rows): ``input`` (the atom encoder output, only when there is an encoder), then
+``layer1 .. layerL`` (each :class:`GCNBlock`, after norm and activation; the node-level ``layerL`` is the classifier
+output). The probe reads their ``batch``, ``token_mask`` and ``edge_index`` from the keywords the norms receive.
 """
 
 from __future__ import annotations
@@ -388,7 +388,7 @@ class DeepGCN(nn.Module):
             raise ValueError("sparse x is for raw float features without a virtual node; pass x.to_dense()")
         check_node_features(x, self.in_channels, self.input_layer.atom_encoder)
 
-    # --- probe contract --------------------------------------------------------------------------------------
+    # --- probed layers ---------------------------------------------------------------------------------------
     def collapse_layers(self) -> list[tuple[str, nn.Module]]:
         """Modules whose forward output is the representation after each layer, all over the same rows."""
         layers: list[tuple[str, nn.Module]] = []
@@ -396,13 +396,3 @@ class DeepGCN(nn.Module):
             layers.append(("input", self.input_layer))
         layers += [(f"layer{i}", block) for i, block in enumerate(self.blocks, start=1)]
         return layers
-
-    def probe_context(self, data) -> dict:
-        """``batch``, ``token_mask`` (bool or None) and ``edge_index`` (no self loops) for the rows of every probed
-        layer, for a PyG ``Data``/``Batch`` fed to this model."""
-        batch = getattr(data, "batch", None)
-        batch_size = data.num_graphs if batch is not None else None
-        if self.readout is not None and batch is None:
-            batch = data.edge_index.new_zeros(data.num_nodes)
-        rows = self.graph_rows(data.edge_index, data.num_nodes, batch, batch_size)
-        return {"batch": rows.batch, "token_mask": rows.token_mask, "edge_index": rows.edge_index}

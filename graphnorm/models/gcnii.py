@@ -26,9 +26,10 @@ The norm (default ``"none"``, the paper) sits after each conv, before the ReLU, 
 Weight decay per parameter group (the paper: 0.01 on the conv weights, 5e-4 on the dense layers):
 :meth:`GCNII.parameter_groups` is the optional model method :func:`graphnorm.train.build_optimizer` uses.
 
-Probe contract (``graphnorm.analysis.CollapseProbe``): :meth:`GCNII.collapse_layers` lists ``input`` (h0, after
-the input Linear and ReLU) and ``layer1 .. layerL`` (each :class:`GCNIIBlock`, after norm and ReLU), all over the
-node rows; :meth:`GCNII.probe_context` gives their ``batch`` and ``edge_index``.
+Probed layers (``graphnorm.analysis.CollapseProbe``): :meth:`GCNII.collapse_layers` (the probe's optional
+attribute) lists ``input`` (h0, after the input Linear and ReLU) and ``layer1 .. layerL`` (each :class:`GCNIIBlock`,
+after norm and ReLU), all over the node rows; the probe reads their ``batch`` and ``edge_index`` from the keywords
+the norms receive (``"none"`` included: it is a registered norm too).
 """
 
 from __future__ import annotations
@@ -262,15 +263,7 @@ class GCNII(nn.Module):
     def _check_input(self, x: Tensor) -> None:
         check_node_features(x, self.in_channels, self.input_block.encoder.atom_encoder)
 
-    # --- probe contract --------------------------------------------------------------------------------------
+    # --- probed layers ---------------------------------------------------------------------------------------
     def collapse_layers(self) -> list[tuple[str, nn.Module]]:
         """Modules whose forward output is the representation after each layer, all over the node rows."""
         return [("input", self.input_block)] + [(f"layer{i}", block) for i, block in enumerate(self.blocks, start=1)]
-
-    def probe_context(self, data) -> dict:
-        """``batch``, ``token_mask`` (None: no token rows) and ``edge_index`` (no self loops) for the probed rows."""
-        batch = getattr(data, "batch", None)
-        if self.readout is not None and batch is None:
-            batch = data.edge_index.new_zeros(data.num_nodes)
-        edge_index, _ = remove_self_loops(data.edge_index)
-        return {"batch": batch, "token_mask": None, "edge_index": edge_index}

@@ -371,10 +371,6 @@ class Graphormer(nn.Module):
             nn.init.normal_(self.attention_bias.hop_weight, std=0.02)
         self.head_norm.reset_parameters()
 
-    def probe_context(self, batch: GraphormerBatch) -> dict[str, Tensor]:
-        """What the rows seen by :meth:`collapse_layers` are: graph per row, token rows, edges between rows."""
-        return {"batch": batch.row_batch, "token_mask": batch.token_mask, "edge_index": batch.row_edge_index}
-
     def collapse_layers(self) -> list[tuple[str, nn.Module]]:
         """``(name, module)`` whose forward outputs are the representations ``[R, hidden]`` (token rows included):
         the input embedding, then the output of every layer (before the final norm)."""
