@@ -38,6 +38,11 @@ def _edges(generator: torch.Generator, undirected: bool) -> Tensor:
     return torch.cat([edges, edges.flip(0)], 1) if undirected else edges
 
 
+def _layer_bytes(width: int, num_edges: int, num_rows: int = NUM_ROWS) -> int:
+    """Working memory a chunk counts per layer: float64 [rows, width] six times and per-edge values eight times."""
+    return 8 * (6 * width * num_rows + 8 * num_edges)
+
+
 def _assert_same_records(got: list[dict], expected: list[dict]) -> None:
     assert [(r["rows"], r["metric"], r["stat"]) for r in got] == [(r["rows"], r["metric"], r["stat"]) for r in expected]
     for record, reference in zip(got, expected):
@@ -71,7 +76,7 @@ def test_stacked_layers_equal_each_layer_alone(context_name, chunk_layers, monke
     xs = _layers(generator)
     expected = [collapse_records(x, num_singular_values=5, **context) for x in xs]
     # _CHUNK_BYTES sets how many layers are stacked together: one, a few, or all of them.
-    monkeypatch.setattr(collapse, "_CHUNK_BYTES", chunk_layers * 8 * 8 * (6 * NUM_ROWS + 2 * 1600))
+    monkeypatch.setattr(collapse, "_CHUNK_BYTES", chunk_layers * _layer_bytes(8, 800))
     got = collapse_records_layers(xs, num_singular_values=5, **context)
     assert len(got) == len(xs)
     for layer_got, layer_expected in zip(got, expected):
@@ -105,7 +110,7 @@ def test_layer_stream_chunks_equal_each_layer_alone(chunk_layers, monkeypatch):
     was measured; an invalid layer leaves the earlier one of its index in place."""
     generator = torch.Generator().manual_seed(3)
     edge_index = _edges(generator, True)
-    monkeypatch.setattr(collapse, "_CHUNK_BYTES", chunk_layers * 8 * 8 * (6 * NUM_ROWS + 2 * 400))
+    monkeypatch.setattr(collapse, "_CHUNK_BYTES", chunk_layers * _layer_bytes(8, 800))
     xs = _layers(generator) + [torch.randn(NUM_ROWS, 3, generator=generator)]
     stream = LayerStream(edge_index, num_singular_values=4)
     stream.add(2, torch.randn(NUM_ROWS, 8, generator=generator))  # replaced below
@@ -126,8 +131,8 @@ def test_layer_stream_chunks_equal_each_layer_alone(chunk_layers, monkeypatch):
 
 def test_chunk_memory_is_bounded():
     """A chunk holds at least one layer and otherwise stays within _CHUNK_BYTES."""
-    assert collapse._chunk_capacity(2708, 5278, 64) == 4  # Cora, hidden 64
-    assert collapse._chunk_capacity(20_000, 200_000, 64) == 1
+    assert collapse._chunk_capacity(2708, 5278, 64) == 7  # Cora, hidden 64: 7 layers, 62 MB
+    assert collapse._chunk_capacity(20_000, 80_000, 64) == 1
     for rows, edges, width in [(10, 0, 2), (2708, 5278, 64), (50_000, 10**6, 256)]:
         capacity = collapse._chunk_capacity(rows, edges, width)
-        assert capacity == 1 or capacity * 8 * width * (6 * rows + 2 * edges) <= collapse._CHUNK_BYTES
+        assert capacity == 1 or capacity * _layer_bytes(width, edges, rows) <= collapse._CHUNK_BYTES
