@@ -94,8 +94,9 @@ _single_thread_depth = 0  # single_thread() blocks open: nested ones (a probe's 
 def single_thread() -> Iterator[None]:
     """Run torch ops and NumPy's BLAS (the cone solver's products) on one thread, restoring the settings after. The
     matrices here are small (n x 64): thread start-up and spinning cost more than they save, badly so on an
-    oversubscribed machine (measured 30x for torch; 3.5x for the cones of a Cora layer with OpenBLAS's default
-    threads on 2 busy cores). The thread count changes no result: each product's sums run in the same order.
+    oversubscribed machine (measured 30x for torch; for OpenBLAS, 20,000 x 64 matrix-vector products 4.5x slower on 2
+    threads than on 1 with both cores busy, no difference at Cora's 2,708 rows). The thread count changes no result:
+    each product's sums run in the same order.
     Inside another ``single_thread()`` block it does nothing (threadpoolctl's limit costs ~0.1 ms a call)."""
     global _single_thread_depth
     if _single_thread_depth:
