@@ -7,6 +7,7 @@ import torch
 from torch_geometric.data import Data
 from torch_geometric.utils import erdos_renyi_graph, to_undirected
 
+from graphnorm.analysis import CollapseProbe
 from graphnorm.data.graphormer_preprocess import GraphormerPreprocess, collate_graphormer, preprocess_dataset
 from graphnorm.models.gcn import DeepGCN
 from graphnorm.models.graphormer import Graphormer, graphormer_optimizer, graphormer_slim
@@ -72,11 +73,19 @@ def test_shapes_and_probe_contract() -> None:
     assert out.shape == (4, 3) and torch.isfinite(out).all()
     rows = 4 + sum([4, 9, 1, 6])
     assert all(value.shape == (rows, 16) for value in seen.values()) and len(seen) == 3
-    context = model.probe_context(batch)
+    probe = CollapseProbe(model)
+    probe.capture(batch)
+    assert len(probe.last_contexts) == 3
+    context = probe.last_contexts[0]
     assert set(context) == {"batch", "token_mask", "edge_index"}
     assert context["batch"].shape == (rows,) and int(context["token_mask"].sum()) == 4
     assert int(context["edge_index"].max()) < rows and not context["token_mask"][context["edge_index"]].any()
     assert torch.equal(context["batch"][context["token_mask"]], torch.arange(4))  # one token per graph, in order
+    # the rows every norm of the encoder receives: the batch's row layout
+    for layer_context in probe.last_contexts:
+        assert torch.equal(layer_context["batch"], batch.row_batch)
+        assert torch.equal(layer_context["token_mask"], batch.token_mask)
+        assert torch.equal(layer_context["edge_index"], batch.row_edge_index)
 
 
 @pytest.mark.parametrize("norm", available_norms())

@@ -34,10 +34,11 @@ graphs, token rows, a layer before the first norm call) a copy of the output is 
 :func:`graphnorm.analysis.collapse.collapse_records_layers` measures the layers that share rows (layers of equal
 width stacked). Either way the records equal :func:`~graphnorm.analysis.collapse.collapse_records` called per layer.
 
-How the model is called. By default PyG's way, ``model(data.x, data.edge_index[, batch=data.batch][,
-batch_size=data.num_graphs])``, passing ``batch`` (and ``batch_size``) only when ``data`` has a batch vector and the
-model's ``forward`` takes that keyword (its signature is read once). Any other call: ``forward=callable(model,
-data)``, e.g. ``forward=lambda model, data: model(data)``.
+How the model is called. By default as the trainer calls it, by :func:`graphnorm.models.forward_adapter`: PyG's
+way, ``model(data.x, data.edge_index[, batch=data.batch][, batch_size=data.num_graphs])``, passing ``batch`` (and
+``batch_size``) only when ``data`` has a batch vector and the model's ``forward`` takes that keyword (its signature is
+read once); a model registered with ``inputs="graphormer"`` gets its whole batch, ``model(data)``. Any other call:
+``forward=callable(model, data)``, e.g. ``forward=lambda model, data: model(data)``.
 
 Graph-level data. Pass a fixed evaluation sample as one PyG ``Batch`` (see :func:`evaluation_sample`: the same
 graphs, in the same order, for every model and epoch, so numbers are comparable). Metrics are computed per graph
@@ -58,6 +59,7 @@ import torch
 from torch import Tensor, nn
 
 from graphnorm.analysis.collapse import LayerStream, collapse_records_layers, single_thread
+from graphnorm.models.registry import forward_adapter
 from graphnorm.norms import available_norms, norm_class
 
 __all__ = ["CollapseProbe", "probe_records", "evaluation_sample", "graphnorm_norms", "TABLE_COLUMNS", "WATCH_AT"]
@@ -129,41 +131,6 @@ def _named_layers(model: nn.Module, layers: LayerSpec | None) -> tuple[list[tupl
             "layers=model.convs for torch_geometric.nn.models.GCN)"
         )
     return norms, True
-
-
-def _pyg_forward(model: nn.Module) -> Callable[[nn.Module, Any], Any]:
-    """The PyG call ``model(x, edge_index[, batch=][, batch_size=])`` for ``model``'s forward signature, read once:
-    ``batch`` / ``batch_size`` go only to a forward that takes them. ``TypeError`` naming the signature when the
-    forward does not take (x, edge_index) or needs other arguments."""
-    signature = inspect.signature(model.forward)
-    parameters = list(signature.parameters.values())
-    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    var_positional = any(p.kind == p.VAR_POSITIONAL for p in parameters)
-    required = [p.name for p in parameters if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-    if (len(positional) < 2 and not var_positional) or set(required) - {p.name for p in positional[:2]}:
-        raise TypeError(
-            f"CollapseProbe: {type(model).__name__}.forward{signature} does not follow PyG's forward(x, edge_index, "
-            "batch=None, ...); pass forward=callable(model, data) running the model on data, e.g. "
-            "forward=lambda model, data: model(data)"
-        )
-    var_keyword = any(p.kind == p.VAR_KEYWORD for p in parameters)
-    takes = {name: var_keyword or name in signature.parameters for name in ("batch", "batch_size")}
-
-    def call(model: nn.Module, data: Any) -> Any:
-        if getattr(data, "x", None) is None or getattr(data, "edge_index", None) is None:
-            raise TypeError(
-                f"CollapseProbe: the default forward calls model(data.x, data.edge_index, ...), but the data "
-                f"({type(data).__name__}) has no x or edge_index; pass forward=callable(model, data)"
-            )
-        keywords: dict[str, Any] = {}
-        batch = getattr(data, "batch", None)
-        if batch is not None and takes["batch"]:
-            keywords["batch"] = batch
-            if takes["batch_size"]:
-                keywords["batch_size"] = data.num_graphs
-        return model(data.x, data.edge_index, **keywords)
-
-    return call
 
 
 _FORWARD_SIGNATURES: dict[type, inspect.Signature] = {}
@@ -294,8 +261,8 @@ class CollapseProbe:
             ``layers`` given.
         layers: modules to watch, or (name, module) pairs; default ``model.collapse_layers()`` when the model has
             it, else every (outermost) graphnorm norm in module order.
-        forward: ``forward(model, data)`` running the model; default the PyG call ``model(x, edge_index[, batch=]
-            [, batch_size=])`` (``TypeError`` here when the model's forward does not fit it).
+        forward: ``forward(model, data)`` running the model; default :func:`graphnorm.models.forward_adapter`'s
+            call, as the trainer's (``TypeError`` here when the model's forward does not fit it).
         at: ``"output"`` (default) measures the rows a watched layer returns, ``"input"`` the rows it receives
             (its first tensor argument).
         num_singular_values: normalized spectrum entries stored as metrics ``sv_000``... (0: none).
@@ -329,7 +296,7 @@ class CollapseProbe:
                 raise TypeError(f"CollapseProbe: layer {name!r} is a {type(module).__name__}, not an nn.Module")
         self.model = model
         self.layers: list[tuple[str, nn.Module]] = named
-        self.forward = forward or _pyg_forward(model)
+        self.forward = forward or forward_adapter(model)
         self.at = at
         self.num_singular_values = num_singular_values
         self.cone_tol_deg = cone_tol_deg

@@ -22,24 +22,29 @@ A model is built from the task's description, never from a run config: :func:`bu
 ``bond_feature_dims``) from the task, each only when the constructor has a parameter of that name; every other
 keyword is checked against the constructor's signature (unknown: ``ValueError`` listing the valid ones).
 
-The forward convention (:func:`model_outputs`, the one adapter from a batch to a model call):
+The forward convention (:func:`forward_adapter`, the one adapter from a batch to a model call, used by the trainer,
+``predict`` and :class:`graphnorm.analysis.CollapseProbe`):
 
-* ``inputs="pyg"`` (the default): ``model(x, edge_index, batch=batch)`` (plus ``batch_size=`` when the forward takes
-  it), returning ``[num_nodes, out]`` at node level or ``[num_graphs, out]`` at graph level (``batch`` is ``None`` on
-  a single node-level graph), PyG's own convention;
+* ``inputs="pyg"`` (the default): PyG's ``model(x, edge_index[, batch=][, batch_size=])``, returning
+  ``[num_nodes, out]`` at node level or ``[num_graphs, out]`` at graph level. ``batch`` (the batch vector, ``None``
+  for one graph) and ``batch_size`` (the number of graphs) go only to a forward that takes them (by name, or
+  ``**kwargs``), and only when the batch has them, unless the forward requires them. So ``forward(x, edge_index)``,
+  ``forward(x, edge_index, batch=None)`` and ``forward(x, edge_index, batch)`` all work at either level. A forward
+  that needs anything else gets a ``TypeError`` naming its signature;
 * ``inputs="graphormer"``: ``model(batch)`` on the padded, preprocessed batches of
-  :mod:`graphnorm.data.graphormer_loaders` (shortest paths, edge paths, degrees).
+  :mod:`graphnorm.data.graphormer_loaders` (shortest paths, edge paths, degrees), for any instance of a class
+  registered so.
 """
 
 from __future__ import annotations
 
 import inspect
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from torch import Tensor, nn
-from torch_geometric.data import Data
 
 INPUTS = ("pyg", "graphormer")
 LEVELS = ("node", "graph")
@@ -157,19 +162,70 @@ def build_model(name: str, task: Any, **kwargs: Any) -> nn.Module:
     return spec.factory(**from_task, **kwargs)
 
 
-def takes_keyword(function: Callable[..., Any], name: str) -> bool:
-    parameters = inspect.signature(function).parameters
-    return name in parameters or any(p.kind == p.VAR_KEYWORD for p in parameters.values())
+BATCH_KEYWORDS = ("batch", "batch_size")  # what the PyG call passes beyond (x, edge_index), when taken
+ForwardCall = Callable[[nn.Module, Any], Any]
+_ADAPTERS: weakref.WeakKeyDictionary[type, ForwardCall] = weakref.WeakKeyDictionary()  # by model class
+
+
+def forward_adapter(model: nn.Module) -> ForwardCall:
+    """``call(model, data)``: ``model`` run on a batch by the forward convention (module docstring); the forward's
+    signature is read once per model class. ``TypeError`` naming the signature when the forward does not follow it."""
+    own_forward = "forward" in vars(model)  # an instance-level forward: not the class's
+    if not own_forward and type(model) in _ADAPTERS:
+        return _ADAPTERS[type(model)]
+    call = _whole_batch_call if _takes_whole_batch(model) else _pyg_call(model)
+    if not own_forward:
+        _ADAPTERS[type(model)] = call
+    return call
 
 
 def model_outputs(model: nn.Module, data: Any) -> Tensor:
-    """Call ``model`` on a batch by the forward convention (module docstring): a PyG ``Data``/``Batch`` as
-    ``(x, edge_index, batch=[, batch_size=])``, any other batch object (Graphormer's) whole."""
-    if not isinstance(data, Data):
-        return model(data)
-    batch = getattr(data, "batch", None)
-    if batch is None:
-        return model(data.x, data.edge_index)
-    if takes_keyword(model.forward, "batch_size"):
-        return model(data.x, data.edge_index, batch=batch, batch_size=data.num_graphs)
-    return model(data.x, data.edge_index, batch=batch)
+    """``model`` on one batch by the forward convention: :func:`forward_adapter`'s call."""
+    return forward_adapter(model)(model, data)
+
+
+def _takes_whole_batch(model: nn.Module) -> bool:
+    """Whether ``model`` is an instance of a model class registered with ``inputs`` other than ``"pyg"``."""
+    return any(
+        spec.inputs != "pyg" and inspect.isclass(spec.factory) and isinstance(model, spec.factory)
+        for spec in _MODELS.values()
+    )
+
+
+def _whole_batch_call(model: nn.Module, data: Any) -> Any:
+    return model(data)
+
+
+def _pyg_call(model: nn.Module) -> ForwardCall:
+    """The PyG call for ``model``'s forward: (x, edge_index) by position, then the batch keywords it takes."""
+    signature = inspect.signature(model.forward)
+    parameters = list(signature.parameters.values())
+    positional = [p.name for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    variadic = {p.kind for p in parameters} & {inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD}
+    required = {p.name for p in parameters if p.default is p.empty and p.kind not in variadic}
+    by_keyword = {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    taken = [name for name in BATCH_KEYWORDS if inspect.Parameter.VAR_KEYWORD in variadic or name in by_keyword]
+    needed = [name for name in taken if name in required]
+    if (len(positional) < 2 and inspect.Parameter.VAR_POSITIONAL not in variadic) or (
+        required - set(positional[:2]) - set(taken)
+    ):
+        raise TypeError(
+            f"{type(model).__name__}.forward{signature} does not follow PyG's forward(x, edge_index, batch=None, "
+            "...), graphnorm's forward convention: model(x, edge_index[, batch=][, batch_size=]), other arguments "
+            "with defaults. CollapseProbe also takes forward=callable(model, data) running the model on data, e.g. "
+            "forward=lambda model, data: model(data)"
+        )
+
+    def call(model: nn.Module, data: Any) -> Any:
+        x, edge_index = getattr(data, "x", None), getattr(data, "edge_index", None)
+        if x is None or edge_index is None:
+            raise TypeError(
+                f"{type(model).__name__} is called as model(data.x, data.edge_index, ...), but the data "
+                f"({type(data).__name__}) has no x or edge_index; CollapseProbe takes forward=callable(model, data)"
+            )
+        batch = getattr(data, "batch", None)
+        values = {"batch": batch, "batch_size": None if batch is None else getattr(data, "num_graphs", None)}
+        keywords = {name: values[name] for name in taken if values[name] is not None or name in needed}
+        return model(x, edge_index, **keywords)
+
+    return call
