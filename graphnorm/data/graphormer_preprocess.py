@@ -34,6 +34,7 @@ from torch import Tensor
 from torch_geometric.data import Data
 from torch_geometric.transforms import BaseTransform
 
+from graphnorm.atomic_files import atomic_write
 from graphnorm.data.checks import check_edge_index
 from graphnorm.data.token_rows import token_row_layout
 
@@ -289,19 +290,14 @@ def _attach_cached(graphs: list[Data], cached: dict[str, Tensor], node_counts: T
 
 
 def _write_cache(path: Path, payload: dict[str, Tensor]) -> None:
-    """Save to a temporary file, then rename: readers see the old cache, the new one or none, never a partial one.
-    A cache that cannot be written (read-only or full data root) only costs the recomputation next time."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    """Save by :func:`graphnorm.atomic_files.atomic_write`: readers see the old cache, the new one or none, never a
+    partial one. A cache that cannot be written (read-only or full data root) only costs the recomputation next time."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        torch.save(payload, tmp)
-        os.replace(tmp, path)
+        atomic_write(path, lambda handle: torch.save(payload, handle))
     except (OSError, RuntimeError) as error:  # on a full disk torch's zip writer raises RuntimeError
         reason = error.strerror if isinstance(error, OSError) and error.strerror else type(error).__name__
         warnings.warn(f"could not write the Graphormer cache {path} ({reason}); continuing without it", stacklevel=3)
-    finally:
-        if tmp.exists():  # (unlink of a missing file still fails on a read-only file system)
-            tmp.unlink()
 
 
 @dataclass
