@@ -4,9 +4,12 @@ Why it matters: torch runs a CPU op on an OpenMP team (GNU libgomp in the PyPI w
 ``torch.__config__.parallel_info()``), and every op ends at a barrier that waits for all threads of the team. When
 the team has more threads than free cores (another process is busy on the machine, or a sweep starts more
 workers x threads than there are cores), an op waits for a descheduled thread to get a time slice, and a deep GCN's
-hundreds of small ops per pass each pay that wait: a 64-layer DeepGCN forward on Cora took 5-20 s with 2 threads
-beside a busy process and 0.1-0.5 s with 1 thread (issue 20; ``experiments/benchmarks/bench_threads.py``). Subnormal
-floats were not the cause: none occur in the forward or backward of those models (``bench_threads`` counts them).
+hundreds of small ops per pass each pay that wait: on 2 cores kept busy by other processes (load average 5-6), a
+64-layer DeepGCN's eval forward on Cora took 10.8 s with 2 threads and 0.81 s with 1, its training epoch 14-35 s and
+2.3 s (issue 20; ``experiments/benchmarks/bench_threads.py``). Subnormal floats are not the cause: none occur in the
+forward or backward of vanilla, PairNorm or ContraNorm DeepGCNs at 16-64 layers as initialized; a vanilla 64-layer
+model trained with weight decay has ~4.5% subnormal gradients, and flushing them to zero changes none of its
+results or collapse metrics (``bench_threads`` counts and compares them).
 
 So a sweep never starts more threads than usable cores: :func:`usable_cores` is the least of the CPU affinity
 (``taskset``, cpusets), the container's CPU quota (cgroup ``cpu.max``) and ``SLURM_CPUS_PER_TASK``, and
