@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -348,84 +349,15 @@ class ContraNorm(nn.Module):
 
         if batch is None:
             return self._single_graph_mix(x, x_hat, inv_tau, edge_index, mask_self, dense_limit)
-        batch = batch.long()
-        order = None
-        if n > 1 and bool((batch[1:] < batch[:-1]).any()):
-            # nodes of a graph must be contiguous for per-graph slices; PyG batches already are
-            order = torch.argsort(batch, stable=True)
-            inverse = torch.empty_like(order)
-            inverse[order] = torch.arange(n, device=x.device)
-            batch, x, x_hat = batch[order], x[order], x_hat[order]
-            if edge_index is not None:
-                edge_index = inverse[edge_index]
-
-        edge_rows = edge_cols = None
-        if edge_index is not None and edge_index.numel() > 0:
-            edge_rows, edge_cols = edge_index[0].long(), edge_index[1].long()
-            if bool((batch[edge_rows] != batch[edge_cols]).any()):
-                raise ValueError("contranorm: edge_index connects nodes of different graphs in the batch")
-            sort = torch.argsort(edge_rows * n + edge_cols)  # row-major, so each row block's edges are a slice
-            edge_rows, edge_cols = edge_rows[sort], edge_cols[sort]
-
+        batch, x, x_hat, edge_index, inverse = _group_nodes_by_graph(batch.long(), x, x_hat, edge_index)
+        edge_rows, edge_cols = _row_sorted_edges(edge_index, batch, n)
         graph_sizes = torch.unique_consecutive(batch, return_counts=True)[1].tolist()
-        pieces: list[Tensor] = []
-        start = 0
-        run_start = 0  # first node of the current run of consecutive small graphs
-        run_graphs = 0
-        run_max = 0
-
-        def flush_small_run(end: int) -> None:
-            nonlocal run_graphs, run_max
-            if run_graphs == 0:
-                return
-            rows, cols = _edges_in_range(edge_rows, edge_cols, run_start, end)
-            local_batch = batch[run_start:end]
-            local_batch = torch.unique_consecutive(local_batch, return_inverse=True)[1]
-            pieces.append(
-                _dense_negative_mix(
-                    x_hat[run_start:end],
-                    x[run_start:end],
-                    local_batch,
-                    run_graphs,
-                    inv_tau,
-                    None if rows is None else rows - run_start,
-                    None if cols is None else cols - run_start,
-                    mask_self,
-                )
-            )
-            run_graphs, run_max = 0, 0
-
-        for size in graph_sizes:
-            end = start + size
-            if size <= dense_limit:
-                new_max = max(run_max, size)
-                if run_graphs > 0 and (run_graphs + 1) * new_max * new_max > DENSE_CHUNK_ELEMENTS:
-                    flush_small_run(start)
-                    new_max = size
-                if run_graphs == 0:
-                    run_start = start
-                run_graphs += 1
-                run_max = new_max
-            else:
-                flush_small_run(start)
-                rows, cols = _edges_in_range(edge_rows, edge_cols, start, end)
-                pieces.append(
-                    _large_graph_mix(
-                        x_hat[start:end],
-                        x[start:end],
-                        inv_tau,
-                        None if rows is None else rows - start,
-                        None if cols is None else cols - start,
-                        mask_self,
-                    )
-                )
-            start = end
-        flush_small_run(start)
-
+        pieces = [
+            _segment_negative_mix(segment, x, x_hat, batch, inv_tau, edge_rows, edge_cols, mask_self)
+            for segment in _graph_segments(graph_sizes, dense_limit)
+        ]
         mixed = pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=0)  # [n, d]
-        if order is not None:
-            mixed = mixed[inverse]
-        return mixed
+        return mixed if inverse is None else mixed[inverse]
 
     def _single_graph_mix(
         self, x: Tensor, x_hat: Tensor, inv_tau: float, edge_index: Tensor | None, mask_self: bool, dense_limit: int
@@ -461,6 +393,99 @@ def _large_graph_mix(
     ):
         return contranorm_symmetric.SymmetricNegativeMix.apply(x_hat, values, inv_tau, edge_rows, edge_cols, mask_self)
     return _StreamingNegativeMix.apply(x_hat, values, inv_tau, edge_rows, edge_cols, mask_self)
+
+
+def _group_nodes_by_graph(
+    batch: Tensor, x: Tensor, x_hat: Tensor, edge_index: Tensor | None
+) -> tuple[Tensor, Tensor, Tensor, Tensor | None, Tensor | None]:
+    """Nodes reordered so each graph's are contiguous: ``(batch, x, x_hat, edge_index, inverse)``.
+
+    ``inverse`` maps the reordered rows back (``None`` when the nodes already were in order, as in PyG batches).
+    """
+    n = x.size(0)
+    if not (n > 1 and bool((batch[1:] < batch[:-1]).any())):
+        return batch, x, x_hat, edge_index, None
+    # per-graph slices need each graph's nodes contiguous; a stable sort keeps their order inside a graph
+    order = torch.argsort(batch, stable=True)
+    inverse = torch.empty_like(order)
+    inverse[order] = torch.arange(n, device=x.device)
+    if edge_index is not None:
+        edge_index = inverse[edge_index]
+    return batch[order], x[order], x_hat[order], edge_index, inverse
+
+
+def _row_sorted_edges(edge_index: Tensor | None, batch: Tensor, num_nodes: int) -> tuple[Tensor | None, Tensor | None]:
+    """The excluded pairs as ``(rows, cols)`` sorted row-major (``None`` for none); rejects cross-graph edges."""
+    if edge_index is None or edge_index.numel() == 0:
+        return None, None
+    edge_rows, edge_cols = edge_index[0].long(), edge_index[1].long()
+    if bool((batch[edge_rows] != batch[edge_cols]).any()):
+        raise ValueError("contranorm: edge_index connects nodes of different graphs in the batch")
+    sort = torch.argsort(edge_rows * num_nodes + edge_cols)  # row-major, so each row block's edges are a slice
+    return edge_rows[sort], edge_cols[sort]
+
+
+class _GraphSegment(NamedTuple):
+    """Nodes ``[start, end)`` of a batch computed in one call: a run of ``num_graphs`` small graphs through padded
+    dense blocks (``dense``), or one large graph through the tiled kernels."""
+
+    start: int
+    end: int
+    num_graphs: int
+    dense: bool
+
+
+def _graph_segments(graph_sizes: list[int], dense_limit: int) -> list[_GraphSegment]:
+    """Consecutive graphs grouped into segments: small graphs (at most ``dense_limit`` nodes) share a padded run
+    until ``graphs * max_nodes^2`` would pass DENSE_CHUNK_ELEMENTS; each larger graph is a segment of its own."""
+    segments: list[_GraphSegment] = []
+    start = 0
+    run_start = 0  # first node of the current run of consecutive small graphs
+    run_graphs = 0
+    run_max = 0
+    for size in graph_sizes:
+        end = start + size
+        if size <= dense_limit:
+            new_max = max(run_max, size)
+            if run_graphs > 0 and (run_graphs + 1) * new_max * new_max > DENSE_CHUNK_ELEMENTS:
+                segments.append(_GraphSegment(run_start, start, run_graphs, True))
+                run_graphs, new_max = 0, size
+            if run_graphs == 0:
+                run_start = start
+            run_graphs += 1
+            run_max = new_max
+        else:
+            if run_graphs > 0:
+                segments.append(_GraphSegment(run_start, start, run_graphs, True))
+            run_graphs, run_max = 0, 0
+            segments.append(_GraphSegment(start, end, 1, False))
+        start = end
+    if run_graphs > 0:
+        segments.append(_GraphSegment(run_start, start, run_graphs, True))
+    return segments
+
+
+def _segment_negative_mix(
+    segment: _GraphSegment,
+    x: Tensor,
+    x_hat: Tensor,
+    batch: Tensor,
+    inv_tau: float,
+    edge_rows: Tensor | None,
+    edge_cols: Tensor | None,
+    mask_self: bool,
+) -> Tensor:
+    """``P x`` for the nodes of one segment, with its edges renumbered from the segment's first node."""
+    start, end = segment.start, segment.end
+    rows, cols = _edges_in_range(edge_rows, edge_cols, start, end)
+    rows = None if rows is None else rows - start
+    cols = None if cols is None else cols - start
+    if not segment.dense:
+        return _large_graph_mix(x_hat[start:end], x[start:end], inv_tau, rows, cols, mask_self)
+    local_batch = torch.unique_consecutive(batch[start:end], return_inverse=True)[1]
+    return _dense_negative_mix(
+        x_hat[start:end], x[start:end], local_batch, segment.num_graphs, inv_tau, rows, cols, mask_self
+    )
 
 
 def _edges_in_range(
