@@ -132,6 +132,10 @@ def _sorted_union(num_points: int, *indices: np.ndarray | list[int]) -> np.ndarr
     return np.flatnonzero(mask)
 
 
+# "Zero weight" threshold of the active-set weights, which live on the simplex.
+_WEIGHT_EPS = 1e-12
+
+
 def _wolfe_min_norm_point(
     points: np.ndarray, tol_deg: float, max_iter: int, working_size: int = 256, points_sum: np.ndarray | None = None
 ) -> tuple[np.ndarray, float, float, int, bool]:
@@ -149,17 +153,11 @@ def _wolfe_min_norm_point(
     alignment = points @ points_sum  # alignment with the mean direction (all zero if it vanishes)
     # Start at the row closest to the mean direction: usually already near the final axis.
     start = int(np.argmax(alignment))
-    if num_points <= 2 * working_size:
-        working = np.arange(num_points)
-        working_points = points
-    else:
-        working = _sorted_union(num_points, np.argpartition(alignment, working_size)[:working_size], [start])
-        working_points = points[working]
+    working, working_points = _initial_working_set(points, alignment, start, working_size)
     active = [start]  # indices into points
     weights = np.array([1.0])
     p = points[start].copy()
     best_upper, lower = 180.0, 0.0
-    weight_eps = 1e-12  # "zero weight" threshold; weights live on the simplex
     for iteration in range(1, max_iter + 1):
         norm_p = math.sqrt(float(p @ p))
         inner = working_points @ p
@@ -169,51 +167,91 @@ def _wolfe_min_norm_point(
         if min(upper, 90.0) - lower <= tol_deg or candidate in active:
             # Converged on the working set (a candidate already active means p is optimal there up to
             # round-off): check every row.
-            if working.size == num_points:
-                all_inner = inner if working_points is points else points @ p
-            else:
-                all_inner = points @ p
-            upper, lower = _bounds_deg(norm_p, float(all_inner.min()))
-            best_upper = min(best_upper, upper)
+            known = inner if working.size == num_points and working_points is points else None
+            all_inner, best_upper, lower = _all_rows_bounds(points, p, norm_p, best_upper, known)
             if min(best_upper, 90.0) - lower <= tol_deg or working.size == num_points:
-                return p, best_upper, lower, iteration, min(best_upper, 90.0) - lower <= tol_deg
-            violators = np.argpartition(all_inner, working_size)[:working_size] if num_points > working_size else None
-            working = _sorted_union(num_points, working, violators if violators is not None else np.arange(num_points))
-            working_points = points[working]
+                return _solver_result(p, best_upper, lower, iteration, tol_deg)
+            working, working_points = _grow_working_set(points, working, all_inner, working_size)
             candidate = int(all_inner.argmin())
             if candidate in active:
-                return p, best_upper, lower, iteration, min(best_upper, 90.0) - lower <= tol_deg
-        active.append(candidate)
-        weights = np.concatenate([weights, [0.0]])
-        while True:  # minor cycles: project onto the affine hull, step back while it leaves the simplex
-            affine = _solve_affine(points[active])
-            if (affine > weight_eps).all():
-                weights = affine
-                break
-            negative = affine <= weight_eps
-            denominators = weights[negative] - affine[negative]
-            safe = np.where(denominators > 0, denominators, 1.0)
-            ratios = np.where(denominators > 0, weights[negative] / safe, 0.0)
-            step = float(ratios.min()) if ratios.size else 0.0
-            weights = step * affine + (1.0 - step) * weights
-            keep = weights > weight_eps
-            if keep.all():  # numerical tie: drop the smallest so the corral shrinks and the loop terminates
-                keep[int(np.argmin(weights))] = False
-            active = [index for index, kept in zip(active, keep) if kept]
-            weights = weights[keep]
-            weights /= weights.sum()
-            if len(active) == 1:
-                break
+                return _solver_result(p, best_upper, lower, iteration, tol_deg)
+        active, weights = _minor_cycles(points, active + [candidate], np.concatenate([weights, [0.0]]))
         new_p = weights @ points[active]
         if math.sqrt(float(new_p @ new_p)) >= norm_p * (1.0 - 1e-14):
             # Wolfe decreases ||p|| strictly in exact arithmetic; no progress means round-off has taken over.
-            upper, lower = _bounds_deg(norm_p, float((points @ p).min()))
-            best_upper = min(best_upper, upper)
-            return p, best_upper, lower, iteration, min(best_upper, 90.0) - lower <= tol_deg
+            _, best_upper, lower = _all_rows_bounds(points, p, norm_p, best_upper)
+            return _solver_result(p, best_upper, lower, iteration, tol_deg)
         p = new_p
-    upper, lower = _bounds_deg(math.sqrt(float(p @ p)), float((points @ p).min()))
-    best_upper = min(best_upper, upper)
-    return p, best_upper, lower, max_iter, min(best_upper, 90.0) - lower <= tol_deg
+    _, best_upper, lower = _all_rows_bounds(points, p, math.sqrt(float(p @ p)), best_upper)
+    return _solver_result(p, best_upper, lower, max_iter, tol_deg)
+
+
+def _initial_working_set(
+    points: np.ndarray, alignment: np.ndarray, start: int, working_size: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """First rows searched, as (indices, rows): every row when there are few, else the ``working_size`` least
+    aligned with the mean direction (the likeliest violators) and the start row."""
+    num_points = points.shape[0]
+    if num_points <= 2 * working_size:
+        return np.arange(num_points), points
+    working = _sorted_union(num_points, np.argpartition(alignment, working_size)[:working_size], [start])
+    return working, points[working]
+
+
+def _grow_working_set(
+    points: np.ndarray, working: np.ndarray, all_inner: np.ndarray, working_size: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The working set joined by the ``working_size`` rows of smallest ``<u_i, p>`` (every row if no more)."""
+    num_points = points.shape[0]
+    if num_points > working_size:
+        violators = np.argpartition(all_inner, working_size)[:working_size]
+    else:
+        violators = np.arange(num_points)
+    working = _sorted_union(num_points, working, violators)
+    return working, points[working]
+
+
+def _all_rows_bounds(
+    points: np.ndarray, p: np.ndarray, norm_p: float, best_upper: float, all_inner: np.ndarray | None = None
+) -> tuple[np.ndarray, float, float]:
+    """Certified bounds from every row: (``points @ p``, best upper bound so far, lower bound) in degrees.
+
+    ``all_inner``: ``points @ p`` when the caller has it (the working set was every row).
+    """
+    if all_inner is None:
+        all_inner = points @ p
+    upper, lower = _bounds_deg(norm_p, float(all_inner.min()))
+    return all_inner, min(best_upper, upper), lower
+
+
+def _solver_result(
+    p: np.ndarray, best_upper: float, lower: float, iterations: int, tol_deg: float
+) -> tuple[np.ndarray, float, float, int, bool]:
+    """The solver's return tuple; converged when the gap (upper bound clipped at 90) is within ``tol_deg``."""
+    return p, best_upper, lower, iterations, min(best_upper, 90.0) - lower <= tol_deg
+
+
+def _minor_cycles(points: np.ndarray, active: list[int], weights: np.ndarray) -> tuple[list[int], np.ndarray]:
+    """Wolfe's minor cycles: project onto the affine hull of the active rows, and while that point leaves the
+    simplex step back to its boundary and drop the rows whose weight vanished. Returns (active, weights)."""
+    while True:
+        affine = _solve_affine(points[active])
+        if (affine > _WEIGHT_EPS).all():
+            return active, affine
+        negative = affine <= _WEIGHT_EPS
+        denominators = weights[negative] - affine[negative]
+        safe = np.where(denominators > 0, denominators, 1.0)
+        ratios = np.where(denominators > 0, weights[negative] / safe, 0.0)
+        step = float(ratios.min()) if ratios.size else 0.0
+        weights = step * affine + (1.0 - step) * weights
+        keep = weights > _WEIGHT_EPS
+        if keep.all():  # numerical tie: drop the smallest so the corral shrinks and the loop terminates
+            keep[int(np.argmin(weights))] = False
+        active = [index for index, kept in zip(active, keep) if kept]
+        weights = weights[keep]
+        weights /= weights.sum()
+        if len(active) == 1:
+            return active, weights
 
 
 def cone_from_unit_rows(
