@@ -43,7 +43,7 @@ import yaml
 from tqdm import tqdm
 
 from graphnorm.config import RunConfig, apply_overrides, config_run_id
-from graphnorm.cpu_budget import CpuPlan, env_threads, plan_cpus
+from graphnorm.cpu_budget import CpuPlan, env_threads, passive_openmp_wait, plan_cpus
 from graphnorm.progress import SweepProgress
 from graphnorm.sweep_processes import init_worker, signals_interrupt, stop_workers
 from graphnorm.sweep_results import check_history, check_layers, load_results
@@ -562,7 +562,8 @@ def _run_process_pool(
         workers, mp_context=context, initializer=init_worker, initargs=(os.getpid(),)
     )
     try:
-        futures = {pool.submit(execute_run, run_fn, c.to_dict(), str(out), threads): c for c in todo}
+        with passive_openmp_wait():  # the forkserver starts (and reads it) at the first submit
+            futures = {pool.submit(execute_run, run_fn, c.to_dict(), str(out), threads): c for c in todo}
         for future in concurrent.futures.as_completed(futures):
             config = futures[future]
             try:
@@ -643,7 +644,7 @@ def _run_submitit(
         while pending or running:
             if pending and len(running) < max_in_flight:
                 batch, pending = pending[: max_in_flight - len(running)], pending[max_in_flight - len(running) :]
-                with ex.batch():
+                with ex.batch(), passive_openmp_wait():
                     jobs = [ex.submit(execute_run, run_fn, c.to_dict(), str(out), threads) for c in batch]
                 running.update(zip(jobs, batch))
             done = [job for job in running if job.done()]

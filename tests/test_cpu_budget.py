@@ -5,6 +5,7 @@ average); the logic under test runs as is."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -118,3 +119,14 @@ def test_bad_env_threads_is_one_line_error(machine, value):
     machine(affinity=2, env_threads=value)
     with pytest.raises(ValueError, match=r"\$GRAPHNORM_THREADS must be a positive integer"):
         plan_cpus(4)
+
+
+def test_passive_openmp_wait_only_while_inside_and_never_over_the_users_choice(monkeypatch):
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    with cpu_budget.passive_openmp_wait():
+        assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
+    assert "OMP_WAIT_POLICY" not in os.environ
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    with cpu_budget.passive_openmp_wait():
+        assert os.environ["OMP_WAIT_POLICY"] == "ACTIVE"
+    assert os.environ["OMP_WAIT_POLICY"] == "ACTIVE"

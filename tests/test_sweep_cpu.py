@@ -17,7 +17,18 @@ SWEEP = {"name": "cpu", "base": {"dataset": "cora", "epochs": 1}, "grid": {"seed
 
 def threads_run(config: RunConfig) -> dict:
     """Reports the torch threads and the process it ran in."""
-    return {"test_acc": 0.5, "torch_threads": torch.get_num_threads(), "worker_pid": os.getpid()}
+    wait_policy = os.environ.get("OMP_WAIT_POLICY")
+    return {"test_acc": 0.5, "torch_threads": torch.get_num_threads(), "worker_pid": os.getpid(), "wait": wait_policy}
+
+
+@pytest.fixture(autouse=True)
+def fresh_forkserver():
+    """Stop the forkserver a local sweep here started: workers fork from it with the environment it started with,
+    so a later test's sweep would miss the environment variables that test sets."""
+    yield
+    import multiprocessing.forkserver
+
+    multiprocessing.forkserver._forkserver._stop()  # CPython's own tests' way; no public one
 
 
 @pytest.fixture
@@ -40,6 +51,8 @@ def _sweep(tmp_path, seeds, **kwargs) -> tuple[list[int], list[str]]:
     sweep = {**SWEEP, "grid": {"seed": list(range(seeds))}}
     runs = run_sweep(sweep, tmp_path / "out", run_fn=threads_run, make_plots=False, log=lines.append, **kwargs)
     assert (runs.status == "ok").all()
+    if kwargs.get("executor") == "local":  # workers wait passively unless the user chose a policy
+        assert set(runs.wait) == {os.environ.get("OMP_WAIT_POLICY") or "PASSIVE"}
     return runs.torch_threads.tolist(), lines
 
 
