@@ -153,4 +153,4 @@ def plan_cpus(num_runs: int, workers: int | None = None, threads: int | None = N
         return CpuPlan(cores, workers, from_env, f"${ENV_THREADS}")
     if cores // workers > 1 and machine_busy(cores):
         return CpuPlan(cores, workers, 1, "1: the machine is busy (load average), more would wait on busy cores")
-    return CpuPlan(cores, workers, max(1, cores // workers), f"{cores} usable cores / {workers} workers")
+    return CpuPlan(cores, workers, max(1, cores // workers), "usable cores / workers")

@@ -589,7 +589,7 @@ def _run_process_pool(
 
 def log_cpu_plan(plan: CpuPlan, log: Callable[[str], None]) -> None:
     """One line: runs at once x torch threads each, and why; a warning when that exceeds the usable cores."""
-    log(f"{plan.workers} worker(s) x {plan.threads} torch thread(s) ({plan.why}; {plan.cores} usable cores)")
+    log(f"{plan.workers} worker(s) x {plan.threads} torch thread(s) on {plan.cores} usable core(s) ({plan.why})")
     if plan.oversubscribed:
         log(
             f"warning: {plan.workers} x {plan.threads} threads exceed the {plan.cores} usable cores; each op then "
