@@ -77,8 +77,18 @@ def _sweep_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("overrides", nargs="*", help="key.path=value overrides, e.g. base.epochs=50 grid.seed=[0,1]")
     p.add_argument("--out", help="output directory (default: runs/<name>)")
     p.add_argument("--executor", choices=EXECUTORS, default="local", help="where runs execute (default: local)")
-    p.add_argument("--workers", type=int, help="parallel runs for local/submitit-local (default: number of cores)")
-    p.add_argument("--threads", type=int, help="torch threads per run (default: cores / workers)")
+    p.add_argument(
+        "--workers",
+        type=int,
+        help="parallel runs for local/submitit-local (default: usable cores: CPU affinity, container quota, "
+        "SLURM_CPUS_PER_TASK)",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        help="torch threads per run (default: $GRAPHNORM_THREADS, else usable cores / workers, 1 when the machine "
+        "is busy)",
+    )
     p.add_argument("--retry-failed", action="store_true", help="run again the runs recorded as failed")
     p.add_argument("--dry-run", action="store_true", help="print the runs and whether each is done; run nothing")
     p.add_argument("--no-plots", action="store_true", help="skip the report step (graphnorm.analysis.plots)")

@@ -27,7 +27,9 @@ Protocol presets in words (the YAML files set exactly these keys):
 
 Graph-level runs may set ``checkpoint_dir``: the run then saves everything needed to continue (model, optimizer,
 scheduler, epoch, best-validation state, RNG states) after every epoch to ``<checkpoint_dir>/<run_id>.pt`` and, when
-that file exists, resumes from it, so a killed run continues where it stopped and ends with the same record.
+that file exists, resumes from it, so a killed run continues where it stopped and ends with the same record. Runs of
+either level with ``checkpoint_dir`` write the model file ``<checkpoint_dir>/<run_id>.model.pt`` when they end (for
+``graphnorm predict``; node-level runs are short and are not resumed).
 ``max_train_minutes`` stops training cleanly once the training loop (steps and per-epoch evaluation) has used that
 budget; the record says so (``stopped_by_time``).
 
@@ -139,7 +141,8 @@ class RunConfig:
     seed: int = 0
     device: str = "cpu"  # cpu | cuda | auto
     max_train_minutes: float | None = None  # graph level: stop training once the training loop used this much time
-    checkpoint_dir: str | None = None  # graph level: save every epoch to <dir>/<run_id>.pt and resume from it
+    # the model file <dir>/<run_id>.model.pt when the run ends; graph level: also the resume state <dir>/<run_id>.pt
+    checkpoint_dir: str | None = None
     # TensorBoard scalars (loss, metrics, lr per epoch; collapse metrics per layer) in <dir>/<run_id>; like data_root
     # and checkpoint_dir, not part of the run id (see graphnorm.tensorboard_log)
     tensorboard_dir: str | None = None
@@ -518,7 +521,7 @@ def check_dataset_rules(config: RunConfig) -> None:
     check_split(config)
     check_dataset_kwargs(config)
     if config.is_node_level:
-        for key in ("max_train_minutes", "checkpoint_dir", "ema_decay"):
+        for key in ("max_train_minutes", "ema_decay"):
             if getattr(config, key) is not None:
                 raise ValueError(f"{key} is for graph-level datasets, not dataset={config.dataset!r}")
         if config.scheduler == "polynomial":

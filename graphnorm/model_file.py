@@ -1,7 +1,7 @@
 """The trained-model file: everything ``graphnorm predict`` needs to score new graphs, in one self-describing file.
 
-A graph-level run with ``checkpoint_dir`` writes ``<checkpoint_dir>/<run_id>.model.pt`` when it ends, beside its
-resume checkpoint ``<run_id>.pt``. It holds plain containers and tensors only (``torch.load(weights_only=True)``):
+A run with ``checkpoint_dir`` writes ``<checkpoint_dir>/<run_id>.model.pt`` when it ends (graph level: beside its
+resume checkpoint ``<run_id>.pt``). It holds plain containers and tensors only (``torch.load(weights_only=True)``):
 
 * ``format`` (``"graphnorm-model"``) and ``version`` (1);
 * ``config``: the run's full config (``RunConfig.to_dict()``), from which the model is rebuilt;

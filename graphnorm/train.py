@@ -518,7 +518,7 @@ def train(config: RunConfig) -> tuple[nn.Module, GraphTask, dict[str, Any]]:
         record, best_state = train_graph_level(model, task, config, device)
     model.load_state_dict(best_state)
     model.eval()
-    if task.level == "graph" and config.checkpoint_dir is not None:
+    if config.checkpoint_dir is not None:
         save_model_file(model_file_path(config), config, task, model, record)
     record.update(
         {
@@ -557,7 +557,7 @@ def run(config: RunConfig) -> dict[str, Any]:
         start = time.perf_counter()
         model = model.to("cpu")
         data, split = probe_sample(model, task, config)
-        record["layers"] = probe_records(model, data, split=split, forward=model_outputs)
+        record["layers"] = probe_records(model, data, split=split)
         record["probe_time_s"] = time.perf_counter() - start
         board = open_tensorboard(config, purge_step=0, part="collapse")  # layer steps, apart from the epochs
         if board is not None:

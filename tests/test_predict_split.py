@@ -45,14 +45,14 @@ def printed_metric(text: str) -> tuple[float, float]:
 
 # --- node level: Cora GCN -------------------------------------------------------------------------------------------
 def node_model_file(tmp_path: Path, data_root: Path, eval_nodes: str) -> tuple[Path, RunConfig, dict]:
-    """A tiny Cora GCN trained here and its model file (a node-level run does not write one itself yet)."""
+    """A tiny Cora GCN trained here and the model file the run itself wrote (``checkpoint_dir``)."""
     config = RunConfig(
         dataset="cora", data_root=str(data_root), num_layers=2, hidden_channels=16, epochs=15, eval_nodes=eval_nodes
     )
-    model, task, record = train(config)
-    path = tmp_path / "cora.model.pt"
-    save_model_file(path, config, task, model, record)
-    return path, config, record
+    config.checkpoint_dir = str(tmp_path / "ckpt")
+    _, _, record = train(config)
+    assert [path.name for path in (tmp_path / "ckpt").iterdir()] == [model_file_path(config).name]
+    return model_file_path(config), config, record
 
 
 @pytest.mark.parametrize("eval_nodes", ["test", "rest"])

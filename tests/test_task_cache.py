@@ -3,6 +3,8 @@ runs get the same numbers as with a fresh load, and a run cannot corrupt what th
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -92,3 +94,22 @@ def test_other_options_are_other_entries_and_the_least_recent_goes(loads, data_r
     assert loads == ["cora", "texas", "texas"]
     cached_task("cora", str(data_root), {"split": None})  # the least recently used, dropped for texas split 2
     assert loads == ["cora", "texas", "texas", "cora"]
+
+
+def test_a_csv_edited_between_runs_is_loaded_afresh(tmp_path, data_root):
+    """The cache key holds the dataset's declared identity (a SMILES CSV's sha256), not only its options: a worker
+    that already loaded a CSV must not hand the next run the old molecules after the file was edited."""
+    path = tmp_path / "molecules.csv"
+    molecules = ["CCO", "CCN", "c1ccccc1", "CC(=O)O", "CCCC", "CCCl", "CCBr", "CC=O", "OCCO", "CCOC", "CC#N", "NCCN"]
+    path.write_text("smiles,y\n" + "".join(f"{s},{i % 2}\n" for i, s in enumerate(molecules[:10])))
+    options = {"path": str(path), "target_columns": ["y"], "split": "random"}
+    clear_task_cache()
+    try:
+        before = cached_task("smiles", str(data_root), options)
+        path.write_text("smiles,y\n" + "".join(f"{s},{i % 2}\n" for i, s in enumerate(molecules)))
+        os.utime(path, (0, 0))  # an old timestamp: the sha256 memo must not hide the edit either
+        after = cached_task("smiles", str(data_root), options)
+    finally:
+        clear_task_cache()
+    count = lambda task: sum(len(part) for part in (task.train, task.val, task.test))  # noqa: E731
+    assert (count(before), count(after)) == (10, 12)

@@ -24,7 +24,7 @@ from graphnorm.data.graphormer_preprocess import (
     preprocess_dataset,
 )
 from graphnorm.data.metrics import get_metric
-from graphnorm.data.registry import load_dataset
+from graphnorm.data.registry import dataset_spec, load_dataset
 from graphnorm.data.root import resolve_root
 from graphnorm.data.size_buckets import SizeBucketBatchSampler
 from graphnorm.data.task import GraphTask
@@ -80,7 +80,10 @@ def cached_task(name: str, root: str | None, options: dict[str, Any]) -> GraphTa
     modifies a shared tensor in place, or a cached object's attributes, changes its fingerprint (tensor identities
     and version counters), and the next call loads the dataset afresh.
     """
-    key = (name, str(resolve_root(root)), json.dumps(options, sort_keys=True, default=repr))
+    # A dataset read from a user's file declares its identity (the file's hash): an edited file is a new key.
+    identity = dataset_spec(name).identity
+    described = identity(options) if identity is not None else options
+    key = (name, str(resolve_root(root)), json.dumps(described, sort_keys=True, default=repr))
     entry = _TASKS.get(key)
     if entry is None or task_fingerprint(entry[0]) != entry[1]:
         task = load_dataset(name, root, **options)
