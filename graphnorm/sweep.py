@@ -558,8 +558,10 @@ def _run_process_pool(
     context = multiprocessing.get_context("forkserver")
     module = getattr(run_fn, "__module__", None)
     context.set_forkserver_preload(["graphnorm.sweep", *([module] if module and module != "__main__" else [])])
+    with passive_openmp_wait():
+        environment = dict(os.environ)  # the workers' (see init_worker)
     pool = concurrent.futures.ProcessPoolExecutor(
-        workers, mp_context=context, initializer=init_worker, initargs=(os.getpid(),)
+        workers, mp_context=context, initializer=init_worker, initargs=(os.getpid(), environment)
     )
     try:
         with passive_openmp_wait():  # the forkserver starts (and reads it) at the first submit

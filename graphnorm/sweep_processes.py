@@ -60,9 +60,15 @@ def signals_interrupt(signums: tuple[int, ...] = (signal.SIGTERM, signal.SIGHUP)
             signal.signal(signum, handler)
 
 
-def init_worker(driver_pid: int) -> None:
-    """Pool initializer: Ctrl-C is the driver's to handle; end this worker when the driver is gone."""
+def init_worker(driver_pid: int, environment: dict[str, str] | None = None) -> None:
+    """Pool initializer: Ctrl-C is the driver's to handle; end this worker when the driver is gone; take the
+    driver's ``environment`` of this sweep (workers fork from a forkserver that keeps the environment of the first
+    sweep in the driver process: a later sweep there, in a notebook say, would otherwise not pass its changes on).
+    Variables read only when a process starts (``OMP_WAIT_POLICY``) keep the forkserver's values."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if environment is not None:
+        os.environ.clear()
+        os.environ.update(environment)
     threading.Thread(target=_exit_with_driver, args=(driver_pid,), name="driver-watchdog", daemon=True).start()
 
 

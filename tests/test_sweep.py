@@ -205,6 +205,18 @@ def test_local_process_pool_runs_in_parallel_workers(tmp_path: Path, run_log: Pa
 
 
 @pytest.mark.slow
+def test_workers_see_the_drivers_environment_of_each_sweep(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Workers fork from one forkserver per driver process, started by the first sweep: a second sweep in the same
+    process (a notebook, a test session) must still hand its workers the environment it has now."""
+    sweep = {**SWEEP, "grid": {"norm": ["none"], "num_layers": [2], "seed": [0, 1]}}
+    for index in (1, 2):
+        log = tmp_path / f"executions_{index}.log"
+        monkeypatch.setenv(LOG_ENV, str(log))
+        run_sweep(sweep, tmp_path / f"out_{index}", run_fn=fake_run, executor="local", workers=2, make_plots=False)
+        assert len(executions(log)) == 2, f"sweep {index}: its workers did not see {LOG_ENV}={log}"
+
+
+@pytest.mark.slow
 def test_submitit_local_executor(tmp_path: Path, run_log: Path, monkeypatch: pytest.MonkeyPatch):
     # submitit jobs are fresh interpreters: they unpickle fake_run by importing this module from tests/.
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
