@@ -402,6 +402,7 @@ def _load_run_config(path: Path, overrides: list[str]) -> RunConfig:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from graphnorm import sweep_tables, train
+    from graphnorm.atomic_files import atomic_write_text
 
     overrides = [*args.overrides, *tensorboard_override(args.tensorboard, "tensorboard_dir")]
     config = _load_run_config(Path(args.config), overrides)
@@ -417,7 +418,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     record = train.run(config)
     curve = None
     if out is not None:
-        sweep_tables.atomic_write_text(out, json.dumps(record, indent=1))
+        atomic_write_text(out, json.dumps(record, indent=1))
         if record.get("history"):
             curve = out.with_name(out.name + ".learning_curve.png")
             _save_learning_curve(record["history"], config, curve)

@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
+from graphnorm.atomic_files import atomic_write_text
 from graphnorm.config import RunConfig
 from graphnorm.data import GraphTask
 from graphnorm.data.loaders import SPLITS, collate_for, prepare_task
@@ -33,7 +34,6 @@ from graphnorm.data.metrics import score
 from graphnorm.data.smiles import file_text, read_smiles_csv, smiles_graph
 from graphnorm.model_file import load_model_file
 from graphnorm.models import model_outputs, model_spec
-from graphnorm.sweep_tables import atomic_write_text
 from graphnorm.train import node_eval_mask, sparse_features_help
 
 DEFAULT_BATCH_SIZE = 256

@@ -42,6 +42,7 @@ import pandas as pd
 import yaml
 from tqdm import tqdm
 
+from graphnorm.atomic_files import atomic_write_text, remove_leftover_temporary_files
 from graphnorm.config import RunConfig, apply_overrides, config_run_id
 from graphnorm.cpu_budget import CpuPlan, env_threads, passive_openmp_wait, plan_cpus
 from graphnorm.progress import SweepProgress
@@ -51,13 +52,11 @@ from graphnorm.sweep_tables import (
     DEFAULT_METRICS,
     _cell,
     atomic_write_csv,
-    atomic_write_text,
     check_metric,
     ensure_writable_dir,
     epochs_table,
     grid_keys,
     layers_table,
-    remove_leftover_temporary_files,
     runs_table,
     write_summary,
 )

@@ -16,7 +16,6 @@ from typing import Any
 import pandas as pd
 
 from graphnorm.atomic_files import atomic_write_text
-from graphnorm.atomic_files import remove_leftover_temporary_files as remove_leftover_temporary_files  # sweep's
 from graphnorm.config import RunConfig, config_run_id
 from graphnorm.data.metrics import metric_names
 
