@@ -5,7 +5,6 @@ and resumed only by the run that wrote it (:func:`resume_from_checkpoint`: its s
 
 from __future__ import annotations
 
-import os
 import random
 import shutil
 from pathlib import Path
@@ -17,6 +16,7 @@ from torch import nn
 
 from graphnorm.atomic_files import atomic_write, temporary_path
 from graphnorm.config import NOT_HASHED, RunConfig, config_run_id
+from graphnorm.sweep_processes import pid_alive
 
 
 def checkpoint_path(config: RunConfig) -> Path | None:
@@ -118,18 +118,8 @@ def remove_stale_tmp_files(path: Path) -> None:
     prefix = f".{path.name}."
     for tmp in path.parent.iterdir():
         pid = tmp.name[len(prefix) : -len(".tmp")]
-        if tmp.name.startswith(prefix) and tmp.name.endswith(".tmp") and pid.isdigit() and not _alive(int(pid)):
+        if tmp.name.startswith(prefix) and tmp.name.endswith(".tmp") and pid.isdigit() and not pid_alive(int(pid)):
             tmp.unlink(missing_ok=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process
-        return True
-    return True
 
 
 def config_differences(saved: dict[str, Any], config: RunConfig) -> list[str]:

@@ -78,7 +78,7 @@ def _exit_with_driver(driver_pid: int) -> None:
     except ProcessLookupError:  # already gone
         pidfd = None
     except (AttributeError, OSError):  # no pidfd_open (not Linux, or a kernel before 5.3): poll
-        while _pid_alive(driver_pid):
+        while pid_alive(driver_pid):
             time.sleep(POLL_S)
         pidfd = None
     if pidfd is not None:
@@ -87,7 +87,8 @@ def _exit_with_driver(driver_pid: int) -> None:
     os._exit(1)  # now, from this thread, even while the main thread is inside a run
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (also when another user owns it)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
