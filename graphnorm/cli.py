@@ -414,8 +414,13 @@ def cmd_train(args: argparse.Namespace) -> int:
             sweep_tables.ensure_writable_dir(out.parent, f"--out {out}")
         except ValueError as e:
             raise CommandError(str(e)) from None
-    # Errors of the run itself keep their traceback.
-    record = train.run(config)
+    from graphnorm.data import DatasetNotFoundError
+
+    # Errors of the run itself keep their traceback; a dataset that cannot be found is the user's to provide.
+    try:
+        record = train.run(config)
+    except DatasetNotFoundError as e:
+        raise CommandError(str(e)) from None
     curve = None
     if out is not None:
         atomic_write_text(out, json.dumps(record, indent=1))

@@ -255,3 +255,19 @@ def test_tensorboard_flag_without_the_package_is_one_line(tmp_path, monkeypatch,
     err = capsys.readouterr().err
     assert err.startswith("graphnorm train: error: --tensorboard: tensorboard_dir needs the tensorboard package")
     assert len(err.splitlines()) == 1
+
+
+def test_train_with_a_missing_dataset_is_one_line(tmp_path, monkeypatch, capsys):
+    """A dataset the user has to provide is a one-line error (its message says where it looked and what to set),
+    not a traceback; the loader's own error is raised where the download would have been tried."""
+    from graphnorm import train
+    from graphnorm.data import DatasetNotFoundError
+
+    def not_found(config):
+        raise DatasetNotFoundError("dataset 'cora' not found: set $GRAPHNORM_DATA_MIRROR")
+
+    monkeypatch.setattr(train, "prepare_task", not_found)
+    config = tmp_path / "run.yaml"
+    config.write_text("dataset: cora\nepochs: 1\n")
+    assert main(["train", str(config)]) == 2
+    assert "dataset 'cora' not found: set $GRAPHNORM_DATA_MIRROR" in capsys.readouterr().err
