@@ -1,9 +1,10 @@
 """Models: one file per model, each registered by name (:func:`register_model`); :func:`build_model` builds one for
-a task. Importing this package registers the built-in models: gcn, gat, gcnii, graphormer."""
+a task. Importing this package registers the built-in models: gcn, gat, gcnii, gin, graphormer."""
 
 from graphnorm.models.gat import DeepGAT
 from graphnorm.models.gcn import DeepGCN, GCNBlock
 from graphnorm.models.gcnii import GCNII, GCNIIBlock
+from graphnorm.models.gin import GIN, GINBlock
 from graphnorm.models.graphormer import Graphormer, graphormer_optimizer, graphormer_slim, polynomial_optimizer
 from graphnorm.models.registry import (
     ModelSpec,
@@ -21,6 +22,8 @@ __all__ = [
     "GCNBlock",
     "GCNII",
     "GCNIIBlock",
+    "GIN",
+    "GINBlock",
     "Graphormer",
     "ModelSpec",
     "available_models",
