@@ -149,6 +149,10 @@ class RunConfig:
     # --- analysis ---
     probe: bool = True  # collapse metrics at every layer of the final model, written to the sweep's layers.csv
     probe_graphs: int = 64  # graph-level datasets: size of the fixed validation sample the probe measures
+    # collapse over training: probe the weights being trained at step 0 and every this many optimizer steps (node
+    # level: one step per epoch), written to the record's collapse_steps and a sweep's steps.csv; 0: off
+    # (graphnorm.analysis.collapse_steps)
+    probe_every_steps: int = 0
 
     @classmethod
     def field_names(cls) -> list[str]:
@@ -335,6 +339,8 @@ def check_ranges(config: RunConfig) -> None:
     for key in ("limit_graphs", "max_nodes", "patience"):
         if getattr(config, key) is not None and getattr(config, key) < 1:
             raise ValueError(f"{key} must be >= 1 or null, got {getattr(config, key)}")
+    if config.probe_every_steps < 0:
+        raise ValueError(f"probe_every_steps must be >= 0 (0: off), got {config.probe_every_steps}")
     if config.bucket_batches < 1:
         raise ValueError(f"bucket_batches must be a positive integer, got {config.bucket_batches!r}")
     if not 0 <= config.seed <= MAX_SEED:

@@ -12,7 +12,8 @@ A sweep config is YAML::
 
 Every grid point is one call of a plain function ``run(config: RunConfig) -> dict``. The run itself writes
 ``results/<run_id>.json`` atomically when it ends (ok or failed), so that file is the only source of truth:
-``runs.csv``/``layers.csv``/``epochs.csv`` (learning curves)/``summary.md`` are regenerated from those files, and
+``runs.csv``/``layers.csv``/``epochs.csv`` (learning curves)/``steps.csv`` (collapse over training steps, written
+once a run recorded some: ``probe_every_steps``)/``summary.md`` are regenerated from those files, and
 re-running a sweep executes only the grid points without one. ``run_id`` is a stable hash of the run's full config.
 """
 
@@ -50,6 +51,7 @@ from graphnorm.sweep_processes import init_worker, signals_interrupt, stop_worke
 from graphnorm.sweep_results import check_history, check_layers, load_results
 from graphnorm.sweep_tables import (
     DEFAULT_METRICS,
+    STEPS_KEY,
     _cell,
     atomic_write_csv,
     check_metric,
@@ -58,6 +60,7 @@ from graphnorm.sweep_tables import (
     grid_keys,
     layers_table,
     runs_table,
+    steps_table,
     write_summary,
 )
 from graphnorm.yaml_io import load_yaml_file
@@ -223,6 +226,8 @@ def execute_run(run_fn: RunFn, config_values: dict[str, Any], out_dir: str, thre
     A failing run is recorded with its error and traceback instead of raising, so the sweep goes on.
     ``KeyboardInterrupt`` is not caught: an interrupted run leaves no result and is re-run on resume.
     """
+    from graphnorm.analysis.collapse_steps import check_step_rows  # here: graphnorm.analysis imports in 0.6 s
+
     _set_threads(threads)
     config = RunConfig.from_dict(config_values)
     run_id = config_run_id(config)
@@ -250,14 +255,18 @@ def execute_run(run_fn: RunFn, config_values: dict[str, Any], out_dir: str, thre
             check_layers(layers)
             history = record.pop("history", [])
             check_history(history)
-            json.dumps([record, layers, history])  # fail here, as this run's error, if not JSON-serializable
+            steps = record.pop(STEPS_KEY, [])
+            check_step_rows(steps)
+            json.dumps([record, layers, history, steps])  # fail here, as this run's error, if not JSON-serializable
             result.update(status="ok", record=record, layers=layers, history=history, error=None, traceback=None)
+            result[STEPS_KEY] = steps
         except (Exception, SystemExit) as e:  # sys.exit() in a run function is that run's failure, not the sweep's
             tb = traceback.format_exc()
             log.write(tb)
             result.update(
                 status="failed", record={}, layers=[], history=[], error=f"{type(e).__name__}: {e}", traceback=tb
             )
+            result[STEPS_KEY] = []
     result["elapsed_s"] = round(time.perf_counter() - start, 3)
     result["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S")
     write_result(out, result)
@@ -279,6 +288,7 @@ def failed_result(config: RunConfig, error: str) -> dict[str, Any]:
         "record": {},
         "layers": [],
         "history": [],
+        STEPS_KEY: [],
         "error": error.strip().splitlines()[0],  # one line for runs.csv; the whole message stays in the json
         "traceback": error,
         "elapsed_s": None,
@@ -358,7 +368,8 @@ def _sweep_lock(out_dir: Path) -> Iterator[None]:
 
 
 class _Tables:
-    """Keeps the finished results and regenerates runs.csv/layers.csv/epochs.csv from them (throttled, atomic)."""
+    """Keeps the finished results and regenerates runs.csv/layers.csv/epochs.csv (and steps.csv, once a run has step
+    rows) from them (throttled, atomic)."""
 
     def __init__(self, out_dir: Path, configs: list[RunConfig], results: dict[str, dict[str, Any]]):
         self.out_dir, self.configs, self.results = out_dir, configs, results
@@ -380,6 +391,9 @@ class _Tables:
         atomic_write_csv(self.out_dir / "runs.csv", runs)
         atomic_write_csv(self.out_dir / "layers.csv", layers_table(self.configs, self.results))
         atomic_write_csv(self.out_dir / "epochs.csv", epochs_table(self.configs, self.results))
+        steps = steps_table(self.configs, self.results)
+        if not steps.empty or (self.out_dir / "steps.csv").exists():
+            atomic_write_csv(self.out_dir / "steps.csv", steps)
         self.last_write = time.monotonic()
         return runs
 

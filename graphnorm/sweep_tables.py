@@ -1,5 +1,6 @@
 """A sweep's tables and summary: ``runs.csv`` (one row per run: config and record), ``layers.csv`` (the probe's
-per-layer metrics), ``epochs.csv`` (learning curves), the summary table (metric by norm x depth, mean ± std over the
+per-layer metrics), ``epochs.csv`` (learning curves), ``steps.csv`` (collapse over training steps, runs with
+``probe_every_steps``), the summary table (metric by norm x depth, mean ± std over the
 replicate keys) and ``summary.md``, all regenerated from the results files and written atomically
 (:mod:`graphnorm.atomic_files`, whose text writer is re-exported here for the sweep and ``graphnorm predict``): a
 reader sees the old file or the new one, never a partial one."""
@@ -25,6 +26,8 @@ DEFAULT_METRICS = tuple(f"test_{name}" for name in metric_names())
 # papers average over seeds and over a dataset's standard splits.
 REPLICATE_KEYS = ("seed", "split")
 LAYER_COLUMNS = ("run_id", "layer", "layer_name", "rows", "metric", "value")
+STEPS_KEY = "collapse_steps"  # a run record's (and results file's) list of step rows
+STEP_COLUMNS = ("run_id", "step", "epoch", "layer", "layer_name", "rows", "metric", "stat", "value")
 
 
 def ensure_writable_dir(path: Path, what: str) -> None:
@@ -74,17 +77,31 @@ def runs_table(configs: list[RunConfig], results: dict[str, dict[str, Any]]) -> 
 
 
 def layers_table(configs: list[RunConfig], results: dict[str, dict[str, Any]]) -> pd.DataFrame:
-    """One row per (run, layer, metric[, stat, split...]) from the records' ``layers`` lists."""
+    """One row per (run, layer, metric[, stat, split...]) from the results' ``layers`` lists."""
+    return _probe_rows_table(configs, results, "layers", LAYER_COLUMNS)
+
+
+def steps_table(configs: list[RunConfig], results: dict[str, dict[str, Any]]) -> pd.DataFrame:
+    """Collapse over training: one row per (run, step, layer, rows, metric, stat[, split]) from the results'
+    ``collapse_steps`` lists (:mod:`graphnorm.analysis.collapse_steps`); empty when no run probed per step."""
+    return _probe_rows_table(configs, results, STEPS_KEY, STEP_COLUMNS)
+
+
+def _probe_rows_table(
+    configs: list[RunConfig], results: dict[str, dict[str, Any]], key: str, columns: tuple[str, ...]
+) -> pd.DataFrame:
+    """The rows of the results' list ``key``, in grid order, each with its run_id: ``columns`` first, then any
+    other key the rows have."""
     rows = []
     extra: dict[str, None] = {}
     for config in configs:
         result = results.get(config_run_id(config))
         if result is None:
             continue
-        for layer_row in result.get("layers") or []:
-            rows.append({"run_id": result["run_id"], **{k: _cell(v) for k, v in layer_row.items()}})
-            extra.update((k, None) for k in layer_row if k not in LAYER_COLUMNS)
-    return pd.DataFrame(rows, columns=[*LAYER_COLUMNS, *extra])
+        for row in result.get(key) or []:
+            rows.append({"run_id": result["run_id"], **{k: _cell(v) for k, v in row.items()}})
+            extra.update((k, None) for k in row if k not in columns)
+    return pd.DataFrame(rows, columns=[*columns, *extra])
 
 
 def epochs_table(configs: list[RunConfig], results: dict[str, dict[str, Any]]) -> pd.DataFrame:

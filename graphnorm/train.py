@@ -31,6 +31,11 @@ same evaluated nodes of always predicting the training nodes' most frequent clas
 checkpoint, not in the record's flat keys, so that records of equal runs are equal apart
 from the timings ``wall_time_s``, ``probe_time_s``, ``train_graphs_per_s`` and the history's ``train_time_s``.
 
+Collapse over training (``probe_every_steps`` = N > 0): the record adds ``collapse_steps``, the collapse probe's
+rows of the weights being trained at step 0 and every N optimizer steps (node level: one step per epoch), and
+``collapse_steps_time_s``; the probe leaves the training's random state and its metrics untouched
+(:mod:`graphnorm.analysis.collapse_steps`; a graph-level checkpoint keeps the rows).
+
 Progress: every run writes flushed progress lines to stderr (run id, epoch/total, train loss, validation and test
 metric, elapsed seconds) at most every 10 s and at its last epoch, and draws an epoch bar only on a terminal
 (:class:`graphnorm.progress.EpochProgress`); with ``tensorboard_dir`` it writes TensorBoard scalars to
@@ -48,7 +53,7 @@ import copy
 import math
 import time
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
@@ -70,6 +75,9 @@ from graphnorm.models import build_model as build_registered_model
 from graphnorm.models import model_outputs, model_spec, polynomial_optimizer
 from graphnorm.progress import EpochProgress
 from graphnorm.tensorboard_log import TensorBoardLog, require_tensorboard
+
+if TYPE_CHECKING:
+    from graphnorm.analysis.collapse_steps import StepProbe
 
 
 # --- building blocks ------------------------------------------------------------------------------------------
@@ -164,6 +172,30 @@ def report_epoch(
         board.epoch(row["epoch"], row, lr)
 
 
+def open_step_probe(
+    config: RunConfig, model: nn.Module, task: GraphTask, device: torch.device, rows: list, start_step: int = 0
+) -> StepProbe:
+    """The run's collapse-over-steps probe (:mod:`graphnorm.analysis.collapse_steps`) on :func:`probe_sample`,
+    appending to ``rows``; off (a probe that does nothing) when ``probe_every_steps`` is 0. ``start_step``: a
+    resumed run's first step, from which its earlier attempt's TensorBoard points are hidden."""
+    from graphnorm.analysis.collapse_steps import StepProbe, preserved_rng
+
+    if config.probe_every_steps == 0:
+        return StepProbe(rows=rows)
+    with preserved_rng():  # building the sample (Graphormer: preprocessing) draws nothing from the training RNG
+        sample, split = probe_sample(model, task, config)
+    board = open_tensorboard(config, purge_step=start_step, part="collapse_steps")
+    return StepProbe(config.probe_every_steps, model, sample.to(device), split, rows, board)
+
+
+def step_rows_record(config: RunConfig, rows: list[dict[str, Any]], seconds: float) -> dict[str, Any]:
+    """The record's collapse-over-steps keys: ``collapse_steps`` (the rows) and ``collapse_steps_time_s``; none
+    when ``probe_every_steps`` is 0."""
+    if config.probe_every_steps == 0:
+        return {}
+    return {"collapse_steps": rows, "collapse_steps_time_s": seconds}
+
+
 def _clip(model: nn.Module, config: RunConfig) -> None:
     if config.grad_clip > 0:
         torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
@@ -214,6 +246,8 @@ def train_node_level(
     history: list[dict[str, Any]] = []
     progress = EpochProgress(run_id_of(config), config.epochs)
     board = open_tensorboard(config)
+    step_probe = open_step_probe(config, model, task, device, [])
+    step_probe.after_step(0, 0)
     for epoch in range(config.epochs):
         schedule.start_epoch(epoch)
         model.train()
@@ -223,6 +257,7 @@ def train_node_level(
         loss.backward()
         _clip(model, config)
         optimizer.step()
+        step_probe.after_step(epoch + 1, epoch)  # full batch: one optimizer step per epoch
         if epoch == 0:
             first_loss = loss.item()
         val_loss, val, test = evaluate_nodes(model, data, task, eval_mask)
@@ -239,6 +274,7 @@ def train_node_level(
     progress.close()
     if board is not None:
         board.close()
+    step_probe.close()
     record = {
         f"val_{metric}": best["val"],
         f"test_{metric}": best["test"],
@@ -251,6 +287,7 @@ def train_node_level(
         # the level a collapsed classifier falls to (classification only)
         **({f"majority_{metric}": majority_accuracy(data, eval_mask)} if task.task_type == "multiclass" else {}),
         "epochs_run": len(history),
+        **step_rows_record(config, step_probe.rows, step_probe.seconds),
         "history": history,
     }
     return record, best_state
@@ -350,6 +387,8 @@ class GraphTrainState:
     stopped_by_time: bool = False
     done: bool = False
     history: list[dict[str, Any]] = field(default_factory=list)  # one row per epoch run: the learning curve
+    collapse_steps: list[dict[str, Any]] = field(default_factory=list)  # probe_every_steps: the step probe's rows
+    collapse_steps_time_s: float = 0.0  # the step probe's time, summed over resumes
 
     def as_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -367,6 +406,7 @@ class GraphTraining:
     schedule: StepSchedule
     ema: nn.Module | None  # with ema_decay: the weight average that is evaluated, selected and returned
     budget_s: float
+    step_probe: StepProbe  # probe_every_steps: collapse metrics of the trained weights every N steps
 
     @property
     def evaluated(self) -> nn.Module:
@@ -392,6 +432,7 @@ class GraphTraining:
             if self.ema is not None:
                 self.ema.update_parameters(self.model)
             state.step += 1
+            self.step_probe.after_step(state.step, state.epoch)
             loss_sum += loss.item() * batch.num_graphs
             graphs += batch.num_graphs
         return loss_sum, graphs
@@ -433,7 +474,7 @@ class GraphTraining:
         }
 
 
-def graph_record(state: GraphTrainState, metric: str, resumed_at: int | None, extra: dict[str, Any]) -> dict:
+def graph_record(state: GraphTrainState, config: RunConfig, metric: str, resumed_at: int | None, extra: dict) -> dict:
     """The graph-level run's record (see the module docstring) from its final state."""
     best, last = state.best, state.last
     return {
@@ -451,6 +492,7 @@ def graph_record(state: GraphTrainState, metric: str, resumed_at: int | None, ex
         "train_graphs_per_s": state.graphs_trained / state.step_time_s if state.step_time_s > 0 else None,
         "resumed_at_epoch": resumed_at,
         **extra,
+        **step_rows_record(config, state.collapse_steps, state.collapse_steps_time_s),
         "history": state.history,
     }
 
@@ -469,22 +511,27 @@ def train_graph_level(
     if config.ema_decay is not None:
         ema = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(config.ema_decay), use_buffers=True)
     budget_s = config.max_train_minutes * 60.0 if config.max_train_minutes is not None else math.inf
-    training = GraphTraining(model, task, config, device, tuple(loaders), schedule, ema, budget_s)
     state, resumed_at = GraphTrainState(), None
     if path is not None and path.exists():
         state = GraphTrainState(**resume_from_checkpoint(path, config, model, schedule, ema, generator))
         resumed_at = state.epoch
         print(f"resuming from {path} at epoch {resumed_at} (step {state.step})", flush=True)
+    step_probe = open_step_probe(config, model, task, device, state.collapse_steps, start_step=state.step)
+    training = GraphTraining(model, task, config, device, tuple(loaders), schedule, ema, budget_s, step_probe)
+    if state.step == 0:
+        step_probe.after_step(0, 0)  # before the first update
     progress = EpochProgress(run_id_of(config), config.epochs, start_epoch=state.epoch)
     board = open_tensorboard(config, purge_step=state.epoch)
     shown = ("train_loss", f"val_{task.metric}", f"test_{task.metric}", "lr", "step")
     for epoch in range(state.epoch, config.epochs):
         if state.done:
             break
-        epoch_start = time.perf_counter()
+        epoch_start, probed_before = time.perf_counter(), step_probe.seconds
         schedule.start_epoch(epoch)
         loss_sum, graphs = training.train_epoch(state, epoch_start)
-        state.step_time_s += time.perf_counter() - epoch_start
+        probed = step_probe.seconds - probed_before  # in the loop's time, not in the throughput's
+        state.collapse_steps_time_s += probed
+        state.step_time_s += time.perf_counter() - epoch_start - probed
         state.graphs_trained += graphs
         if graphs == 0:  # the budget ran out exactly at an epoch boundary: nothing new to evaluate
             state.train_time_s += time.perf_counter() - epoch_start
@@ -497,7 +544,8 @@ def train_graph_level(
     progress.close()
     if board is not None:
         board.close()
-    return graph_record(state, task.metric, resumed_at, extra), state.best_state
+    step_probe.close()
+    return graph_record(state, config, task.metric, resumed_at, extra), state.best_state
 
 
 # --- entry points -----------------------------------------------------------------------------------------------
