@@ -6,6 +6,8 @@ Written per study:
   (dataset, model, readout) and every recorded metric (val_* / test_*, *_last, majority_acc, epochs, timings).
 * ``layers.csv``: the collapse metrics the page shows (:data:`LAYER_METRICS`), node and graph-token rows, the
   per-graph statistic ("value" for one graph, "mean" over a sample of graphs), 6 significant digits.
+* ``steps.csv`` (only when the sweep has one: runs with ``probe_every_steps``): the same metrics, rows and statistic
+  of the collapse over training steps (step, epoch, layer), 6 significant digits.
 * ``sweep.yaml``: the sweep's config as it ran (the folder's own copy), so ``graphnorm sweep`` can rerun it.
 * ``provenance.json``: the command, the commit (HEAD when runs.csv was last written), the date, the machine, the
   sweep's metric and how many of the grid's runs finished.
@@ -27,6 +29,7 @@ import pandas as pd
 import yaml
 
 LAYER_METRICS = ("effective_rank", "mean_cosine", "cone_angle", "cone_angle_q90")
+STEP_KEYS = ("step", "epoch", "layer")  # what places a steps.csv row besides its run
 IDENTITY_COLUMNS = ("run_id", "dataset", "model", "readout", "norm", "num_layers", "seed", "split")
 RUN_METRIC_PREFIXES = ("val_", "test_", "train_")
 RUN_METRIC_COLUMNS = (
@@ -80,17 +83,24 @@ def tidy_runs(runs: pd.DataFrame) -> pd.DataFrame:
     return runs[list(dict.fromkeys(keep))].reset_index(drop=True)
 
 
-def tidy_layers(layers: pd.DataFrame, run_ids: set[str]) -> pd.DataFrame:
-    """The page's collapse metrics of the ok runs: per-graph statistic, node and token rows, rounded."""
+def tidy_layers(layers: pd.DataFrame, run_ids: set[str], keys: tuple[str, ...] = ("layer",)) -> pd.DataFrame:
+    """The page's collapse metrics of the ok runs: per-graph statistic, node and token rows, rounded. ``keys``: the
+    columns that place a row besides its run (``("step", "epoch", "layer")`` for ``steps.csv``)."""
     if layers.empty:
         return layers
     table = layers[layers["run_id"].isin(run_ids) & layers["metric"].isin(LAYER_METRICS)]
     if "stat" in table.columns:
         table = table[table["stat"].isin(["value", "mean"]) | table["stat"].isna()]
-    columns = [c for c in ("run_id", "layer", "layer_name", "rows", "metric", "stat", "value") if c in table.columns]
-    table = table[columns].copy()
+    named = ("run_id", *keys, "layer_name", "rows", "metric", "stat", "value")
+    table = table[[c for c in named if c in table.columns]].copy()
     table["value"] = table["value"].map(lambda v: float(f"{v:.6g}") if pd.notna(v) else v)
-    return table.sort_values(["run_id", "layer", "rows", "metric"], kind="stable").reset_index(drop=True)
+    order = ["run_id", *(key for key in keys if key != "epoch"), "rows", "metric"]
+    return table.sort_values(order, kind="stable").reset_index(drop=True)
+
+
+def read_table(path: Path) -> pd.DataFrame:
+    """A sweep's CSV (layers.csv, steps.csv), empty when the file is absent or empty."""
+    return pd.read_csv(path) if path.exists() and path.stat().st_size else pd.DataFrame()
 
 
 def provenance(
@@ -150,13 +160,14 @@ def collect_sweep(
     runs = pd.read_csv(runs_path)
     sweep_path = run_dir / "sweep.yaml"
     sweep = yaml.safe_load(sweep_path.read_text()) if sweep_path.exists() else {}
-    layers_path = run_dir / "layers.csv"
-    layers = pd.read_csv(layers_path) if layers_path.exists() and layers_path.stat().st_size else pd.DataFrame()
     tidy = tidy_runs(runs)
     out = Path(data_dir) / study
     out.mkdir(parents=True, exist_ok=True)
     tidy.to_csv(out / "runs.csv", index=False, float_format="%.6g")
-    tidy_layers(layers, set(tidy["run_id"])).to_csv(out / "layers.csv", index=False)
+    tidy_layers(read_table(run_dir / "layers.csv"), set(tidy["run_id"])).to_csv(out / "layers.csv", index=False)
+    steps = read_table(run_dir / "steps.csv")
+    if not steps.empty:
+        tidy_layers(steps, set(tidy["run_id"]), STEP_KEYS).to_csv(out / "steps.csv", index=False)
     if sweep_path.exists():
         shutil.copyfile(sweep_path, out / "sweep.yaml")
     record = provenance(run_dir, sweep or {}, runs, command, study, note)

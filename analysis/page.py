@@ -3,8 +3,9 @@
 Three kinds of data, each a folder or file of ``analysis/data/``:
 
 * a collected sweep (``<study>/runs.csv``, ``layers.csv``, ``provenance.json``; see ``collect.py``): the sweep's
-  metric against depth (with the majority-class line when recorded), the collapse metrics against layer, and the
-  summary tables of :func:`graphnorm.analysis.plots.summary_markdown`;
+  metric against depth (with the majority-class line when recorded), the collapse metrics against layer, with
+  ``steps.csv`` (runs with ``probe_every_steps``) the collapse over training steps, and the summary tables of
+  :func:`graphnorm.analysis.plots.summary_markdown`;
 * ``recorded/measurements.csv``: numbers recorded by hand in the presets' headers before this page existed, one
   measured value a row, shown as tables per study (plus mean ± std over seeds where a study has several), and
   ``recorded/notes.md``, the narrative those numbers came with;
@@ -41,6 +42,7 @@ class Study:
     runs: pd.DataFrame
     layers: pd.DataFrame
     provenance: dict
+    steps: pd.DataFrame  # collapse over training steps; empty when the study has no steps.csv
 
 
 def load_studies(data_dir: Path) -> list[Study]:
@@ -50,12 +52,16 @@ def load_studies(data_dir: Path) -> list[Study]:
     for folder in sorted(p for p in data_dir.iterdir() if p.is_dir()):
         if not all((folder / name).exists() for name in SWEEP_FILES):
             continue
-        layers_path = folder / "layers.csv"
-        layers = pd.read_csv(layers_path) if layers_path.exists() and layers_path.stat().st_size > 1 else None
         provenance = json.loads((folder / "provenance.json").read_text())
         runs = pd.read_csv(folder / "runs.csv")
-        studies.append(Study(folder.name, runs, layers if layers is not None else pd.DataFrame(), provenance))
+        layers, steps = (read_csv_or_empty(folder / name) for name in ("layers.csv", "steps.csv"))
+        studies.append(Study(folder.name, runs, layers, provenance, steps))
     return sorted(studies, key=lambda s: (s.name != HEADLINE_STUDY, s.name))
+
+
+def read_csv_or_empty(path: Path) -> pd.DataFrame:
+    """A study's table, empty when the file is absent or holds no more than a line break."""
+    return pd.read_csv(path) if path.exists() and path.stat().st_size > 1 else pd.DataFrame()
 
 
 def save_png(figure: plt.Figure, path: Path) -> None:
@@ -109,9 +115,29 @@ def study_section(study: Study, figures: Path, link_prefix: str) -> list[str]:
                     f"Collapse by layer, one column per depth (mean ± std over seeds); the cone panel shows {cone}.",
                     "",
                 ]
+        if not study.steps.empty:
+            parts += steps_figure(study, name, figures / f"{study.name}{suffix}_collapse_over_steps.png", link_prefix)
     summary = plots.summary_markdown(runs, layers, metric).split("\n", 1)[1]  # drop "# Sweep summary"
     parts += [line.replace("## ", "### ", 1) if line.startswith("## ") else line for line in summary.splitlines()]
     return [*parts, ""]
+
+
+def steps_figure(study: Study, dataset: str | None, path: Path, link_prefix: str) -> list[str]:
+    """The collapse-over-steps figure of a study with ``steps.csv``, its caption and the command that made it."""
+    try:
+        figure = plots.plot_collapse_over_steps(study.steps, study.runs, dataset=dataset)
+    except ValueError:
+        return []
+    save_png(figure, path)
+    every = sorted(study.steps["step"].unique())
+    return [
+        f"![{study.name}: collapse over training steps]({link_prefix}{path.name})",
+        "",
+        f"Collapse over training steps: the probe's metrics of the weights being trained, at step 0 and every "
+        f"{every[1] - every[0] if len(every) > 1 else 0} optimizer steps up to step {every[-1]} (`probe_every_steps`; "
+        f"`steps.csv`), one line per layer, one column per arm; from `{study.provenance['command']}`.",
+        "",
+    ]
 
 
 def _cell_table(frame: pd.DataFrame, index: list[str], columns: list[str]) -> str:

@@ -12,6 +12,9 @@
   deepest model, log scale.
 * ``token_metric_vs_layer``: the same for the graph-token rows (Graphormer's virtual graph token, the GCN's virtual
   node), when the probe recorded them: the rows SepNorm normalizes apart from the nodes.
+* ``collapse_over_steps``: with ``steps.csv`` (runs with ``probe_every_steps``), mean cosine and effective rank of the
+  node and graph-token rows against the optimizer step, one panel column per label, one line per layer (mean over
+  seeds): how the collapse forms during training (:func:`plot_collapse_over_steps`).
 * ``summary.md``: the task metric (with the majority-class level when recorded; cells within one point of it or
   below are marked) and the collapse metrics of the last probed layer, which each table names (node-level GCN/GAT:
   the classifier output, i.e. logits; GCNII: the last GCNII layer before the output Linear; Graphormer: the last
@@ -53,6 +56,8 @@ __all__ = [
     "plot_main_metric_vs_depth",
     "plot_spectra",
     "plot_learning_curves",
+    "plot_collapse_over_steps",
+    "load_steps",
     "summary_markdown",
     "make_report",
     "DEFAULT_LAYER_METRICS",
@@ -82,6 +87,13 @@ def load_epochs(run_dir: str | Path) -> pd.DataFrame:
     """The sweep's learning curves (``epochs.csv``: run_id, epoch, train_loss, val/test metric, ...); empty when
     the sweep has none."""
     path = Path(run_dir) / "epochs.csv"
+    return pd.read_csv(path) if path.exists() and path.stat().st_size > 0 else pd.DataFrame()
+
+
+def load_steps(run_dir: str | Path) -> pd.DataFrame:
+    """The sweep's collapse over training steps (``steps.csv``: run_id, step, epoch, layer, rows, metric, stat,
+    value, ...); empty when the sweep has none."""
+    path = Path(run_dir) / "steps.csv"
     return pd.read_csv(path) if path.exists() and path.stat().st_size > 0 else pd.DataFrame()
 
 
@@ -316,6 +328,54 @@ def plot_learning_curves(epochs: pd.DataFrame, runs: pd.DataFrame, dataset: str 
     )
 
 
+STEP_FIGURE_METRICS = ("mean_cosine", "effective_rank")
+
+
+def plot_collapse_over_steps(
+    steps: pd.DataFrame,
+    runs: pd.DataFrame,
+    metrics: Sequence[str] = STEP_FIGURE_METRICS,
+    rows: Sequence[str] = ("node", "token"),
+    dataset: str | None = None,
+) -> plt.Figure:
+    """Collapse over training: one panel row per (rows, metric) recorded, one column per label (norm arm); in each,
+    the metric against the optimizer step, one line per layer (mean over the label's seeds). ``steps``: tidy rows as
+    ``steps.csv`` (run_id, step, layer, rows, metric, stat, value); ``runs``: the runs table (labels)."""
+    tables = {kind: layer_table(runs, steps, rows=kind) for kind in rows}
+    if dataset is not None:
+        tables = {kind: table[table["dataset"].astype(str) == dataset] for kind, table in tables.items()}
+    panels = [(kind, m) for kind in rows for m in metrics if (tables[kind]["metric"] == m).any()]
+    if not panels:
+        raise ValueError(f"no collapse-over-steps rows to plot (steps.csv empty or without {', '.join(metrics)})")
+    labels = sorted(set().union(*(set(tables[kind]["label"]) for kind, _ in panels)))
+    figure, axes = plt.subplots(
+        len(panels), len(labels), figsize=(3.6 * len(labels), 2.5 * len(panels)), squeeze=False, sharex=True
+    )
+    for row, (kind, metric) in enumerate(panels):
+        table = tables[kind][tables[kind]["metric"] == metric]
+        for column, label in enumerate(labels):
+            _step_panel(axes[row][column], table[table["label"] == label])
+            axes[0][column].set_title(label)
+        axes[row][0].set_ylabel(f"{kind} rows:\n{metric.replace('_', ' ')}")
+    for axis in axes[-1]:
+        axis.set_xlabel("optimizer step")
+    axes[0][-1].legend(fontsize=7, loc="best")
+    figure.suptitle(f"collapse over training steps{f' ({dataset})' if dataset else ''}", y=1.01)
+    figure.tight_layout()
+    return figure
+
+
+def _step_panel(axis: plt.Axes, table: pd.DataFrame) -> None:
+    """One line per layer of ``table`` (one metric, one label): its value against the step, mean over seeds."""
+    layers = sorted(table["layer"].unique())
+    for index, layer in enumerate(layers):
+        curve = table[table["layer"] == layer].groupby("step")["value"].mean().sort_index()
+        name = table.loc[table["layer"] == layer, "layer_name"].iloc[0] if "layer_name" in table else layer
+        color = plt.cm.viridis(index / max(len(layers) - 1, 1))
+        axis.plot(curve.index, curve.values, color=color, lw=1.3, marker=".", ms=3, label=f"{layer}: {name}")
+    axis.grid(alpha=0.3)
+
+
 def _mean_std(values: pd.Series) -> str:
     values = values.dropna()
     if values.empty:
@@ -437,6 +497,7 @@ def make_report(run_dir: str | Path, out_dir: str | Path | None = None) -> list[
     table = layer_table(runs, layers)
     token_table = layer_table(runs, layers, rows="token")
     epochs = load_epochs(run_dir)
+    steps = load_steps(run_dir)
     datasets = _datasets(runs)
     for dataset in datasets:
         suffix = f"_{dataset}" if len(datasets) > 1 else ""
@@ -447,6 +508,10 @@ def make_report(run_dir: str | Path, out_dir: str | Path | None = None) -> list[
         if not epochs.empty:
             with contextlib.suppress(ValueError):  # no curves for this dataset's runs
                 written += _save(plot_learning_curves(epochs, runs, dataset=name), out, f"learning_curves{suffix}")
+        if not steps.empty:
+            with contextlib.suppress(ValueError):  # no step rows for this dataset's runs
+                figure = plot_collapse_over_steps(steps, runs, dataset=name)
+                written += _save(figure, out, f"collapse_over_steps{suffix}")
         if table.empty:
             continue
         if np.isin([*DEFAULT_LAYER_METRICS, *FALLBACK_METRICS.values()], table["metric"].unique()).any():
