@@ -24,7 +24,7 @@ from torch_geometric.data import Data
 from experiments.benchmarks import _common
 from experiments.benchmarks import run_all as common
 from experiments.benchmarks.bench_gcn import load_cora, synthetic_graph
-from graphnorm.analysis import CollapseProbe
+from graphnorm.analysis import CollapseProbe, collapse
 from graphnorm.analysis.collapse import single_thread
 from graphnorm.models.gcn import DeepGCN
 
@@ -84,6 +84,72 @@ def _measure(data: Data, num_layers: int, repeats: int, min_seconds: float) -> d
     }
 
 
+def _part_timers(probe: CollapseProbe, data: Data) -> dict[str, Callable[[], None]]:
+    """Each part of the probe's metrics on its captured layers of the model's hidden width (one stack of every such
+    layer), as the probe runs them (graphnorm.analysis.collapse's own functions, one thread): float64 copy with row
+    norms and validation, unit rows, float64 Gram matrices, edge metrics (Dirichlet energies, neighbour MAD), exact
+    and robust cone angles."""
+    outputs = [x for x in probe.capture(data) if x.size(1) == HIDDEN]
+    rows = collapse._build_rows(outputs[0].size(0), data.edge_index, None, None)
+    buffers = collapse._StackBuffers(len(outputs), rows.num_rows, HIDDEN)
+    for slot, x in enumerate(outputs):
+        buffers.load(slot, x, None)
+    stack = buffers.stack(len(outputs))
+
+    def copy() -> None:
+        for slot, x in enumerate(outputs):
+            buffers.load(slot, x, None)
+
+    def cones() -> None:
+        for index in range(len(outputs)):
+            layer = collapse._Layer(stack.x[index], stack.norms[index], stack.nonzero[index], stack.units[index])
+            collapse._cones(layer, probe.cone_tol_deg)
+
+    parts = {
+        "copy": copy,
+        "unit rows": lambda: buffers.stack(len(outputs)),
+        "Gram": lambda: collapse._grams(stack.x),
+        "edges": lambda: collapse._edge_metrics_stacked(stack, rows),
+        "cones": cones,
+    }
+    return {name: _on_one_thread(fn) for name, fn in parts.items()}
+
+
+def _on_one_thread(fn: Callable[[], object]) -> Callable[[], None]:
+    def call() -> None:
+        with single_thread():
+            fn()
+
+    return call
+
+
+def _breakdown(data: Data, num_layers: int, repeats: int) -> dict:
+    """The probe's parts as shares of one one-thread forward, interleaved with it and with the whole probe in the same
+    rounds (median of each); "rest" is what the probe spends beyond its forward and these parts (hooks, small
+    per-layer work, spectra, records)."""
+    torch.manual_seed(0)
+    model = DeepGCN(data.num_features, HIDDEN, int(data.y.max()) + 1, num_layers, norm="none", dropout=0.5)
+    model.eval()
+    probe = CollapseProbe(model)
+
+    def forward_one_thread() -> None:
+        with torch.no_grad(), single_thread():
+            model(data.x, data.edge_index)
+
+    fns = {"forward": forward_one_thread, "probe": lambda: probe.probe(data), **_part_timers(probe, data)}
+    load_before = os.getloadavg()[0]
+    samples = _common.time_interleaved_samples(fns, repeats=repeats, min_seconds=0.0)
+    times = {name: _common.median(values) for name, values in samples.items()}
+    shares = {name: times[name] / times["forward"] for name in fns if name != "forward"}
+    parts = [name for name in shares if name != "probe"]
+    row = {"model": f"DeepGCN {num_layers} layers, hidden {HIDDEN}", "forward 1 thread (ms)": times["forward"] * 1e3}
+    row.update({f"{name} / forward": shares[name] for name in parts})
+    row["rest / forward"] = shares["probe"] - 1.0 - sum(shares[name] for name in parts)
+    row["probe / forward"] = shares["probe"]
+    row["load average (1 min, before / after)"] = f"{load_before:.2f} / {os.getloadavg()[0]:.2f}"
+    return row
+
+
 def _memory_large_graph(num_nodes: int, num_layers: int) -> dict:
     """Time and peak memory of one probe and one one-thread forward of a DeepGCN on a random graph of ``num_nodes``
     nodes (4 random edges per node, stored both ways; 32 features)."""
@@ -120,6 +186,10 @@ def run(quick: bool = False, out_dir: Path | None = None, repeats: int | None = 
     for num_layers in depths:
         rows.append(_measure(data, num_layers, repeats, min_seconds))
         print(common.format_row(rows[-1]), flush=True)
+    breakdown = []
+    for num_layers in depths:
+        breakdown.append(_breakdown(data, num_layers, repeats))
+        print(common.format_row(breakdown[-1]), flush=True)
     large = _memory_large_graph(2_000 if quick else 20_000, 4 if quick else 64)
     print(common.format_row(large), flush=True)
     graph = "random graph" if quick else "Cora"
@@ -131,7 +201,10 @@ def run(quick: bool = False, out_dir: Path | None = None, repeats: int | None = 
         f"metrics on one thread); {repeats} interleaved rounds, ratio of each round, min and median. "
         f"Target (issue 20): probe / forward <= {TARGET_RATIO} at 64 layers, against the one-thread forward. Peak "
         "memory: extra resident memory of one call over the memory before it (_common.peak_memory). Second table: "
-        "one probe and one forward on a larger random graph, timed once each, for memory. " + _common.load_summary()
+        "one probe and one forward on a larger random graph, timed once each, for memory. Third table: the probe's "
+        "metrics by part as shares of the one-thread forward, each part run by itself on the captured layers of width "
+        f"{HIDDEN} (one stack), interleaved with the forward and the whole probe; rest = probe - forward - parts. "
+        + _common.load_summary()
     )
     # The target is judged against the one-thread forward, the probe's own: a forward with more threads than free
     # cores can be many times slower (issue 20, item 1), which would make any probe look cheap.
@@ -152,7 +225,7 @@ def run(quick: bool = False, out_dir: Path | None = None, repeats: int | None = 
         name="probe",
         title="5. Collapse probe vs one forward pass",
         setup=setup,
-        tables=[common.markdown_table(rows), common.markdown_table([large])],
+        tables=[common.markdown_table(rows), common.markdown_table([large]), common.markdown_table(breakdown)],
         targets=targets,
     )
 
