@@ -271,3 +271,21 @@ def test_plot_collapse_over_steps_writes_a_png_from_a_tidy_frame(tmp_path: Path)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(ValueError, match="no collapse-over-steps rows"):
         plot_collapse_over_steps(steps, runs, metrics=("cone_angle",))
+
+
+def test_tensorboard_has_a_series_per_layer_over_the_steps(data_root: Path, tmp_path: Path) -> None:
+    """With tensorboard_dir: <dir>/<run_id>/collapse_steps holds <collapse tag>/layer_<k> at the optimizer steps, the
+    values of the record's rows; the epoch curves stay in the run's folder."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from graphnorm.config import config_run_id
+
+    config = cora(data_root, epochs=4, probe_every_steps=2, tensorboard_dir=str(tmp_path))
+    record = run(config)
+    events = EventAccumulator(str(tmp_path / config_run_id(config) / "collapse_steps"), size_guidance={"scalars": 0})
+    events.Reload()
+    series = [(e.step, e.value) for e in events.Scalars("collapse/mean_cosine/layer_3")]
+    rows = [r for r in record["collapse_steps"] if r["metric"] == "mean_cosine" and r["layer"] == 3]
+    assert [step for step, _ in series] == [0, 2, 4]
+    assert [value for _, value in series] == pytest.approx([r["value"] for r in rows], rel=1e-6)  # float32 events
+    assert "collapse/effective_rank/layer_1" in events.Tags()["scalars"]
