@@ -443,3 +443,26 @@ def test_norm_instance_is_copied_for_every_position(model_kind):
     buffer_ids = [id(b) for m in positions for b in m.buffers()]
     assert len(set(parameter_ids)) == len(parameter_ids)
     assert len(set(buffer_ids)) == len(buffer_ids)
+
+
+def test_pytorch_init_option_sets_default_scales_and_keeps_the_original_default() -> None:
+    torch.manual_seed(0)
+    original = small_model(hidden_channels=64, num_heads=4).requires_grad_(False)
+    torch.manual_seed(0)
+    pytorch = small_model(hidden_channels=64, num_heads=4, init="pytorch").requires_grad_(False)
+    assert original.init == "graphormer"
+    # The original: N(0, 0.02) everywhere; PyTorch's: N(0, 1) embeddings and graph token, Kaiming-uniform linears.
+    assert float(original.graph_token.std()) < 0.05 and 0.6 < float(pytorch.graph_token.std()) < 1.4
+    for module in (original.in_degree_embedding, original.attention_bias.spatial_embedding):
+        assert float(module.weight.std()) < 0.05
+    for module in (pytorch.in_degree_embedding, pytorch.attention_bias.spatial_embedding):
+        assert 0.6 < float(module.weight.std()) < 1.4
+    linear = pytorch.head_transform
+    bound = 1.0 / linear.in_features**0.5  # kaiming_uniform_(a=sqrt(5)) bound
+    assert float(linear.weight.abs().max()) <= bound and float(linear.weight.std()) > 0.5 * bound / 3**0.5
+    assert float(linear.bias.abs().max()) > 0  # PyTorch's uniform bias, not Graphormer's zeros
+    # The attention-bias scalars and the norms keep their initialization.
+    assert float(pytorch.attention_bias.virtual_distance.std()) < 0.05
+    assert torch.equal(pytorch.final_norm.state_dict()["weight"], original.final_norm.state_dict()["weight"])
+    with pytest.raises(ValueError, match="init must be one of 'graphormer', 'pytorch', got 'xavier'"):
+        small_model(init="xavier")
