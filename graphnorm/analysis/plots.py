@@ -349,7 +349,12 @@ def plot_collapse_over_steps(
         raise ValueError(f"no collapse-over-steps rows to plot (steps.csv empty or without {', '.join(metrics)})")
     labels = sorted(set().union(*(set(tables[kind]["label"]) for kind, _ in panels)))
     figure, axes = plt.subplots(
-        len(panels), len(labels), figsize=(3.6 * len(labels), 2.5 * len(panels)), squeeze=False, sharex=True
+        len(panels),
+        len(labels),
+        figsize=(3.6 * len(labels), 2.5 * len(panels)),
+        squeeze=False,
+        sharex=True,
+        sharey="row",
     )
     for row, (kind, metric) in enumerate(panels):
         table = tables[kind][tables[kind]["metric"] == metric]
