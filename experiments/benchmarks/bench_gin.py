@@ -1,0 +1,96 @@
+"""Benchmark: training epoch time of graphnorm's ``GIN`` against PyG's ``torch_geometric.nn.models.GIN`` on Cora.
+
+Config (both models): ``num_layers`` GIN convolutions (2, 8, 32) with a trainable eps, hidden 64, dropout 0.5, ReLU
+between layers, no norm after the convolutions, no virtual node, no edge features (both use PyG's ``GINConv``). One
+epoch = full batch: zero_grad, forward, cross-entropy on the training nodes, backward, one Adam step (lr 0.01,
+weight decay 5e-4). Timed in the same process, interleaved (one epoch of each per round), median.
+
+The two differ in their MLPs, so the ratio is not 1 by construction: ours is OGB's ``Linear(w, 2d) -> BatchNorm ->
+ReLU -> Linear(2d, d)`` per layer plus a linear head, PyG's ``GIN`` is ``Linear(w, d) -> ReLU -> Linear(d, d)``
+(the last layer's MLP to the classes), about half the dense work. On Cora the first layer's sum over neighbours of
+the 1433 raw features, the same in both, takes much of an epoch; the target ``GIN / PyG GIN <= 1.5`` allows for the
+wider MLPs and their BatchNorms.
+
+    python -m experiments.benchmarks.bench_gin [--quick] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch_geometric.data import Data
+from torch_geometric.nn import models as pyg_models
+
+from experiments.benchmarks import _common
+from experiments.benchmarks import run_all as common
+from experiments.benchmarks.bench_gcn import epoch_fn, load_cora, synthetic_graph
+from graphnorm.models.gin import GIN
+
+TARGET = 1.5
+HIDDEN = 64
+DROPOUT = 0.5
+
+
+def build_models(data: Data, num_layers: int) -> dict[str, nn.Module]:
+    """graphnorm's GIN and PyG's GIN with the same depth, width and dropout, no norm, no virtual node."""
+    in_channels, out_channels = data.num_features, int(data.y.max()) + 1
+    torch.manual_seed(0)
+    ours = GIN(in_channels, HIDDEN, out_channels, num_layers, norm="none", dropout=DROPOUT)
+    torch.manual_seed(0)
+    pyg = pyg_models.GIN(in_channels, HIDDEN, num_layers, out_channels, dropout=DROPOUT, train_eps=True)
+    return {"GIN": ours, "PyG GIN": pyg}
+
+
+def run(quick: bool = False, out_dir: Path | None = None, repeats: int | None = None) -> common.BenchReport:
+    data = synthetic_graph() if quick else load_cora()
+    depths = (2, 4) if quick else (2, 8, 32)
+    repeats = repeats or (3 if quick else 7)
+    min_seconds = 0.002 if quick else 0.02  # a candidate faster than this is looped within a round
+    rows: list[dict] = []
+    targets: list[common.Target] = []
+    for depth in depths:
+        fns = {name: epoch_fn(model, data) for name, model in build_models(data, depth).items()}
+        times = _common.time_interleaved(fns, repeats=repeats, min_seconds=min_seconds)
+        peak = {name: _common.peak_memory(fn) for name, fn in fns.items()}
+        ratio = times["GIN"] / times["PyG GIN"]
+        row = {
+            "layers": depth,
+            "GIN (ms)": times["GIN"] * 1e3,
+            "PyG GIN (ms)": times["PyG GIN"] * 1e3,
+            "GIN / PyG GIN": ratio,
+            "peak MB GIN": _common.megabytes(peak["GIN"]),
+            "peak MB PyG GIN": _common.megabytes(peak["PyG GIN"]),
+        }
+        rows.append(row)
+        print(common.format_row(row), flush=True)
+        targets.append(common.Target(f"{depth} layers: GIN / PyG GIN", f"<= {TARGET}", ratio, ratio <= TARGET))
+    graph = "random graph" if quick else "Cora"
+    setup = (
+        f"{graph} ({data.num_nodes} nodes, {data.edge_index.size(1)} directed edges, {data.num_features} features), "
+        f"hidden {HIDDEN}, dropout {DROPOUT}, no norm, no virtual node, GINConv with trainable eps; ours: OGB's MLP "
+        "Linear(w, 2d)-BatchNorm-ReLU-Linear(2d, d) and a linear head, PyG's: Linear(w, d)-ReLU-Linear(d, d); Adam, "
+        f"one full-batch epoch incl. backward and step; {repeats} interleaved rounds, median; "
+        f"{_common.load_summary()}. Peak MB: extra resident memory during one epoch."
+    )
+    return common.BenchReport(
+        name="gin",
+        title="GIN training epoch vs PyG GIN",
+        setup=setup,
+        tables=[common.markdown_table(rows)],
+        targets=targets,
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    print(run(quick=args.quick, out_dir=args.out).to_markdown())
+
+
+if __name__ == "__main__":
+    main()
