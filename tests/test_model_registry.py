@@ -38,7 +38,7 @@ def test_build_model_takes_sizes_and_feature_kind_from_the_task() -> None:
 
 
 def test_unknown_name_or_keyword_lists_the_choices() -> None:
-    with pytest.raises(ValueError, match=r"unknown model 'sage'; valid choices: gat, gcn, gcnii, graphormer"):
+    with pytest.raises(ValueError, match=r"unknown model 'sage'; valid choices: gat, gcn, gcnii, gin, graphormer"):
         build_model("sage", CORA_LIKE)
     with pytest.raises(ValueError, match=r"unknown keyword\(s\) \['hiden_channels'\] for model 'gcn'; valid keywords: "
                        r"hidden_channels, num_layers, norm"):  # fmt: skip

@@ -173,7 +173,7 @@ def check_gin_config(config: Any) -> None:
         )
 
 
-@register_model("gin", check_config=check_gin_config)
+@register_model("gin", check_config=check_gin_config, virtual_node_rows=False)  # OGB's virtual node: no row
 class GIN(nn.Module):
     """GIN with OGB's bond features and optional virtual node; see the module docstring for the layer formula.
 

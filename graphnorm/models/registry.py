@@ -14,7 +14,8 @@ Usage::
 A model may also declare what it asks of a run config, in its own file, through its registration:
 ``check_config(config)`` raises a one-line ``ValueError`` for a combination of ``RunConfig`` keys the model cannot run
 (config validation calls it for that model); ``token_rows=True`` says it always hands its norms graph-token rows
-(else a run has them only through ``virtual_node`` at graph level: :meth:`ModelSpec.has_token_rows`); ``own_keys``
+(else a run has them only through ``virtual_node`` at graph level: :meth:`ModelSpec.has_token_rows`, unless
+``virtual_node_rows=False`` says its virtual node is no row of the norms' input, as OGB's GIN); ``own_keys``
 maps ``RunConfig`` keys only this model uses to the error another model's run that sets them gets.
 
 A model is built from the task's description, never from a run config: :func:`build_model` fills the constructor's
@@ -27,9 +28,10 @@ The forward convention (:func:`forward_adapter`, the one adapter from a batch to
 
 * ``inputs="pyg"`` (the default): PyG's ``model(x, edge_index[, batch=][, batch_size=])``, returning
   ``[num_nodes, out]`` at node level or ``[num_graphs, out]`` at graph level. ``batch`` (the batch vector, ``None``
-  for one graph) and ``batch_size`` (the number of graphs) go only to a forward that takes them (by name, or
-  ``**kwargs``), and only when the batch has them, unless the forward requires them. So ``forward(x, edge_index)``,
-  ``forward(x, edge_index, batch=None)`` and ``forward(x, edge_index, batch)`` all work at either level. A forward
+  for one graph), ``batch_size`` (the number of graphs) and ``edge_attr`` (edge features, e.g. OGB's bond features)
+  go only to a forward that takes them (by name, or ``**kwargs``), and only when the batch has them, unless the
+  forward requires them. So ``forward(x, edge_index)``, ``forward(x, edge_index, batch=None)`` and
+  ``forward(x, edge_index, batch)`` all work at either level. A forward
   that needs anything else gets a ``TypeError`` naming its signature;
 * ``inputs="graphormer"``: ``model(batch)`` on the padded, preprocessed batches of
   :mod:`graphnorm.data.graphormer_loaders` (shortest paths, edge paths, degrees), for any instance of a class
@@ -38,6 +40,7 @@ The forward convention (:func:`forward_adapter`, the one adapter from a batch to
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import weakref
 from collections.abc import Callable, Mapping
@@ -76,11 +79,13 @@ class ModelSpec:
     check_config: Callable[[Any], None] | None = None
     token_rows: bool = False
     own_keys: Mapping[str, str] = field(default_factory=dict)
+    virtual_node_rows: bool = True
 
     def has_token_rows(self, config: Any) -> bool:
         """Whether this model hands its norms graph-token rows in the run ``config``: always (``token_rows``), or
-        through a virtual node on a graph-level dataset."""
-        return self.token_rows or (config.virtual_node is True and not config.is_node_level)
+        through a virtual node on a graph-level dataset when its virtual node is a row (``virtual_node_rows``)."""
+        virtual_rows = self.virtual_node_rows and config.virtual_node is True and not config.is_node_level
+        return self.token_rows or virtual_rows
 
     def parameters(self) -> dict[str, inspect.Parameter]:
         target = self.factory.__init__ if inspect.isclass(self.factory) else self.factory
@@ -104,10 +109,11 @@ def register_model(
     check_config: Callable[[Any], None] | None = None,
     token_rows: bool = False,
     own_keys: Mapping[str, str] | None = None,
+    virtual_node_rows: bool = True,
 ) -> Callable[[Callable[..., nn.Module]], Callable[..., nn.Module]]:
     """Decorator: register a model class (or a function returning a module) under a lower-case ``name``.
     ``levels``: the task levels it predicts at; ``inputs``: how it is called; ``check_config``, ``token_rows``,
-    ``own_keys``: what it asks of a run config (see the module docstring)."""
+    ``own_keys``, ``virtual_node_rows``: what it asks of a run config (see the module docstring)."""
     if not isinstance(name, str) or name != name.lower() or not name:
         raise ValueError(f"model names are non-empty lower-case strings, got {name!r}")
     if inputs not in INPUTS:
@@ -118,7 +124,8 @@ def register_model(
     def decorator(factory: Callable[..., nn.Module]) -> Callable[..., nn.Module]:
         if name in _MODELS and _MODELS[name].factory is not factory:
             raise ValueError(f"model name {name!r} is already registered to {_MODELS[name].factory.__name__}")
-        _MODELS[name] = ModelSpec(name, factory, tuple(levels), inputs, check_config, token_rows, dict(own_keys or {}))
+        spec = ModelSpec(name, factory, tuple(levels), inputs, check_config, token_rows, dict(own_keys or {}))
+        _MODELS[name] = dataclasses.replace(spec, virtual_node_rows=virtual_node_rows)
         return factory
 
     return decorator
@@ -162,7 +169,7 @@ def build_model(name: str, task: Any, **kwargs: Any) -> nn.Module:
     return spec.factory(**from_task, **kwargs)
 
 
-BATCH_KEYWORDS = ("batch", "batch_size")  # what the PyG call passes beyond (x, edge_index), when taken
+BATCH_KEYWORDS = ("batch", "batch_size", "edge_attr")  # what the PyG call passes beyond (x, edge_index), when taken
 ForwardCall = Callable[[nn.Module, Any], Any]
 _ADAPTERS: weakref.WeakKeyDictionary[type, ForwardCall] = weakref.WeakKeyDictionary()  # by model class
 
@@ -224,7 +231,11 @@ def _pyg_call(model: nn.Module) -> ForwardCall:
                 f"({type(data).__name__}) has no x or edge_index; CollapseProbe takes forward=callable(model, data)"
             )
         batch = getattr(data, "batch", None)
-        values = {"batch": batch, "batch_size": None if batch is None else getattr(data, "num_graphs", None)}
+        values = {
+            "batch": batch,
+            "batch_size": None if batch is None else getattr(data, "num_graphs", None),
+            "edge_attr": getattr(data, "edge_attr", None),
+        }
         keywords = {name: values[name] for name in taken if values[name] is not None or name in needed}
         return model(x, edge_index, **keywords)
 
