@@ -40,7 +40,6 @@ The forward convention (:func:`forward_adapter`, the one adapter from a batch to
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import weakref
 from collections.abc import Callable, Mapping
@@ -124,8 +123,9 @@ def register_model(
     def decorator(factory: Callable[..., nn.Module]) -> Callable[..., nn.Module]:
         if name in _MODELS and _MODELS[name].factory is not factory:
             raise ValueError(f"model name {name!r} is already registered to {_MODELS[name].factory.__name__}")
-        spec = ModelSpec(name, factory, tuple(levels), inputs, check_config, token_rows, dict(own_keys or {}))
-        _MODELS[name] = dataclasses.replace(spec, virtual_node_rows=virtual_node_rows)
+        _MODELS[name] = ModelSpec(
+            name, factory, tuple(levels), inputs, check_config, token_rows, dict(own_keys or {}), virtual_node_rows
+        )
         return factory
 
     return decorator
