@@ -427,9 +427,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         if record.get("history"):
             curve = out.with_name(out.name + ".learning_curve.png")
             _save_learning_curve(record["history"], config, curve)
-    shown = {k: v for k, v in record.items() if k not in ("layers", "history")}
+    parts = (("layers", "per-layer rows"), ("history", "epochs of history"), ("collapse_steps", "per-step rows"))
+    shown = {k: v for k, v in record.items() if k not in dict(parts)}
     print(json.dumps(shown, indent=1))
-    parts = (("layers", "per-layer rows"), ("history", "epochs of history"))
     hidden = [f"{len(record[key])} {what}" for key, what in parts if record.get(key)]
     if hidden:
         print(f"({' and '.join(hidden)} not shown{'' if args.out else '; save them with --out'})")
