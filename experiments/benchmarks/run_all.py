@@ -51,6 +51,7 @@ BENCHMARKS: dict[str, str] = {
     "contranorm_model": "bench_contranorm_model",
     "gcnii": "bench_gcnii",
     "gat": "bench_gat",
+    "gin": "bench_gin",
     "threads": "bench_threads",
     "sweep_overhead": "bench_sweep_overhead",
 }
