@@ -163,11 +163,12 @@ def recorded_section(path: Path, notes: Path | None) -> list[str]:
     """Tables of the hand-recorded measurements, one per study, with their sources, then the notes."""
     frame = pd.read_csv(path, dtype=str, keep_default_na=False).replace("", pd.NA)
     parts = [
-        "## Recorded measurements (Graphormer on ZINC and MolHIV, SepNorm vs ShareNorm)",
+        "## Recorded measurements (Graphormer and GIN on ZINC and MolHIV, SepNorm vs ShareNorm)",
         "",
-        f"These runs were recorded by hand in the presets' headers; their run folders were not kept, so the tables "
-        f"below are regenerated from the transcribed values in `{path.parent.name}/{path.name}` (one measured value "
-        "a row, with its date, commit where recorded, and source). Empty seed: not stated in the record.",
+        "These single runs were recorded by hand, in the presets' headers or from the runs' records and checkpoints; "
+        "their run folders were not kept, so the tables below are regenerated from the transcribed values in "
+        f"`{path.parent.name}/{path.name}` (one measured value a row, with its date, commit where recorded, and "
+        "source). Empty seed: not stated in the record.",
         "",
     ]
     for study, group in frame.groupby("study", sort=False):
