@@ -152,6 +152,19 @@ def check_node_features(x: Tensor, in_channels: int, atom_encoder: str | None) -
         raise ValueError(f"atom_encoder='ogb' needs integer features [num_nodes, 9], got {tuple(x.shape)}")
 
 
+def graph_level_batch(readout: str | None, batch: Tensor | None, edge_index: Tensor, num_nodes: int) -> Tensor | None:
+    """``batch`` as given; a graph-level model (``readout`` set) called without one reads all rows as one graph."""
+    if readout is not None and batch is None:
+        return edge_index.new_zeros(num_nodes)
+    return batch
+
+
+def pool_graphs(h: Tensor, batch: Tensor, batch_size: int | None, readout: str) -> Tensor:
+    """The ``"mean"`` or ``"sum"`` readout of the rows of each graph: ``[N, C] -> [num_graphs, C]``."""
+    pool = global_mean_pool if readout == "mean" else global_add_pool
+    return pool(h, batch, batch_size)
+
+
 def dropout_nonzeros(x: Tensor, p: float, training: bool) -> Tensor:
     """``F.dropout`` that draws a Bernoulli only for the nonzero entries of ``x``.
 
@@ -363,8 +376,7 @@ class DeepGCN(nn.Module):
     ) -> Tensor:
         """``x`` ``[N, in_channels]`` float (or atom ids) -> ``[N, out]`` (node level) or ``[num_graphs, out]``."""
         self._check_input(x)
-        if self.readout is not None and batch is None:
-            batch = edge_index.new_zeros(x.size(0))  # one graph
+        batch = graph_level_batch(self.readout, batch, edge_index, x.size(0))
         rows = self.graph_rows(edge_index, x.size(0), batch, batch_size)
         h = self.input_layer(x, rows)  # [num_rows, width]
         for block in self.blocks:
@@ -379,9 +391,7 @@ class DeepGCN(nn.Module):
         if rows.node_rows is not None:
             h = h[rows.node_rows]  # node rows only: the virtual node is not pooled
         size = rows.batch_size if rows.batch_size is not None else batch_size
-        if self.readout == "mean":
-            return global_mean_pool(h, batch, size)
-        return global_add_pool(h, batch, size)
+        return pool_graphs(h, batch, size, self.readout)
 
     def _check_input(self, x: Tensor) -> None:
         if x.is_sparse and self.virtual_node:

@@ -40,7 +40,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch_geometric.nn import GCN2Conv, global_add_pool, global_mean_pool
+from torch_geometric.nn import GCN2Conv
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from torch_geometric.utils import remove_self_loops, to_torch_csr_tensor
 
@@ -53,6 +53,8 @@ from graphnorm.models.gcn import (
     check_node_features,
     check_sizes,
     dropout_nonzeros,
+    graph_level_batch,
+    pool_graphs,
 )
 from graphnorm.models.registry import register_model
 from graphnorm.norms import build_norm
@@ -247,8 +249,7 @@ class GCNII(nn.Module):
     ) -> Tensor:
         """``x`` ``[N, in_channels]`` float (or atom ids) -> ``[N, out]`` (node level) or ``[num_graphs, out]``."""
         self._check_input(x)
-        if self.readout is not None and batch is None:
-            batch = edge_index.new_zeros(x.size(0))  # one graph
+        batch = graph_level_batch(self.readout, batch, edge_index, x.size(0))
         rows = self.graph_rows(edge_index, x.size(0), batch, batch_size, dtype=self.head.weight.dtype)
         h0 = self.input_block(x, rows)  # [N, hidden]
         adjacency = csr_adjacency(rows.propagation_index, rows.propagation_weight.to(h0.dtype), rows.num_rows)
@@ -256,8 +257,7 @@ class GCNII(nn.Module):
         for block in self.blocks:
             h = block(h, h0, rows, adjacency)  # [N, hidden]
         if self.readout is not None:
-            pool = global_mean_pool if self.readout == "mean" else global_add_pool
-            h = pool(h, batch, batch_size)  # [num_graphs, hidden]
+            h = pool_graphs(h, batch, batch_size, self.readout)  # [num_graphs, hidden]
         return self.head(F.dropout(h, self.dropout, self.training))
 
     def _check_input(self, x: Tensor) -> None:

@@ -52,12 +52,20 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch_geometric.nn import GINConv, GINEConv, global_add_pool, global_mean_pool
+from torch_geometric.nn import GINConv, GINEConv, global_add_pool
 from torch_geometric.nn.norm import BatchNorm as PyGBatchNorm
 
 from graphnorm.data.checks import check_edge_index
 from graphnorm.data.task import ZINC_NUM_BOND_TYPES
-from graphnorm.models.gcn import InputLayer, check_choice, check_encoder_and_norm, check_node_features, check_sizes
+from graphnorm.models.gcn import (
+    InputLayer,
+    check_choice,
+    check_encoder_and_norm,
+    check_node_features,
+    check_sizes,
+    graph_level_batch,
+    pool_graphs,
+)
 from graphnorm.models.registry import register_model
 from graphnorm.norms import build_norm
 
@@ -251,8 +259,7 @@ class GIN(nn.Module):
         """``x`` ``[N, in_channels]`` float (or atom ids), ``edge_attr`` ``[E, bond columns]`` (or ZINC bond types
         ``[E]``) -> ``[N, out]`` (node level) or ``[num_graphs, out]`` (graph level)."""
         self._check_inputs(x, edge_index, batch, edge_attr)
-        if self.readout is not None and batch is None:
-            batch = edge_index.new_zeros(x.size(0))  # one graph
+        batch = graph_level_batch(self.readout, batch, edge_index, x.size(0))
         if batch is not None and batch_size is None:
             batch_size = int(batch.max()) + 1 if batch.numel() else 0
         h = self.input_layer(x)  # [N, hidden] (raw features without an atom encoder)
@@ -264,10 +271,8 @@ class GIN(nn.Module):
             h = block(h, edge_index, edge_attr, batch, batch_size)  # [N, hidden]
             if v is not None and index < self.num_layers - 1:
                 v = self.virtual_node.update(index, v, layer_input, batch, batch_size)
-        if self.readout == "mean":
-            h = global_mean_pool(h, batch, batch_size)  # [num_graphs, hidden]
-        elif self.readout == "sum":
-            h = global_add_pool(h, batch, batch_size)
+        if self.readout is not None:
+            h = pool_graphs(h, batch, batch_size, self.readout)  # [num_graphs, hidden]
         return self.head(h)
 
     def _check_inputs(self, x: Tensor, edge_index: Tensor, batch: Tensor | None, edge_attr: Tensor | None) -> None:
