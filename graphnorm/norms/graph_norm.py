@@ -13,10 +13,10 @@ from graphnorm.norms.utils import (
     check_graph_ids,
     check_positive,
     graph_center_scale,
-    graph_centered_sq_sum,
     graph_reduce,
-    graph_sizes,
+    graph_variance,
     rename_legacy_keys,
+    reset_affine,
     upcast,
 )
 
@@ -54,8 +54,7 @@ class GraphNorm(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        nn.init.ones_(self.weight)
-        nn.init.zeros_(self.bias)
+        reset_affine(self)
         nn.init.ones_(self.mean_scale)
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
@@ -78,7 +77,7 @@ class GraphNorm(nn.Module):
         wide = upcast(x)  # float32 for half precision: half sums of squares overflow past 65504
         weight, bias, mean_scale = (cast(p, wide.dtype) for p in (self.weight, self.bias, self.mean_scale))
         center = graph_reduce(wide, batch, batch_size, "mean") * mean_scale  # alpha * mu_g, [num_graphs, C]
-        var = graph_centered_sq_sum(wide, center, batch, batch_size) / graph_sizes(wide, batch, batch_size)
+        var = graph_variance(wide, center, batch, batch_size)
         # gamma / sqrt(var + eps) folded per graph ([num_graphs, C]) before it meets the [N, C] rows
         return graph_center_scale(wide, center, weight * (var + self.eps).rsqrt(), batch, bias).to(x.dtype)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor, nn
 
 from graphnorm.norms.registry import register_norm
@@ -13,10 +12,11 @@ from graphnorm.norms.utils import (
     check_graph_ids,
     check_positive,
     graph_center_scale,
-    graph_centered_sq_sum,
     graph_reduce,
-    graph_sizes,
+    graph_variance,
+    register_affine,
     rename_legacy_keys,
+    reset_affine,
     upcast,
 )
 
@@ -48,17 +48,10 @@ class InstanceNorm(nn.Module):
         self.channels = channels
         self.eps = check_positive(eps, "eps", "instancenorm")
         self.affine = affine
-        if affine:
-            self.weight = nn.Parameter(torch.ones(channels))
-            self.bias = nn.Parameter(torch.zeros(channels))
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        register_affine(self, channels, affine)
 
     def reset_parameters(self) -> None:
-        if self.affine:
-            nn.init.ones_(self.weight)
-            nn.init.zeros_(self.bias)
+        reset_affine(self)
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
         rename_legacy_keys(state_dict, prefix, "module.")  # checkpoints from when this wrapped PyG's InstanceNorm
@@ -79,7 +72,7 @@ class InstanceNorm(nn.Module):
             return x.clone()
         wide = upcast(x)  # float32 for half precision: half sums of squares overflow past 65504
         mean = graph_reduce(wide, batch, batch_size, "mean")  # [num_graphs, C]
-        var = graph_centered_sq_sum(wide, mean, batch, batch_size) / graph_sizes(wide, batch, batch_size)  # biased
+        var = graph_variance(wide, mean, batch, batch_size)  # biased
         scale = (var + self.eps).rsqrt()  # [num_graphs, C]; gamma folded in per graph, not per node
         if self.affine:
             scale = scale * cast(self.weight, wide.dtype)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -18,6 +17,8 @@ from graphnorm.norms.utils import (
     graph_centered_sq_sum,
     graph_reduce,
     graph_sizes,
+    register_affine,
+    reset_affine,
     upcast,
 )
 
@@ -55,17 +56,10 @@ class LayerNorm(nn.Module):
         self.mode = check_choice(mode, ("node", "graph"), "mode", "layernorm")
         self.eps = check_positive(eps, "eps", "layernorm")
         self.affine = affine
-        if affine:
-            self.weight = nn.Parameter(torch.ones(channels))
-            self.bias = nn.Parameter(torch.zeros(channels))
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        register_affine(self, channels, affine)
 
     def reset_parameters(self) -> None:
-        if self.affine:
-            nn.init.ones_(self.weight)
-            nn.init.zeros_(self.bias)
+        reset_affine(self)
 
     def forward(
         self,

@@ -6,7 +6,7 @@ import torch
 from torch import Tensor, nn
 
 from graphnorm.norms.registry import register_norm
-from graphnorm.norms.utils import cast, check_batch, check_features, check_positive, upcast
+from graphnorm.norms.utils import cast, check_batch, check_features, check_positive, reset_affine, upcast
 
 
 @register_norm("rmsnorm")
@@ -45,9 +45,7 @@ class RMSNorm(nn.Module):
             self.register_parameter("bias", None)
 
     def reset_parameters(self) -> None:
-        nn.init.ones_(self.weight)
-        if self.bias is not None:
-            nn.init.zeros_(self.bias)
+        reset_affine(self)
 
     def forward(
         self,

@@ -316,6 +316,28 @@ def graph_sizes(x: Tensor, batch: Tensor | None, batch_size: int | None = None) 
     return counts.clamp_(min=1).to(x.dtype).unsqueeze(1)
 
 
+def graph_variance(x: Tensor, center: Tensor, batch: Tensor | None, batch_size: int | None = None) -> Tensor:
+    """Per graph and channel, the mean over the graph's rows of ``(x - center[g])**2`` (biased): ``[num_graphs, C]``.
+
+    :func:`graph_centered_sq_sum` divided by :func:`graph_sizes` (an empty graph's variance is 0).
+    """
+    return graph_centered_sq_sum(x, center, batch, batch_size) / graph_sizes(x, batch, batch_size)
+
+
+def register_affine(module: nn.Module, channels: int, affine: bool) -> None:
+    """Register ``module.weight`` (per-channel gain, init 1) and ``module.bias`` (init 0), or both as None."""
+    module.register_parameter("weight", nn.Parameter(torch.ones(channels)) if affine else None)
+    module.register_parameter("bias", nn.Parameter(torch.zeros(channels)) if affine else None)
+
+
+def reset_affine(module: nn.Module) -> None:
+    """``module.weight`` back to 1 and ``module.bias`` back to 0, each where it is not None."""
+    if module.weight is not None:
+        nn.init.ones_(module.weight)
+    if module.bias is not None:
+        nn.init.zeros_(module.bias)
+
+
 def rename_legacy_keys(state_dict: dict, prefix: str, old_infix: str) -> None:
     """In place, ``prefix + old_infix + name`` -> ``prefix + name``: loads checkpoints saved when a norm wrapped
     a PyG module as ``self.module`` (e.g. ``module.weight``) into the norm that now holds ``weight`` itself."""
