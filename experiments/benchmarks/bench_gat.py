@@ -48,24 +48,15 @@ def run(quick: bool = False, out_dir: Path | None = None, repeats: int | None = 
     depths = (2, 4) if quick else (2, 16, 64)
     repeats = repeats or (3 if quick else 7)
     min_seconds = 0.002 if quick else 0.02  # a candidate faster than this is looped within a round
-    rows: list[dict] = []
-    targets: list[common.Target] = []
-    for depth in depths:
-        fns = {name: epoch_fn(model, data) for name, model in build_models(data, depth).items()}
-        times = _common.time_interleaved(fns, repeats=repeats, min_seconds=min_seconds)
-        peak = {name: _common.peak_memory(fn) for name, fn in fns.items()}
-        ratio = times["DeepGAT"] / times["PyG GAT"]
-        row = {
-            "layers": depth,
-            "DeepGAT (ms)": times["DeepGAT"] * 1e3,
-            "PyG GAT (ms)": times["PyG GAT"] * 1e3,
-            "DeepGAT / PyG GAT": ratio,
-            "peak MB DeepGAT": _common.megabytes(peak["DeepGAT"]),
-            "peak MB PyG GAT": _common.megabytes(peak["PyG GAT"]),
-        }
-        rows.append(row)
-        print(common.format_row(row), flush=True)
-        targets.append(common.Target(f"{depth} layers: DeepGAT / PyG GAT", f"<= {TARGET}", ratio, ratio <= TARGET))
+    rows, targets = _common.compare_by_depth(
+        depths,
+        lambda depth: {name: epoch_fn(model, data) for name, model in build_models(data, depth).items()},
+        "DeepGAT",
+        "PyG GAT",
+        TARGET,
+        repeats=repeats,
+        min_seconds=min_seconds,
+    )
     graph = "random graph" if quick else "Cora"
     setup = (
         f"{graph} ({data.num_nodes} nodes, {data.edge_index.size(1)} directed edges, {data.num_features} features), "

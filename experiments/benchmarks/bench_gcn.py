@@ -105,29 +105,21 @@ def run(quick: bool = False, out_dir: Path | None = None, repeats: int | None = 
     rows: list[dict] = []
     targets: list[common.Target] = []
     for norm in ("none", "batchnorm"):
-        for depth in depths:
-            models = build_models(data, depth, norm)
-            fns = {name: epoch_fn(model, data) for name, model in models.items()}
-            times = _common.time_interleaved(fns, repeats=repeats, min_seconds=min_seconds)
-            peak = {name: _common.peak_memory(fn) for name, fn in fns.items()}
-            ratio = times["DeepGCN"] / times["PyG GCN"]
-            ratio_cached = times["DeepGCN"] / times["PyG GCN cached"]
-            row = {
-                "norm": norm,
-                "layers": depth,
-                "DeepGCN (ms)": times["DeepGCN"] * 1e3,
-                "PyG GCN (ms)": times["PyG GCN"] * 1e3,
-                "PyG GCN cached (ms)": times["PyG GCN cached"] * 1e3,
-                "DeepGCN / PyG GCN": ratio,
-                "DeepGCN / PyG cached": ratio_cached,
-                "peak MB DeepGCN": _common.megabytes(peak["DeepGCN"]),
-                "peak MB PyG GCN": _common.megabytes(peak["PyG GCN"]),
-            }
-            rows.append(row)
-            print(common.format_row(row), flush=True)
-            targets.append(
-                common.Target(f"{norm}, {depth} layers: DeepGCN / PyG GCN", f"<= {TARGET}", ratio, ratio <= TARGET)
-            )
+        norm_rows, norm_targets = _common.compare_by_depth(
+            depths,
+            lambda depth, norm=norm: {
+                name: epoch_fn(model, data) for name, model in build_models(data, depth, norm).items()
+            },
+            "DeepGCN",
+            "PyG GCN",
+            TARGET,
+            repeats=repeats,
+            min_seconds=min_seconds,
+            leading={"norm": norm},
+            more_ratios={"DeepGCN / PyG cached": "PyG GCN cached"},
+        )
+        rows += norm_rows
+        targets += norm_targets
     plots = [_plot(rows, Path(out_dir))] if out_dir is not None else []
     graph = "random graph" if quick else "Cora"
     setup = (

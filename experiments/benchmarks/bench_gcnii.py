@@ -136,32 +136,20 @@ def run(quick: bool = False, out_dir: Path | None = None, repeats: int | None = 
     min_seconds = 0.002 if quick else 0.02
     adj_t = pyg_adjacency(data)
     sparse_x = data.x.to_sparse()
-    rows: list[dict] = []
-    targets: list[common.Target] = []
-    for depth in depths:
+
+    def candidates(depth: int) -> dict[str, Callable[[], None]]:
         models = build_models(data, depth)
         torch.manual_seed(0)
         ours_sparse = GCNII(data.num_features, HIDDEN, int(data.y.max()) + 1, depth, **OUR_KWARGS)
-        fns = {
+        return {
             "GCNII": epoch_fn(models["GCNII"], data, (data.x, data.edge_index)),
             "PyG GCNII": epoch_fn(models["PyG GCNII"], data, (data.x, adj_t)),
             "GCNII sparse x": epoch_fn(ours_sparse, data, (sparse_x, data.edge_index)),
         }
-        times = _common.time_interleaved(fns, repeats=repeats, min_seconds=min_seconds)
-        peak = {name: _common.peak_memory(fn) for name, fn in fns.items()}
-        ratio = times["GCNII"] / times["PyG GCNII"]
-        row = {
-            "layers": depth,
-            "GCNII (ms)": times["GCNII"] * 1e3,
-            "PyG GCNII (ms)": times["PyG GCNII"] * 1e3,
-            "GCNII sparse x (ms)": times["GCNII sparse x"] * 1e3,
-            "GCNII / PyG GCNII": ratio,
-            "peak MB GCNII": _common.megabytes(peak["GCNII"]),
-            "peak MB PyG GCNII": _common.megabytes(peak["PyG GCNII"]),
-        }
-        rows.append(row)
-        print(common.format_row(row), flush=True)
-        targets.append(common.Target(f"{depth} layers: GCNII / PyG GCNII", f"<= {TARGET}", ratio, ratio <= TARGET))
+
+    rows, targets = _common.compare_by_depth(
+        depths, candidates, "GCNII", "PyG GCNII", TARGET, repeats=repeats, min_seconds=min_seconds
+    )
     graph = "random graph" if quick else "Cora"
     setup = (
         f"{graph} ({data.num_nodes} nodes, {data.edge_index.size(1)} directed edges, {data.num_features} features), "

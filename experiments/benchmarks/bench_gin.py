@@ -70,24 +70,15 @@ def run(quick: bool = False, out_dir: Path | None = None, repeats: int | None = 
     depths = (2, 4) if quick else (2, 8, 32)
     repeats = repeats or (3 if quick else 7)
     min_seconds = 0.002 if quick else 0.02  # a candidate faster than this is looped within a round
-    rows: list[dict] = []
-    targets: list[common.Target] = []
-    for depth in depths:
-        fns = {name: epoch_fn(model, data) for name, model in build_models(data, depth).items()}
-        times = _common.time_interleaved(fns, repeats=repeats, min_seconds=min_seconds)
-        peak = {name: _common.peak_memory(fn) for name, fn in fns.items()}
-        ratio = times["GIN"] / times["PyG GIN"]
-        row = {
-            "layers": depth,
-            "GIN (ms)": times["GIN"] * 1e3,
-            "PyG GIN (ms)": times["PyG GIN"] * 1e3,
-            "GIN / PyG GIN": ratio,
-            "peak MB GIN": _common.megabytes(peak["GIN"]),
-            "peak MB PyG GIN": _common.megabytes(peak["PyG GIN"]),
-        }
-        rows.append(row)
-        print(common.format_row(row), flush=True)
-        targets.append(common.Target(f"{depth} layers: GIN / PyG GIN", f"<= {TARGET}", ratio, ratio <= TARGET))
+    rows, targets = _common.compare_by_depth(
+        depths,
+        lambda depth: {name: epoch_fn(model, data) for name, model in build_models(data, depth).items()},
+        "GIN",
+        "PyG GIN",
+        TARGET,
+        repeats=repeats,
+        min_seconds=min_seconds,
+    )
     graph = "random graph" if quick else "Cora"
     setup = (
         f"{graph} ({data.num_nodes} nodes, {data.edge_index.size(1)} directed edges, {data.num_features} features), "
