@@ -324,14 +324,8 @@ def run(
         "kernel's tiles and shapes: Cora's edges are undirected), i.e. our kernel with free masks and exponentials. "
         "'ContraNorm share': the epoch minus the no-ContraNorm epoch, ours over dense (the norm's own cost)."
     )
-    return common.BenchReport(
-        name="contranorm_model",
-        title="6. Whole-model cost of ContraNorm (DeepGCN on Cora)",
-        setup=setup,
-        tables=[common.markdown_table(rows)],
-        targets=targets,
-        plots=plots,
-    )
+    title = "6. Whole-model cost of ContraNorm (DeepGCN on Cora)"
+    return common.table_report("contranorm_model", title, setup, rows, targets, plots)
 
 
 def _plot(rows: list[dict], out_dir: Path) -> Path:

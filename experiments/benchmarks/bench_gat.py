@@ -14,7 +14,6 @@ in every layer.
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import torch
@@ -65,21 +64,11 @@ def run(quick: bool = False, out_dir: Path | None = None, repeats: int | None = 
         f"backward and step; {repeats} interleaved rounds, median; {_common.load_summary()}. "
         "Peak MB: extra resident memory during one epoch."
     )
-    return common.BenchReport(
-        name="gat",
-        title="8. DeepGAT training epoch vs PyG GAT",
-        setup=setup,
-        tables=[common.markdown_table(rows)],
-        targets=targets,
-    )
+    return common.table_report("gat", "8. DeepGAT training epoch vs PyG GAT", setup, rows, targets)
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
-    parser.add_argument("--out", type=Path, default=None)
-    args = parser.parse_args(argv)
-    print(run(quick=args.quick, out_dir=args.out).to_markdown())
+    common.bench_main(run, __doc__, argv)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ Baselines, timed in the same process, interleaved with ``DeepGCN`` (one epoch of
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable
 from pathlib import Path
 
@@ -128,14 +127,7 @@ def run(quick: bool = False, out_dir: Path | None = None, repeats: int | None = 
         f"Adam; one full-batch epoch incl. backward and step; {repeats} interleaved rounds, median. "
         "Peak MB: extra resident memory during one epoch."
     )
-    return common.BenchReport(
-        name="gcn",
-        title="4. DeepGCN training epoch vs PyG GCN",
-        setup=setup,
-        tables=[common.markdown_table(rows)],
-        targets=targets,
-        plots=plots,
-    )
+    return common.table_report("gcn", "4. DeepGCN training epoch vs PyG GCN", setup, rows, targets, plots)
 
 
 def _plot(rows: list[dict], out_dir: Path) -> Path:
@@ -166,11 +158,7 @@ def _plot(rows: list[dict], out_dir: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
-    parser.add_argument("--out", type=Path, default=None)
-    args = parser.parse_args(argv)
-    print(run(quick=args.quick, out_dir=args.out).to_markdown())
+    common.bench_main(run, __doc__, argv)
 
 
 if __name__ == "__main__":

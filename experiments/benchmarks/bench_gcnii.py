@@ -159,13 +159,7 @@ def run(quick: bool = False, out_dir: Path | None = None, repeats: int | None = 
         f"{'yes' if outputs_agree(data) else 'NO'}. Peak MB: extra resident memory during one epoch. "
         f"{_common.load_summary()}."
     )
-    return common.BenchReport(
-        name="gcnii",
-        title="7. GCNII training epoch vs a PyG-only GCNII",
-        setup=setup,
-        tables=[common.markdown_table(rows)],
-        targets=targets,
-    )
+    return common.table_report("gcnii", "7. GCNII training epoch vs a PyG-only GCNII", setup, rows, targets)
 
 
 def main(argv: list[str] | None = None) -> None:

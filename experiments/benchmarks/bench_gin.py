@@ -14,7 +14,6 @@ process, interleaved (one epoch of each per round), median. Target (issue 19, ev
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import torch
@@ -88,21 +87,11 @@ def run(quick: bool = False, out_dir: Path | None = None, repeats: int | None = 
         f"one full-batch epoch incl. backward and step; {repeats} interleaved rounds, median; "
         f"{_common.load_summary()}. Peak MB: extra resident memory during one epoch."
     )
-    return common.BenchReport(
-        name="gin",
-        title="GIN training epoch vs the same GIN from PyG parts",
-        setup=setup,
-        tables=[common.markdown_table(rows)],
-        targets=targets,
-    )
+    return common.table_report("gin", "GIN training epoch vs the same GIN from PyG parts", setup, rows, targets)
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
-    parser.add_argument("--out", type=Path, default=None)
-    args = parser.parse_args(argv)
-    print(run(quick=args.quick, out_dir=args.out).to_markdown())
+    common.bench_main(run, __doc__, argv)
 
 
 if __name__ == "__main__":
