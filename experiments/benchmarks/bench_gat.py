@@ -23,7 +23,7 @@ from torch_geometric.nn.models import GAT
 
 from experiments.benchmarks import _common
 from experiments.benchmarks import run_all as common
-from experiments.benchmarks.bench_gcn import epoch_fn, load_cora, synthetic_graph
+from experiments.benchmarks.bench_gcn import describe_graph, epoch_fn, load_cora, synthetic_graph
 from graphnorm.models.gat import DeepGAT
 
 TARGET = 1.1
@@ -56,9 +56,8 @@ def run(quick: bool = False, out_dir: Path | None = None, repeats: int | None = 
         repeats=repeats,
         min_seconds=min_seconds,
     )
-    graph = "random graph" if quick else "Cora"
     setup = (
-        f"{graph} ({data.num_nodes} nodes, {data.edge_index.size(1)} directed edges, {data.num_features} features), "
+        f"{describe_graph(data, quick)}, "
         f"hidden {HIDDEN} = {HEADS} heads x {HIDDEN // HEADS}, dropout {DROPOUT} (features and attention), no norm, "
         f"conv -> ReLU -> dropout, GATConv classifier with {HEADS} averaged heads, Adam; one full-batch epoch incl. "
         f"backward and step; {repeats} interleaved rounds, median; {_common.load_summary()}. "

@@ -56,6 +56,12 @@ def synthetic_graph(num_nodes: int = 300, num_features: int = 32, num_classes: i
     )
 
 
+def describe_graph(data: Data, quick: bool) -> str:
+    """The graph the benchmark ran on (Cora, or in quick mode the random graph) and its size, for the setup text."""
+    graph = "random graph" if quick else "Cora"
+    return f"{graph} ({data.num_nodes} nodes, {data.edge_index.size(1)} directed edges, {data.num_features} features)"
+
+
 def build_models(data: Data, num_layers: int, norm: str) -> dict[str, nn.Module]:
     """DeepGCN and the two PyG GCN baselines with the same depth, width, dropout and norm."""
     in_channels, out_channels = data.num_features, int(data.y.max()) + 1
@@ -81,9 +87,9 @@ def build_models(data: Data, num_layers: int, norm: str) -> dict[str, nn.Module]
     return models
 
 
-def epoch_fn(model: nn.Module, data: Data) -> Callable[[], None]:
+def epoch_fn(model: nn.Module, data: Data, lr: float = 0.01) -> Callable[[], None]:
     """One full-batch training epoch (forward, loss on the training nodes, backward, one Adam step)."""
-    optimizer = torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=5e-4)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=5e-4)
     model.train()
 
     def epoch() -> None:
@@ -120,9 +126,8 @@ def run(quick: bool = False, out_dir: Path | None = None, repeats: int | None = 
         rows += norm_rows
         targets += norm_targets
     plots = [_plot(rows, Path(out_dir))] if out_dir is not None else []
-    graph = "random graph" if quick else "Cora"
     setup = (
-        f"{graph} ({data.num_nodes} nodes, {data.edge_index.size(1)} directed edges, {data.num_features} features), "
+        f"{describe_graph(data, quick)}, "
         f"hidden {HIDDEN}, dropout {DROPOUT}, conv -> norm -> ReLU -> dropout, bare conv classifier, sym adjacency, "
         f"Adam; one full-batch epoch incl. backward and step; {repeats} interleaved rounds, median. "
         "Peak MB: extra resident memory during one epoch."

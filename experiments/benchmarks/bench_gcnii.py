@@ -35,7 +35,7 @@ from torch_geometric.utils import coalesce, remove_self_loops
 
 from experiments.benchmarks import _common
 from experiments.benchmarks import run_all as common
-from experiments.benchmarks.bench_gcn import load_cora, synthetic_graph
+from experiments.benchmarks.bench_gcn import describe_graph, load_cora, synthetic_graph
 from graphnorm.models import GCNII
 
 TARGET = 1.1
@@ -150,9 +150,8 @@ def run(quick: bool = False, out_dir: Path | None = None, repeats: int | None = 
     rows, targets = _common.compare_by_depth(
         depths, candidates, "GCNII", "PyG GCNII", TARGET, repeats=repeats, min_seconds=min_seconds
     )
-    graph = "random graph" if quick else "Cora"
     setup = (
-        f"{graph} ({data.num_nodes} nodes, {data.edge_index.size(1)} directed edges, {data.num_features} features), "
+        f"{describe_graph(data, quick)}, "
         f"hidden {HIDDEN}, alpha {ALPHA}, theta {THETA}, dropout {DROPOUT}, no norm, Adam with weight decay "
         f"{CONV_DECAY} (convs) / {DENSE_DECAY} (Linear); one full-batch epoch incl. backward and step; {repeats} "
         "interleaved rounds, median. Same eval-mode output with the same weights: "

@@ -24,7 +24,7 @@ from torch_geometric.nn import MLP, GINConv
 
 from experiments.benchmarks import _common
 from experiments.benchmarks import run_all as common
-from experiments.benchmarks.bench_gcn import epoch_fn, load_cora, synthetic_graph
+from experiments.benchmarks.bench_gcn import describe_graph, epoch_fn, load_cora, synthetic_graph
 from graphnorm.models.gin import GIN
 
 TARGET = 1.1
@@ -78,9 +78,8 @@ def run(quick: bool = False, out_dir: Path | None = None, repeats: int | None = 
         repeats=repeats,
         min_seconds=min_seconds,
     )
-    graph = "random graph" if quick else "Cora"
     setup = (
-        f"{graph} ({data.num_nodes} nodes, {data.edge_index.size(1)} directed edges, {data.num_features} features), "
+        f"{describe_graph(data, quick)}, "
         f"hidden {HIDDEN}, dropout {DROPOUT}, no norm, no virtual node, GINConv with trainable eps and OGB's MLP "
         "Linear(w, 2d)-BatchNorm-ReLU-Linear(2d, d), a linear head; baseline: the same stack from PyG's GINConv and "
         "MLP only; Adam, "
