@@ -1,4 +1,5 @@
-"""Small shared helpers for the benchmarks: interleaved median timing, peak memory, FLOP rates, markdown tables.
+"""Small shared helpers for the benchmarks: interleaved median timing, peak memory, FLOP rates, markdown tables,
+and the ours-vs-baseline comparison over depths that the model benchmarks share (:func:`compare_by_depth`).
 
 On a shared machine absolute times drift with the load; ratios between candidates timed in the same process, in
 interleaved rounds, are what carries over. Every helper here is deterministic given the measurements.
@@ -16,6 +17,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
+
+from experiments.benchmarks.run_all import Target, format_row
 
 
 def median(values: Sequence[float]) -> float:
@@ -66,6 +69,50 @@ def time_interleaved(
     """Median seconds per call of every candidate (see :func:`time_interleaved_samples`)."""
     samples = time_interleaved_samples(fns, repeats=repeats, warmup=warmup, min_seconds=min_seconds)
     return {name: median(values) for name, values in samples.items()}
+
+
+def compare_by_depth(
+    depths: Sequence[int],
+    candidates: Callable[[int], dict[str, Callable[[], object]]],
+    ours: str,
+    baseline: str,
+    target: float,
+    *,
+    repeats: int,
+    min_seconds: float,
+    leading: dict[str, object] | None = None,
+    more_ratios: dict[str, str] | None = None,
+) -> tuple[list[dict], list[Target]]:
+    """Time ``ours`` against ``baseline`` (and any other candidate) at every depth: the table rows and the targets.
+
+    At each depth, ``candidates(depth)`` gives the calls to compare by name (one training epoch of each model, say):
+    they are timed in interleaved rounds (:func:`time_interleaved`, median), then the extra peak memory of one call of
+    each is measured (:func:`peak_memory`). The row's columns, in order: the ``leading`` ones, ``"layers"``,
+    ``"<name> (ms)"`` of every candidate, ``"<ours> / <baseline>"``, each column of ``more_ratios`` (ours over the
+    candidate it names), ``"peak MB <ours>"`` and ``"peak MB <baseline>"``. Each row is printed as soon as it is
+    measured. The target of each row is ``ours / baseline <= target``, named by the leading values and the depth.
+    """
+    leading = leading or {}
+    more_ratios = more_ratios or {}
+    ratio_name = f"{ours} / {baseline}"
+    where = "".join(f"{value}, " for value in leading.values())
+    rows: list[dict] = []
+    targets: list[Target] = []
+    for depth in depths:
+        fns = candidates(depth)
+        times = time_interleaved(fns, repeats=repeats, min_seconds=min_seconds)
+        peak = {name: peak_memory(fn) for name, fn in fns.items()}
+        ratio = times[ours] / times[baseline]
+        row = {**leading, "layers": depth}
+        row.update({f"{name} (ms)": seconds * 1e3 for name, seconds in times.items()})
+        row[ratio_name] = ratio
+        row.update({column: times[ours] / times[other] for column, other in more_ratios.items()})
+        row[f"peak MB {ours}"] = megabytes(peak[ours])
+        row[f"peak MB {baseline}"] = megabytes(peak[baseline])
+        rows.append(row)
+        print(format_row(row), flush=True)
+        targets.append(Target(f"{where}{depth} layers: {ratio_name}", f"<= {target}", ratio, ratio <= target))
+    return rows, targets
 
 
 def _status_kib(field_name: str) -> int | None:

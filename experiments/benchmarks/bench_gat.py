@@ -14,7 +14,6 @@ in every layer.
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import torch
@@ -24,7 +23,7 @@ from torch_geometric.nn.models import GAT
 
 from experiments.benchmarks import _common
 from experiments.benchmarks import run_all as common
-from experiments.benchmarks.bench_gcn import epoch_fn, load_cora, synthetic_graph
+from experiments.benchmarks.bench_gcn import describe_graph, epoch_fn, load_cora, synthetic_graph
 from graphnorm.models.gat import DeepGAT
 
 TARGET = 1.1
@@ -48,47 +47,27 @@ def run(quick: bool = False, out_dir: Path | None = None, repeats: int | None = 
     depths = (2, 4) if quick else (2, 16, 64)
     repeats = repeats or (3 if quick else 7)
     min_seconds = 0.002 if quick else 0.02  # a candidate faster than this is looped within a round
-    rows: list[dict] = []
-    targets: list[common.Target] = []
-    for depth in depths:
-        fns = {name: epoch_fn(model, data) for name, model in build_models(data, depth).items()}
-        times = _common.time_interleaved(fns, repeats=repeats, min_seconds=min_seconds)
-        peak = {name: _common.peak_memory(fn) for name, fn in fns.items()}
-        ratio = times["DeepGAT"] / times["PyG GAT"]
-        row = {
-            "layers": depth,
-            "DeepGAT (ms)": times["DeepGAT"] * 1e3,
-            "PyG GAT (ms)": times["PyG GAT"] * 1e3,
-            "DeepGAT / PyG GAT": ratio,
-            "peak MB DeepGAT": _common.megabytes(peak["DeepGAT"]),
-            "peak MB PyG GAT": _common.megabytes(peak["PyG GAT"]),
-        }
-        rows.append(row)
-        print(common.format_row(row), flush=True)
-        targets.append(common.Target(f"{depth} layers: DeepGAT / PyG GAT", f"<= {TARGET}", ratio, ratio <= TARGET))
-    graph = "random graph" if quick else "Cora"
+    rows, targets = _common.compare_by_depth(
+        depths,
+        lambda depth: {name: epoch_fn(model, data) for name, model in build_models(data, depth).items()},
+        "DeepGAT",
+        "PyG GAT",
+        TARGET,
+        repeats=repeats,
+        min_seconds=min_seconds,
+    )
     setup = (
-        f"{graph} ({data.num_nodes} nodes, {data.edge_index.size(1)} directed edges, {data.num_features} features), "
+        f"{describe_graph(data, quick)}, "
         f"hidden {HIDDEN} = {HEADS} heads x {HIDDEN // HEADS}, dropout {DROPOUT} (features and attention), no norm, "
         f"conv -> ReLU -> dropout, GATConv classifier with {HEADS} averaged heads, Adam; one full-batch epoch incl. "
         f"backward and step; {repeats} interleaved rounds, median; {_common.load_summary()}. "
         "Peak MB: extra resident memory during one epoch."
     )
-    return common.BenchReport(
-        name="gat",
-        title="8. DeepGAT training epoch vs PyG GAT",
-        setup=setup,
-        tables=[common.markdown_table(rows)],
-        targets=targets,
-    )
+    return common.table_report("gat", "8. DeepGAT training epoch vs PyG GAT", setup, rows, targets)
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
-    parser.add_argument("--out", type=Path, default=None)
-    args = parser.parse_args(argv)
-    print(run(quick=args.quick, out_dir=args.out).to_markdown())
+    common.bench_main(run, __doc__, argv)
 
 
 if __name__ == "__main__":

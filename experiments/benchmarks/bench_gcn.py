@@ -17,7 +17,6 @@ Baselines, timed in the same process, interleaved with ``DeepGCN`` (one epoch of
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable
 from pathlib import Path
 
@@ -57,6 +56,12 @@ def synthetic_graph(num_nodes: int = 300, num_features: int = 32, num_classes: i
     )
 
 
+def describe_graph(data: Data, quick: bool) -> str:
+    """The graph the benchmark ran on (Cora, or in quick mode the random graph) and its size, for the setup text."""
+    graph = "random graph" if quick else "Cora"
+    return f"{graph} ({data.num_nodes} nodes, {data.edge_index.size(1)} directed edges, {data.num_features} features)"
+
+
 def build_models(data: Data, num_layers: int, norm: str) -> dict[str, nn.Module]:
     """DeepGCN and the two PyG GCN baselines with the same depth, width, dropout and norm."""
     in_channels, out_channels = data.num_features, int(data.y.max()) + 1
@@ -82,9 +87,9 @@ def build_models(data: Data, num_layers: int, norm: str) -> dict[str, nn.Module]
     return models
 
 
-def epoch_fn(model: nn.Module, data: Data) -> Callable[[], None]:
+def epoch_fn(model: nn.Module, data: Data, lr: float = 0.01) -> Callable[[], None]:
     """One full-batch training epoch (forward, loss on the training nodes, backward, one Adam step)."""
-    optimizer = torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=5e-4)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=5e-4)
     model.train()
 
     def epoch() -> None:
@@ -105,45 +110,29 @@ def run(quick: bool = False, out_dir: Path | None = None, repeats: int | None = 
     rows: list[dict] = []
     targets: list[common.Target] = []
     for norm in ("none", "batchnorm"):
-        for depth in depths:
-            models = build_models(data, depth, norm)
-            fns = {name: epoch_fn(model, data) for name, model in models.items()}
-            times = _common.time_interleaved(fns, repeats=repeats, min_seconds=min_seconds)
-            peak = {name: _common.peak_memory(fn) for name, fn in fns.items()}
-            ratio = times["DeepGCN"] / times["PyG GCN"]
-            ratio_cached = times["DeepGCN"] / times["PyG GCN cached"]
-            row = {
-                "norm": norm,
-                "layers": depth,
-                "DeepGCN (ms)": times["DeepGCN"] * 1e3,
-                "PyG GCN (ms)": times["PyG GCN"] * 1e3,
-                "PyG GCN cached (ms)": times["PyG GCN cached"] * 1e3,
-                "DeepGCN / PyG GCN": ratio,
-                "DeepGCN / PyG cached": ratio_cached,
-                "peak MB DeepGCN": _common.megabytes(peak["DeepGCN"]),
-                "peak MB PyG GCN": _common.megabytes(peak["PyG GCN"]),
-            }
-            rows.append(row)
-            print(common.format_row(row), flush=True)
-            targets.append(
-                common.Target(f"{norm}, {depth} layers: DeepGCN / PyG GCN", f"<= {TARGET}", ratio, ratio <= TARGET)
-            )
+        norm_rows, norm_targets = _common.compare_by_depth(
+            depths,
+            lambda depth, norm=norm: {
+                name: epoch_fn(model, data) for name, model in build_models(data, depth, norm).items()
+            },
+            "DeepGCN",
+            "PyG GCN",
+            TARGET,
+            repeats=repeats,
+            min_seconds=min_seconds,
+            leading={"norm": norm},
+            more_ratios={"DeepGCN / PyG cached": "PyG GCN cached"},
+        )
+        rows += norm_rows
+        targets += norm_targets
     plots = [_plot(rows, Path(out_dir))] if out_dir is not None else []
-    graph = "random graph" if quick else "Cora"
     setup = (
-        f"{graph} ({data.num_nodes} nodes, {data.edge_index.size(1)} directed edges, {data.num_features} features), "
+        f"{describe_graph(data, quick)}, "
         f"hidden {HIDDEN}, dropout {DROPOUT}, conv -> norm -> ReLU -> dropout, bare conv classifier, sym adjacency, "
         f"Adam; one full-batch epoch incl. backward and step; {repeats} interleaved rounds, median. "
         "Peak MB: extra resident memory during one epoch."
     )
-    return common.BenchReport(
-        name="gcn",
-        title="4. DeepGCN training epoch vs PyG GCN",
-        setup=setup,
-        tables=[common.markdown_table(rows)],
-        targets=targets,
-        plots=plots,
-    )
+    return common.table_report("gcn", "4. DeepGCN training epoch vs PyG GCN", setup, rows, targets, plots)
 
 
 def _plot(rows: list[dict], out_dir: Path) -> Path:
@@ -174,11 +163,7 @@ def _plot(rows: list[dict], out_dir: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
-    parser.add_argument("--out", type=Path, default=None)
-    args = parser.parse_args(argv)
-    print(run(quick=args.quick, out_dir=args.out).to_markdown())
+    common.bench_main(run, __doc__, argv)
 
 
 if __name__ == "__main__":

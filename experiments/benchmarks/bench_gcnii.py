@@ -35,7 +35,7 @@ from torch_geometric.utils import coalesce, remove_self_loops
 
 from experiments.benchmarks import _common
 from experiments.benchmarks import run_all as common
-from experiments.benchmarks.bench_gcn import load_cora, synthetic_graph
+from experiments.benchmarks.bench_gcn import describe_graph, load_cora, synthetic_graph
 from graphnorm.models import GCNII
 
 TARGET = 1.1
@@ -136,48 +136,29 @@ def run(quick: bool = False, out_dir: Path | None = None, repeats: int | None = 
     min_seconds = 0.002 if quick else 0.02
     adj_t = pyg_adjacency(data)
     sparse_x = data.x.to_sparse()
-    rows: list[dict] = []
-    targets: list[common.Target] = []
-    for depth in depths:
+
+    def candidates(depth: int) -> dict[str, Callable[[], None]]:
         models = build_models(data, depth)
         torch.manual_seed(0)
         ours_sparse = GCNII(data.num_features, HIDDEN, int(data.y.max()) + 1, depth, **OUR_KWARGS)
-        fns = {
+        return {
             "GCNII": epoch_fn(models["GCNII"], data, (data.x, data.edge_index)),
             "PyG GCNII": epoch_fn(models["PyG GCNII"], data, (data.x, adj_t)),
             "GCNII sparse x": epoch_fn(ours_sparse, data, (sparse_x, data.edge_index)),
         }
-        times = _common.time_interleaved(fns, repeats=repeats, min_seconds=min_seconds)
-        peak = {name: _common.peak_memory(fn) for name, fn in fns.items()}
-        ratio = times["GCNII"] / times["PyG GCNII"]
-        row = {
-            "layers": depth,
-            "GCNII (ms)": times["GCNII"] * 1e3,
-            "PyG GCNII (ms)": times["PyG GCNII"] * 1e3,
-            "GCNII sparse x (ms)": times["GCNII sparse x"] * 1e3,
-            "GCNII / PyG GCNII": ratio,
-            "peak MB GCNII": _common.megabytes(peak["GCNII"]),
-            "peak MB PyG GCNII": _common.megabytes(peak["PyG GCNII"]),
-        }
-        rows.append(row)
-        print(common.format_row(row), flush=True)
-        targets.append(common.Target(f"{depth} layers: GCNII / PyG GCNII", f"<= {TARGET}", ratio, ratio <= TARGET))
-    graph = "random graph" if quick else "Cora"
+
+    rows, targets = _common.compare_by_depth(
+        depths, candidates, "GCNII", "PyG GCNII", TARGET, repeats=repeats, min_seconds=min_seconds
+    )
     setup = (
-        f"{graph} ({data.num_nodes} nodes, {data.edge_index.size(1)} directed edges, {data.num_features} features), "
+        f"{describe_graph(data, quick)}, "
         f"hidden {HIDDEN}, alpha {ALPHA}, theta {THETA}, dropout {DROPOUT}, no norm, Adam with weight decay "
         f"{CONV_DECAY} (convs) / {DENSE_DECAY} (Linear); one full-batch epoch incl. backward and step; {repeats} "
         "interleaved rounds, median. Same eval-mode output with the same weights: "
         f"{'yes' if outputs_agree(data) else 'NO'}. Peak MB: extra resident memory during one epoch. "
         f"{_common.load_summary()}."
     )
-    return common.BenchReport(
-        name="gcnii",
-        title="7. GCNII training epoch vs a PyG-only GCNII",
-        setup=setup,
-        tables=[common.markdown_table(rows)],
-        targets=targets,
-    )
+    return common.table_report("gcnii", "7. GCNII training epoch vs a PyG-only GCNII", setup, rows, targets)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -14,7 +14,6 @@ process, interleaved (one epoch of each per round), median. Target (issue 19, ev
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import torch
@@ -25,7 +24,7 @@ from torch_geometric.nn import MLP, GINConv
 
 from experiments.benchmarks import _common
 from experiments.benchmarks import run_all as common
-from experiments.benchmarks.bench_gcn import epoch_fn, load_cora, synthetic_graph
+from experiments.benchmarks.bench_gcn import describe_graph, epoch_fn, load_cora, synthetic_graph
 from graphnorm.models.gin import GIN
 
 TARGET = 1.1
@@ -70,48 +69,28 @@ def run(quick: bool = False, out_dir: Path | None = None, repeats: int | None = 
     depths = (2, 4) if quick else (2, 8, 32)
     repeats = repeats or (3 if quick else 7)
     min_seconds = 0.002 if quick else 0.02  # a candidate faster than this is looped within a round
-    rows: list[dict] = []
-    targets: list[common.Target] = []
-    for depth in depths:
-        fns = {name: epoch_fn(model, data) for name, model in build_models(data, depth).items()}
-        times = _common.time_interleaved(fns, repeats=repeats, min_seconds=min_seconds)
-        peak = {name: _common.peak_memory(fn) for name, fn in fns.items()}
-        ratio = times["GIN"] / times["PyG GIN"]
-        row = {
-            "layers": depth,
-            "GIN (ms)": times["GIN"] * 1e3,
-            "PyG GIN (ms)": times["PyG GIN"] * 1e3,
-            "GIN / PyG GIN": ratio,
-            "peak MB GIN": _common.megabytes(peak["GIN"]),
-            "peak MB PyG GIN": _common.megabytes(peak["PyG GIN"]),
-        }
-        rows.append(row)
-        print(common.format_row(row), flush=True)
-        targets.append(common.Target(f"{depth} layers: GIN / PyG GIN", f"<= {TARGET}", ratio, ratio <= TARGET))
-    graph = "random graph" if quick else "Cora"
+    rows, targets = _common.compare_by_depth(
+        depths,
+        lambda depth: {name: epoch_fn(model, data) for name, model in build_models(data, depth).items()},
+        "GIN",
+        "PyG GIN",
+        TARGET,
+        repeats=repeats,
+        min_seconds=min_seconds,
+    )
     setup = (
-        f"{graph} ({data.num_nodes} nodes, {data.edge_index.size(1)} directed edges, {data.num_features} features), "
+        f"{describe_graph(data, quick)}, "
         f"hidden {HIDDEN}, dropout {DROPOUT}, no norm, no virtual node, GINConv with trainable eps and OGB's MLP "
         "Linear(w, 2d)-BatchNorm-ReLU-Linear(2d, d), a linear head; baseline: the same stack from PyG's GINConv and "
         "MLP only; Adam, "
         f"one full-batch epoch incl. backward and step; {repeats} interleaved rounds, median; "
         f"{_common.load_summary()}. Peak MB: extra resident memory during one epoch."
     )
-    return common.BenchReport(
-        name="gin",
-        title="GIN training epoch vs the same GIN from PyG parts",
-        setup=setup,
-        tables=[common.markdown_table(rows)],
-        targets=targets,
-    )
+    return common.table_report("gin", "GIN training epoch vs the same GIN from PyG parts", setup, rows, targets)
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
-    parser.add_argument("--out", type=Path, default=None)
-    args = parser.parse_args(argv)
-    print(run(quick=args.quick, out_dir=args.out).to_markdown())
+    common.bench_main(run, __doc__, argv)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ of one forward+backward call above the resident memory before it.
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -263,22 +262,11 @@ def run(quick: bool = False, out_dir: Path | None = None, repeats: int | None = 
         f"{num_nodes} nodes in {num_graphs} graphs (sizes {min_nodes}..{max_nodes}), d = {channels}, float32, "
         f"train mode, {repeats} interleaved rounds, median; x.clone() forward takes {clone_ms:.2f} ms."
     )
-    return common.BenchReport(
-        name="norms",
-        title="3. Per-graph element-wise norms",
-        setup=setup,
-        tables=[common.markdown_table(rows)],
-        targets=targets,
-    )
+    return common.table_report("norms", "3. Per-graph element-wise norms", setup, rows, targets)
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
-    parser.add_argument("--out", type=Path, default=None, help="write the report section as markdown here")
-    args = parser.parse_args(argv)
-    report = run(quick=args.quick, out_dir=args.out)
-    print(report.to_markdown())
+    common.bench_main(run, __doc__, argv, out_help="write the report section as markdown here")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ model on a 20,000-node random graph: the probe keeps a bounded chunk of layers, 
 
 from __future__ import annotations
 
-import argparse
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -231,11 +230,7 @@ def run(quick: bool = False, out_dir: Path | None = None, repeats: int | None = 
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
-    parser.add_argument("--out", type=Path, default=None)
-    args = parser.parse_args(argv)
-    print(run(quick=args.quick, out_dir=args.out).to_markdown())
+    common.bench_main(run, __doc__, argv)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ import platform
 import sys
 import time
 import traceback
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -150,6 +151,25 @@ def markdown_table(rows: list[dict]) -> str:
 def format_row(row: dict) -> str:
     """One result row as ``key=value`` pairs for the console."""
     return "  ".join(f"{key}={format_value(value)}" for key, value in row.items())
+
+
+def table_report(
+    name: str, title: str, setup: str, rows: list[dict], targets: list[Target], plots: Sequence[Path] = ()
+) -> BenchReport:
+    """A benchmark's section whose results are one table, of ``rows``."""
+    tables = [markdown_table(rows)]
+    return BenchReport(name=name, title=title, setup=setup, tables=tables, targets=targets, plots=list(plots))
+
+
+def bench_main(
+    run: Callable[..., BenchReport], description: str | None, argv: list[str] | None = None, out_help: str | None = None
+) -> None:
+    """One benchmark's command line (``[--quick] [--out DIR]``): prints the section ``run(quick, out_dir)`` returns."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
+    parser.add_argument("--out", type=Path, default=None, help=out_help)
+    args = parser.parse_args(argv)
+    print(run(quick=args.quick, out_dir=args.out).to_markdown())
 
 
 def machine_summary() -> str:
