@@ -196,9 +196,13 @@ def step_rows_record(config: RunConfig, rows: list[dict[str, Any]], seconds: flo
     return {"collapse_steps": rows, "collapse_steps_time_s": seconds}
 
 
-def _clip(model: nn.Module, config: RunConfig) -> None:
+def clip_gradients(model: nn.Module, config: RunConfig) -> None:
+    """Clip the gradients' total norm to ``config.grad_clip`` (0: no clipping), as every training step does."""
     if config.grad_clip > 0:
         torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+
+
+_clip = clip_gradients  # the former private name, kept for scripts that import it
 
 
 # --- node classification --------------------------------------------------------------------------------------
@@ -255,7 +259,7 @@ def train_node_level(
         outputs = model_outputs(model, data)  # [N, outputs]
         loss = task_loss(task, outputs[data.train_mask], data.y[data.train_mask])
         loss.backward()
-        _clip(model, config)
+        clip_gradients(model, config)
         optimizer.step()
         step_probe.after_step(epoch + 1, epoch)  # full batch: one optimizer step per epoch
         if epoch == 0:
@@ -426,7 +430,7 @@ class GraphTraining:
             self.schedule.optimizer.zero_grad()
             loss = task_loss(self.task, model_outputs(self.model, batch), batch.y)
             loss.backward()
-            _clip(self.model, self.config)
+            clip_gradients(self.model, self.config)
             self.schedule.optimizer.step()
             self.schedule.after_step()
             if self.ema is not None:
