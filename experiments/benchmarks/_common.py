@@ -71,6 +71,12 @@ def time_interleaved(
     return {name: median(values) for name, values in samples.items()}
 
 
+def round_settings(quick: bool, repeats: int | None, default_repeats: tuple[int, int] = (3, 7)) -> tuple[int, float]:
+    """Interleaved rounds (``repeats``, else ``default_repeats`` for quick / full mode) and the shortest timed call:
+    a candidate faster than it is looped within a round."""
+    return repeats or default_repeats[0 if quick else 1], 0.002 if quick else 0.02
+
+
 def compare_by_depth(
     depths: Sequence[int],
     candidates: Callable[[int], dict[str, Callable[[], object]]],

@@ -237,8 +237,7 @@ def run(
     test); those numbers are the test process's, not a model's.
     """
     depths = (2, 4) if quick else (8, 32)
-    repeats = repeats or (2 if quick else 5)
-    min_seconds = 0.002 if quick else 0.02  # a candidate faster than this is looped within a round
+    repeats, min_seconds = _common.round_settings(quick, repeats, default_repeats=(2, 5))
     worker_epochs = 2 if quick else 3
     subprocesses = (not quick) if subprocesses is None else subprocesses
     data = load_data(quick)

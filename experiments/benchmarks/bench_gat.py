@@ -45,8 +45,7 @@ def build_models(data: Data, num_layers: int) -> dict[str, nn.Module]:
 def run(quick: bool = False, out_dir: Path | None = None, repeats: int | None = None) -> common.BenchReport:
     data = synthetic_graph() if quick else load_cora()
     depths = (2, 4) if quick else (2, 16, 64)
-    repeats = repeats or (3 if quick else 7)
-    min_seconds = 0.002 if quick else 0.02  # a candidate faster than this is looped within a round
+    repeats, min_seconds = _common.round_settings(quick, repeats)
     rows, targets = _common.compare_by_depth(
         depths,
         lambda depth: {name: epoch_fn(model, data) for name, model in build_models(data, depth).items()},

@@ -105,8 +105,7 @@ def epoch_fn(model: nn.Module, data: Data, lr: float = 0.01) -> Callable[[], Non
 def run(quick: bool = False, out_dir: Path | None = None, repeats: int | None = None) -> common.BenchReport:
     data = synthetic_graph() if quick else load_cora()
     depths = (2, 4) if quick else (2, 16, 64)
-    repeats = repeats or (3 if quick else 7)
-    min_seconds = 0.002 if quick else 0.02  # a candidate faster than this is looped within a round
+    repeats, min_seconds = _common.round_settings(quick, repeats)
     rows: list[dict] = []
     targets: list[common.Target] = []
     for norm in ("none", "batchnorm"):

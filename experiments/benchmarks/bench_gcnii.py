@@ -132,8 +132,7 @@ def run(quick: bool = False, out_dir: Path | None = None, repeats: int | None = 
     # A simple graph (Cora is one): the example's ToSparseTensor merges repeated edges, edge_index keeps them.
     data.edge_index = coalesce(remove_self_loops(data.edge_index)[0])
     depths = (2, 4) if quick else (16, 64)
-    repeats = repeats or (3 if quick else 7)
-    min_seconds = 0.002 if quick else 0.02
+    repeats, min_seconds = _common.round_settings(quick, repeats)
     adj_t = pyg_adjacency(data)
     sparse_x = data.x.to_sparse()
 

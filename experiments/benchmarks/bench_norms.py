@@ -198,8 +198,7 @@ def run(quick: bool = False, out_dir: Path | None = None, repeats: int | None = 
         num_graphs, min_nodes, max_nodes, channels = 64, 3, 12, 16
     else:
         num_graphs, min_nodes, max_nodes, channels = 8000, 5, 45, 128
-    repeats = repeats or (3 if quick else 7)
-    min_seconds = 0.002 if quick else 0.02  # a candidate faster than this is looped within a round
+    repeats, min_seconds = _common.round_settings(quick, repeats)
     tensors = make_batch(num_graphs, min_nodes, max_nodes, channels)
     tensors["num_graphs"] = torch.tensor(num_graphs)
     num_nodes = tensors["x"].size(0)

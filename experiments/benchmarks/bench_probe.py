@@ -179,8 +179,7 @@ def _memory_large_graph(num_nodes: int, num_layers: int) -> dict:
 def run(quick: bool = False, out_dir: Path | None = None, repeats: int | None = None) -> common.BenchReport:
     data: Data = synthetic_graph() if quick else load_cora()
     depths = (4,) if quick else (64, 16)
-    repeats = repeats or (2 if quick else 7)
-    min_seconds = 0.002 if quick else 0.02  # a candidate faster than this is looped within a round
+    repeats, min_seconds = _common.round_settings(quick, repeats, default_repeats=(2, 7))
     rows = []
     for num_layers in depths:
         rows.append(_measure(data, num_layers, repeats, min_seconds))
