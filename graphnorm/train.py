@@ -202,9 +202,6 @@ def clip_gradients(model: nn.Module, config: RunConfig) -> None:
         torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
 
 
-_clip = clip_gradients  # the former private name, kept for scripts that import it
-
-
 # --- node classification --------------------------------------------------------------------------------------
 def sparse_features_help(model: nn.Module, x: Tensor) -> bool:
     """Whether ``model`` takes ``x`` as raw features that are sparse enough (<= 10% nonzero) to pass as COO.
