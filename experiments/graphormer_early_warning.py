@@ -49,6 +49,7 @@ from torch import Tensor, nn
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 from torch_geometric import seed_everything
 
+from graphnorm.analysis.collapse_steps import preserved_rng
 from graphnorm.analysis.probe import CollapseProbe, evaluation_sample
 from graphnorm.config import RunConfig, apply_overrides
 from graphnorm.data import GraphTask
@@ -268,15 +269,14 @@ class EarlyWarningRun:
 
     def signals(self, full_val: bool) -> dict[str, float]:
         """The weights' signals now; the global RNG is left as it was (a DataLoader draws a seed from it)."""
-        rng = torch.get_rng_state()
-        values = output_signals(self.model, self.signal_sample, self.task)
-        ema_values = output_signals(self.ema.module, self.signal_sample, self.task)
-        values.update({f"ema_{k}": v for k, v in ema_values.items()})
-        values.update(collapse_signals(self.model, self.probe_sample))
-        if full_val:
-            values["full_val_rocauc"] = evaluate_graphs(self.model, self.val_loader, self.task, torch.device("cpu"))
-            self.model.train()
-        torch.set_rng_state(rng)
+        with preserved_rng():
+            values = output_signals(self.model, self.signal_sample, self.task)
+            ema_values = output_signals(self.ema.module, self.signal_sample, self.task)
+            values.update({f"ema_{k}": v for k, v in ema_values.items()})
+            values.update(collapse_signals(self.model, self.probe_sample))
+            if full_val:
+                values["full_val_rocauc"] = evaluate_graphs(self.model, self.val_loader, self.task, torch.device("cpu"))
+                self.model.train()
         return values
 
 
