@@ -86,14 +86,29 @@ def test_contranorm_targets_are_judged_from_the_measured_rows():
         {"n": 20_000, "speed-up": 1.4, "streaming extra MB": 210.0},
     ]
     scaling_rows = [{"n": 10_000, "fraction of mm rate": 0.1}, {"n": 20_000, "fraction of mm rate": 0.55}]
-    targets = bench_contranorm.evaluate_targets(comparison, scaling_rows)
+    rss_rows = [
+        {"n": 20_000, "kernel": "streaming", "peak growth, 1 call (MB)": 120.0, "peak growth, 2 calls (MB)": 149.0},
+        {"n": 20_000, "kernel": "dense", "peak growth, 1 call (MB)": 9000.0, "peak growth, 2 calls (MB)": 9000.0},
+    ]
+    neighbour_rows = [
+        {"n": 20_000, "neighbour": "alone", "speed-up": 1.9},
+        {"n": 20_000, "neighbour": "beside", "speed-up": 1.45},
+    ]
+    targets = bench_contranorm.evaluate_targets(comparison, scaling_rows, rss_rows, neighbour_rows)
     assert [(what.split(",")[0], measured, met) for what, _, measured, met in targets] == [
         ("speed-up over dense", 1.2, True),
         ("speed-up over dense", 1.4, False),  # 20,000 needs 1.5x
         ("extra peak memory (MB)", 210.0, False),
+        ("process RSS growth (MB)", 149.0, True),  # the streaming kernel's peak over two calls, < 150 MB
+        ("speed-up over dense beside a neighbour", 1.45, False),
         ("FLOP rate / square-mm rate", 0.55, True),
     ]
+    rss_rows[0]["peak growth, 2 calls (MB)"] = 150.0
+    assert not bench_contranorm.evaluate_targets([], [], rss_rows)[0][3]
     assert bench_contranorm.evaluate_targets([{"n": 200, "speed-up": 9.0, "streaming extra MB": 1.0}], []) == []
+    small_rss = [{"n": 400, "kernel": "streaming", "peak growth, 2 calls (MB)": 900.0}]
+    small_neighbour = [{"n": 400, "neighbour": "beside", "speed-up": 0.5}]
+    assert bench_contranorm.evaluate_targets([], [], small_rss, small_neighbour) == []
 
 
 def test_markdown_table_escapes_pipes_and_rounds():

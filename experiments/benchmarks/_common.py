@@ -10,8 +10,11 @@ from __future__ import annotations
 import ctypes
 import functools
 import gc
+import json
 import math
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -19,6 +22,8 @@ from pathlib import Path
 import torch
 
 from experiments.benchmarks.run_all import Target, format_row
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def median(values: Sequence[float]) -> float:
@@ -121,15 +126,35 @@ def compare_by_depth(
     return rows, targets
 
 
-def _status_kib(field_name: str) -> int | None:
+def status_bytes(field_name: str) -> int | None:
+    """A ``kB`` field of ``/proc/self/status`` (``VmRSS``, ``VmHWM``, ...) in bytes; None where there is no procfs."""
     try:
         with open("/proc/self/status") as status:
             for line in status:
                 if line.startswith(field_name + ":"):
-                    return int(line.split()[1])
+                    return int(line.split()[1]) * 1024
     except OSError:
         return None
     return None
+
+
+# environment variables that change glibc malloc's settings (mallopt's M_* parameters, glibc.malloc tunables)
+ALLOCATOR_ENV_PREFIXES = ("MALLOC_", "GLIBC_TUNABLES")
+
+
+def run_json_worker(module: str, args: Sequence[str], default_allocator: bool = False) -> dict:
+    """``python -m <module> <args>`` in a fresh interpreter from the repository root; its JSON result (the last
+    stdout line). ``default_allocator``: without the environment variables that change glibc malloc's settings
+    (``MALLOC_*``, ``GLIBC_TUNABLES``), so the worker's memory is what a user with the defaults sees."""
+    env = dict(os.environ)
+    if default_allocator:
+        env = {key: value for key, value in env.items() if not key.startswith(ALLOCATOR_ENV_PREFIXES)}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    command = [sys.executable, "-m", module, *args]
+    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise RuntimeError(f"worker {' '.join(args)} failed:\n{result.stderr[-3000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 # glibc mallopt parameters (malloc.h)
@@ -177,17 +202,17 @@ def peak_memory(fn: Callable[[], object]) -> float | None:
         _glibc().malloc_trim(0)
         with open("/proc/self/clear_refs", "w") as clear:
             clear.write("5")
-    before = _status_kib("VmRSS")
+    before = status_bytes("VmRSS")
     try:
         fn()
     finally:
         if exact:  # back to the threshold glibc's dynamic rule reaches anyway, so timing runs are unaffected
             _mallopt(_M_MMAP_THRESHOLD, _GLIBC_MAX_MMAP_THRESHOLD)
             _mallopt(_M_TRIM_THRESHOLD, 2 * _GLIBC_MAX_MMAP_THRESHOLD)
-    peak = _status_kib("VmHWM")
+    peak = status_bytes("VmHWM")
     if before is None or peak is None:
         return None
-    return max(0, peak - before) * 1024.0
+    return float(max(0, peak - before))
 
 
 def time_and_peak_memory(fn: Callable[[], object]) -> tuple[float, float | None]:

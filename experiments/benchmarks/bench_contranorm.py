@@ -23,6 +23,7 @@ The markdown report goes to stdout and ``DIR/contranorm.md``, the plot to ``DIR/
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 from collections.abc import Callable
@@ -167,6 +168,84 @@ def scaling(sizes: list[int], channels: int, repeats: int, mm_size: int) -> list
     return rows
 
 
+def rss_growth(impl: str, num_nodes: int, channels: int) -> dict:
+    """Worker body (``--worker``): the process's resident-memory growth over two forward + backward calls of ``impl``
+    (``"streaming"`` or ``"dense"``) on :func:`random_graph`, inputs (features, graph, upstream gradient, module)
+    created before the first reading. Growths in bytes over ``VmRSS`` before the first call: ``VmHWM`` after the
+    first call, ``VmHWM`` after the second (the peak over both calls: memory that piles up across calls shows here)
+    and ``VmRSS`` after the second (what the process keeps). Meaningful only in a fresh process."""
+    x, edge_index = random_graph(num_nodes, channels)
+    module = ContraNorm(channels) if impl == "streaming" else DenseContraNorm(channels)
+    step = fwd_bwd(module, x, edge_index)
+    before = common.status_bytes("VmRSS")
+    step()
+    first_peak = common.status_bytes("VmHWM")
+    step()
+    second_peak, after = common.status_bytes("VmHWM"), common.status_bytes("VmRSS")
+    if None in (before, first_peak, second_peak, after):
+        raise RuntimeError("rss_growth needs /proc/self/status")
+    return {
+        "impl": impl,
+        "n": num_nodes,
+        "d": channels,
+        "peak growth, 1 call": first_peak - before,
+        "peak growth, 2 calls": second_peak - before,
+        "kept after 2 calls": after - before,
+    }
+
+
+def rss_growth_rows(sizes: list[int], channels: int) -> list[dict]:
+    """:func:`rss_growth` of the streaming kernel and of the dense reference, each in a fresh Python process with
+    glibc malloc's default settings (no ``MALLOC_*`` / ``GLIBC_TUNABLES``) and this process's torch thread count:
+    the extra memory a user sees (no fresh ``mmap`` forced, unlike :func:`_common.peak_memory`). MB = 2^20 bytes."""
+    rows = []
+    for n in sizes:
+        for impl in ("streaming", "dense"):
+            args = ["--worker", impl, str(n), str(channels), "--threads", str(torch.get_num_threads())]
+            result = common.run_json_worker("experiments.benchmarks.bench_contranorm", args, default_allocator=True)
+            row = {"n": n, "d": channels, "kernel": impl}
+            row.update({f"{key} (MB)": common.megabytes(result[key]) for key in RSS_COLUMNS})
+            print(f"[bench_contranorm] RSS growth {row}", file=sys.stderr, flush=True)
+            rows.append(row)
+    return rows
+
+
+RSS_COLUMNS = ("peak growth, 1 call", "peak growth, 2 calls", "kept after 2 calls")
+
+
+def beside_neighbour(sizes: list[int], channels: int, repeats: int) -> list[dict]:
+    """Streaming vs dense speed-up, alone and beside a CPU-bound neighbour process (``bench_threads``'s
+    :func:`~experiments.benchmarks.bench_threads.neighbour_process`, paused in the alone rounds): in every round both
+    conditions, in alternating order, each timing both kernels once (interleaved). Speed-up: the condition's median
+    dense time over its median streaming time, so alone and beside come from the same rounds."""
+    from experiments.benchmarks.bench_threads import neighbour_process
+
+    rows = []
+    for n in sizes:
+        x, edge_index = random_graph(n, channels)
+        candidates = {
+            "streaming": fwd_bwd(ContraNorm(channels), x, edge_index),
+            "dense": fwd_bwd(DenseContraNorm(channels), x, edge_index),
+        }
+        samples = {(name, on): [] for name in candidates for on in (False, True)}
+        with neighbour_process() as neighbour:
+            for round_index in range(repeats):
+                for on in (False, True) if round_index % 2 == 0 else (True, False):
+                    neighbour(on)
+                    times = common.time_interleaved_samples(candidates, repeats=1, warmup=0, min_seconds=0.0)
+                    for name, values in times.items():
+                        samples[(name, on)] += values
+                neighbour(False)
+        median = {key: common.median(values) for key, values in samples.items()}
+        for on in (False, True):
+            row = {"n": n, "d": channels, "neighbour": "beside" if on else "alone", "rounds": repeats}
+            row["streaming s"], row["dense s"] = median[("streaming", on)], median[("dense", on)]
+            row["speed-up"] = row["dense s"] / row["streaming s"]
+            print(f"[bench_contranorm] neighbour {row}", file=sys.stderr, flush=True)
+            rows.append(row)
+    return rows
+
+
 def plot(comparison: list[dict], scaling_rows: list[dict], path: Path) -> Path:
     import matplotlib
 
@@ -198,11 +277,20 @@ def plot(comparison: list[dict], scaling_rows: list[dict], path: Path) -> Path:
 
 TARGET_SPEEDUP = {2708: 1.0, 20_000: 1.5}  # dense time / streaming time, at least
 TARGET_EXTRA_MB_20K = 200.0
+TARGET_RSS_GROWTH_MB_20K = 150.0  # the streaming kernel's process RSS growth, default allocator (issue 20)
 TARGET_MM_FRACTION_20K = 0.5
 
 
-def evaluate_targets(comparison: list[dict], scaling_rows: list[dict]) -> list[tuple[str, str, float | None, bool]]:
-    """``(what, required, measured, met)`` for every target whose size was measured (none in quick mode)."""
+def evaluate_targets(
+    comparison: list[dict],
+    scaling_rows: list[dict],
+    rss_rows: list[dict] = (),
+    neighbour_rows: list[dict] = (),
+) -> list[tuple[str, str, float | None, bool]]:
+    """``(what, required, measured, met)`` for every target whose size was measured (none in quick mode).
+
+    RSS growth: the streaming kernel's peak over two calls (the larger of the two readings). Beside a neighbour:
+    the speed-up of the beside rows, against the same bound as alone."""
     targets = []
     for row in comparison:
         if row["n"] in TARGET_SPEEDUP:
@@ -213,6 +301,18 @@ def evaluate_targets(comparison: list[dict], scaling_rows: list[dict]) -> list[t
             extra = row["streaming extra MB"]
             met = extra is not None and extra < TARGET_EXTRA_MB_20K
             targets.append(("extra peak memory (MB), n = 20,000", f"< {TARGET_EXTRA_MB_20K:.0f}", extra, met))
+    for row in rss_rows:
+        if row["n"] == 20_000 and row["kernel"] == "streaming":
+            growth = row["peak growth, 2 calls (MB)"]
+            met = growth < TARGET_RSS_GROWTH_MB_20K
+            what = "process RSS growth (MB), streaming, 2 calls, n = 20,000"
+            targets.append((what, f"< {TARGET_RSS_GROWTH_MB_20K:.0f}", growth, met))
+    for row in neighbour_rows:
+        if row["n"] == 20_000 and row["neighbour"] == "beside":
+            required = TARGET_SPEEDUP[20_000]
+            met = row["speed-up"] >= required
+            what = "speed-up over dense beside a neighbour, n = 20,000"
+            targets.append((what, f">= {required}x", row["speed-up"], met))
     for row in scaling_rows:
         if row["n"] == 20_000:
             fraction = row["fraction of mm rate"]
@@ -221,15 +321,18 @@ def evaluate_targets(comparison: list[dict], scaling_rows: list[dict]) -> list[t
     return targets
 
 
-def run(quick: bool, out_dir: Path, repeats: int | None = None) -> str:
-    """Run both parts; return the markdown report (also written to ``out_dir/contranorm.md``)."""
-    return run_with_targets(quick, out_dir, repeats)[0]
+def run(quick: bool, out_dir: Path, repeats: int | None = None, neighbour: bool = False) -> str:
+    """Run every part; return the markdown report (also written to ``out_dir/contranorm.md``)."""
+    return run_with_targets(quick, out_dir, repeats, neighbour)[0]
 
 
 def run_with_targets(
-    quick: bool, out_dir: Path, repeats: int | None = None
+    quick: bool, out_dir: Path, repeats: int | None = None, neighbour: bool = False
 ) -> tuple[str, list[tuple[str, str, float | None, bool]]]:
-    """:func:`run`, plus the targets as ``(what, required, measured, met)`` rows (also a table in the report)."""
+    """:func:`run`, plus the targets as ``(what, required, measured, met)`` rows (also a table in the report).
+
+    ``neighbour``: also the streaming vs dense comparison at the largest size beside a CPU-bound neighbour process
+    (:func:`beside_neighbour`)."""
     if quick:
         compare_sizes, scaling_sizes, channels, mm_size = [200, 400], [300, 600], 8, 128
         repeats = repeats or 1
@@ -245,6 +348,8 @@ def run_with_targets(
     mm_rate = common.matmul_flop_rate(mm_size)
     comparison = compare_with_dense(compare_sizes, channels, repeats, mm_rate)
     scaling_rows = scaling(scaling_sizes, channels, max(repeats, 5), mm_size)
+    rss_rows = rss_growth_rows(compare_sizes[-1:], channels)
+    neighbour_rows = beside_neighbour(compare_sizes[-1:], channels, max(repeats, 2)) if neighbour else []
     mm_rate_end = common.matmul_flop_rate(mm_size)
     load_end = common.load_summary()
 
@@ -267,8 +372,26 @@ def run_with_targets(
         " (expected 1; small sizes are dominated by allocator noise).",
         "",
         f"![scaling]({figure.name})",
+        "",
+        f"### Process RSS growth (fresh process per kernel, default allocator, {torch.get_num_threads()} thread(s))",
+        "",
+        "What a user sees: `VmHWM` after one and after two forward + backward calls, and `VmRSS` after the second, "
+        "minus `VmRSS` before the first (inputs already created); glibc malloc keeps its default settings, so "
+        "freed memory it holds on to counts (the table above forces fresh mmaps and reads less).",
+        "",
+        common.markdown_table(rss_rows),
     ]
-    targets = evaluate_targets(comparison, scaling_rows)
+    if neighbour_rows:
+        lines += [
+            "",
+            "### Beside a CPU-bound neighbour process",
+            "",
+            "Alone and beside rounds alternate (neighbour paused / running); both kernels timed in every round; "
+            "speed-up = median dense / median streaming within each condition.",
+            "",
+            common.markdown_table(neighbour_rows),
+        ]
+    targets = evaluate_targets(comparison, scaling_rows, rss_rows, neighbour_rows)
     if targets:
         target_rows = [{"target": t[0], "required": t[1], "measured": t[2], "met": t[3]} for t in targets]
         lines += ["", "### Targets", "", common.markdown_table(target_rows)]
@@ -282,8 +405,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="tiny sizes, for a smoke test")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output folder (default {DEFAULT_OUT})")
     parser.add_argument("--repeats", type=int, default=None, help="timed rounds per size (default 3, quick 1)")
+    parser.add_argument(
+        "--neighbour", action="store_true", help="also time the largest size beside a CPU-bound neighbour process"
+    )
+    parser.add_argument(
+        "--worker", nargs=3, metavar=("KERNEL", "N", "D"), help="internal: print rss_growth(KERNEL, N, D) as JSON"
+    )
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (worker)")
     args = parser.parse_args(argv)
-    print(run(quick=args.quick, out_dir=args.out, repeats=args.repeats))
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.worker:
+        impl, num_nodes, channels = args.worker
+        print(json.dumps(rss_growth(impl, int(num_nodes), int(channels))))
+        return
+    print(run(quick=args.quick, out_dir=args.out, repeats=args.repeats, neighbour=args.neighbour))
 
 
 if __name__ == "__main__":

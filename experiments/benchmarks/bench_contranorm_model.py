@@ -25,10 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import resource
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -164,18 +161,6 @@ def symmetric_kernel_matmuls_fn(num_nodes: int, channels: int) -> Callable[[], N
     return matmuls
 
 
-def _status_bytes(field: str) -> int | None:
-    """A ``kB`` field of ``/proc/self/status`` (VmRSS, VmHWM) in bytes; None where there is no procfs."""
-    try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
-
-
 def measure_config(impl: str, num_layers: int, epochs: int, quick: bool = False) -> dict:
     """Worker body: load data, build the model, run ``epochs`` epochs; peak and pre-training resident memory.
 
@@ -186,13 +171,13 @@ def measure_config(impl: str, num_layers: int, epochs: int, quick: bool = False)
     data = load_data(quick)
     model = build_model(data, impl, num_layers)
     epoch = epoch_fn(model, data)
-    rss_before = _status_bytes("VmRSS")
+    rss_before = _common.status_bytes("VmRSS")
     times = []
     for _ in range(epochs):
         start = time.perf_counter()
         epoch()
         times.append(time.perf_counter() - start)
-    peak = _status_bytes("VmHWM")
+    peak = _common.status_bytes("VmHWM")
     if peak is None:  # no procfs: getrusage's maximum resident set (kB on Linux)
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     return {
@@ -206,26 +191,9 @@ def measure_config(impl: str, num_layers: int, epochs: int, quick: bool = False)
 
 def measure_in_subprocess(impl: str, num_layers: int, epochs: int, quick: bool = False) -> dict:
     """Run :func:`measure_config` in a fresh interpreter; its JSON result (the last stdout line)."""
-    command = [
-        sys.executable,
-        "-m",
-        "experiments.benchmarks.bench_contranorm_model",
-        "--worker",
-        "--impl",
-        impl,
-        "--layers",
-        str(num_layers),
-        "--epochs",
-        str(epochs),
-        "--threads",
-        str(torch.get_num_threads()),
-    ] + (["--quick"] if quick else [])
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        raise RuntimeError(f"worker {impl} {num_layers} layers failed:\n{result.stderr[-3000:]}")
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    args = ["--worker", "--impl", impl, "--layers", str(num_layers), "--epochs", str(epochs)]
+    args += ["--threads", str(torch.get_num_threads())] + (["--quick"] if quick else [])
+    return _common.run_json_worker("experiments.benchmarks.bench_contranorm_model", args)
 
 
 def run(
