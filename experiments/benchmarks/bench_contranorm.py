@@ -1,6 +1,6 @@
 """ContraNorm: streaming linear-memory kernel vs the dense reference, and its scaling in n.
 
-    python -m experiments.benchmarks.bench_contranorm [--quick] [--out DIR] [--repeats R]
+    python -m experiments.benchmarks.bench_contranorm [--quick] [--out DIR] [--repeats R] [--neighbour]
 
 1. Forward + backward of ``ContraNorm`` (defaults: scale 1, tau 1, neighbours excluded, LayerNorm) against a dense
    reference of the official formula (``n x n`` similarity, ``-inf`` mask, softmax, ``P @ x``) on one random graph
@@ -14,9 +14,16 @@
    counted: the matmuls the kernel executes. The graph's edges are undirected, so ContraNorm runs its half-tile
    kernel (``graphnorm/norms/contranorm_symmetric.py``): :func:`half_tile_matmul_flops` sums its products tile by
    tile, about 10 n^2 d (the row-block kernel executed 14 n^2 d).
+3. Process RSS growth at n = 20,000 (d = 64, the same graph), what a user sees: each kernel in a fresh Python process
+   with glibc malloc's default settings, ``VmHWM`` after one and after two forward + backward calls over ``VmRSS``
+   before the first (:func:`rss_growth`); part 1's column instead forces fresh mmaps, so freed memory that malloc
+   keeps does not count there.
+4. ``--neighbour``: the n = 20,000 speed-up alone and beside a CPU-bound neighbour process, from the same
+   interleaved rounds (:func:`beside_neighbour`).
 
-Targets (2 CPU cores, float32): n = 2,708 at least as fast as dense; n = 20,000 at least 1.5x faster than dense with
-extra peak memory under 200 MB; FLOP rate >= 50% of the square-mm rate at n = 20,000.
+Targets (2 CPU cores, float32): n = 2,708 at least as fast as dense; n = 20,000 at least 1.5x faster than dense (alone,
+and beside the neighbour with ``--neighbour``) with extra peak memory under 200 MB and process RSS growth of the
+streaming kernel under 150 MB over two calls; FLOP rate >= 50% of the square-mm rate at n = 20,000.
 The markdown report goes to stdout and ``DIR/contranorm.md``, the plot to ``DIR/contranorm_scaling.png``.
 """
 
