@@ -41,7 +41,6 @@ from experiments.benchmarks.bench_gcn import synthetic_graph
 from graphnorm.models.gcn import DeepGCN
 from graphnorm.norms import contranorm_symmetric
 
-REPO = Path(__file__).resolve().parents[2]
 HIDDEN = 32
 RSS_TARGET_BYTES = 1.5e9
 TIME_TARGET = 0.5  # ours / dense at 8 layers
