@@ -225,7 +225,7 @@ def beside_neighbour(sizes: list[int], channels: int, repeats: int) -> list[dict
     :func:`~experiments.benchmarks.bench_threads.neighbour_process`, paused in the alone rounds): in every round both
     conditions, in alternating order, each timing both kernels once (interleaved). Speed-up: the condition's median
     dense time over its median streaming time, so alone and beside come from the same rounds."""
-    from experiments.benchmarks.bench_threads import neighbour_process
+    from experiments.benchmarks.bench_threads import alone_and_beside_samples
 
     rows = []
     for n in sizes:
@@ -234,15 +234,7 @@ def beside_neighbour(sizes: list[int], channels: int, repeats: int) -> list[dict
             "streaming": fwd_bwd(ContraNorm(channels), x, edge_index),
             "dense": fwd_bwd(DenseContraNorm(channels), x, edge_index),
         }
-        samples = {(name, on): [] for name in candidates for on in (False, True)}
-        with neighbour_process() as neighbour:
-            for round_index in range(repeats):
-                for on in (False, True) if round_index % 2 == 0 else (True, False):
-                    neighbour(on)
-                    times = common.time_interleaved_samples(candidates, repeats=1, warmup=0, min_seconds=0.0)
-                    for name, values in times.items():
-                        samples[(name, on)] += values
-                neighbour(False)
+        samples = alone_and_beside_samples(candidates, repeats)
         median = {key: common.median(values) for key, values in samples.items()}
         for on in (False, True):
             row = {"n": n, "d": channels, "neighbour": "beside" if on else "alone", "rounds": repeats}

@@ -80,6 +80,21 @@ def neighbour_process() -> Iterator[Callable[[bool], None]]:
         process.wait()
 
 
+def alone_and_beside_samples(candidates: dict, repeats: int) -> dict[tuple, list[float]]:
+    """Seconds per ``(candidate, beside)``: in every round both conditions, in alternating order (the neighbour
+    process paused, then running, or the reverse), each timing every candidate once (interleaved)."""
+    samples: dict[tuple, list[float]] = {(name, on): [] for name in candidates for on in (False, True)}
+    with neighbour_process() as neighbour:
+        for round_index in range(repeats):
+            for on in (False, True) if round_index % 2 == 0 else (True, False):
+                neighbour(on)
+                times = _common.time_interleaved_samples(candidates, repeats=1, warmup=0, min_seconds=0.0)
+                for name, values in times.items():
+                    samples[(name, on)] += values
+            neighbour(False)
+    return samples
+
+
 def _model(data: Data, num_layers: int, norm: str) -> nn.Module:
     torch.manual_seed(0)
     return DeepGCN(data.num_features, HIDDEN, int(data.y.max()) + 1, num_layers, norm=norm, dropout=0.5)
@@ -123,15 +138,7 @@ def threads_beside_neighbour(data: Data, num_layers: int, repeats: int) -> list[
     rows = []
     for kind, fn in _calls(model, data).items():
         candidates = {threads: _with_threads(threads, fn) for threads in thread_counts}
-        samples: dict[tuple[int, bool], list[float]] = {(t, on): [] for t in thread_counts for on in (False, True)}
-        with neighbour_process() as neighbour:
-            for round_index in range(repeats):
-                for on in (False, True) if round_index % 2 == 0 else (True, False):
-                    neighbour(on)
-                    times = _common.time_interleaved_samples(candidates, repeats=1, warmup=0, min_seconds=0.0)
-                    for threads, values in times.items():
-                        samples[(threads, on)] += values
-                neighbour(False)
+        samples = alone_and_beside_samples(candidates, repeats)
         for threads in thread_counts:
             alone, beside = _common.median(samples[(threads, False)]), _common.median(samples[(threads, True)])
             memory = _common.peak_memory(candidates[threads])
