@@ -142,13 +142,20 @@ def status_bytes(field_name: str) -> int | None:
 ALLOCATOR_ENV_PREFIXES = ("MALLOC_", "GLIBC_TUNABLES")
 
 
-def run_json_worker(module: str, args: Sequence[str], default_allocator: bool = False) -> dict:
+def run_json_worker(
+    module: str, args: Sequence[str], default_allocator: bool = False, environment: dict[str, str | None] | None = None
+) -> dict:
     """``python -m <module> <args>`` in a fresh interpreter from the repository root; its JSON result (the last
     stdout line). ``default_allocator``: without the environment variables that change glibc malloc's settings
-    (``MALLOC_*``, ``GLIBC_TUNABLES``), so the worker's memory is what a user with the defaults sees."""
+    (``MALLOC_*``, ``GLIBC_TUNABLES``), so the worker's memory is what a user with the defaults sees.
+    ``environment``: variables to set in the worker's environment (``None``: removed)."""
     env = dict(os.environ)
     if default_allocator:
         env = {key: value for key, value in env.items() if not key.startswith(ALLOCATOR_ENV_PREFIXES)}
+    for key, value in (environment or {}).items():
+        env.pop(key, None)
+        if value is not None:
+            env[key] = value
     env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     command = [sys.executable, "-m", module, *args]
     result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, check=False)

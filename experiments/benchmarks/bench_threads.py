@@ -255,13 +255,11 @@ def wait_policy_rows(num_layers: int, passes: int) -> list[dict]:
     with neighbour_process() as neighbour:
         neighbour(True)
         for policy in ("", "PASSIVE", "ACTIVE"):
-            env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
-            if policy:
-                env["OMP_WAIT_POLICY"] = policy
-            command = [sys.executable, "-m", "experiments.benchmarks.bench_threads", "--child", str(num_layers)]
-            command += [str(passes)]
-            result = subprocess.run(command, env=env, capture_output=True, text=True, check=True, timeout=600)
-            times = json.loads(result.stdout.strip().splitlines()[-1])
+            times = _common.run_json_worker(
+                "experiments.benchmarks.bench_threads",
+                ["--child", str(num_layers), str(passes)],
+                environment={"OMP_WAIT_POLICY": policy or None},
+            )
             rows.append(
                 {
                     "OMP_WAIT_POLICY": policy or "(unset)",
