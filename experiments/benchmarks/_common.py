@@ -143,12 +143,17 @@ ALLOCATOR_ENV_PREFIXES = ("MALLOC_", "GLIBC_TUNABLES")
 
 
 def run_json_worker(
-    module: str, args: Sequence[str], default_allocator: bool = False, environment: dict[str, str | None] | None = None
+    module: str,
+    args: Sequence[str],
+    default_allocator: bool = False,
+    environment: dict[str, str | None] | None = None,
+    timeout_s: float | None = None,
 ) -> dict:
     """``python -m <module> <args>`` in a fresh interpreter from the repository root; its JSON result (the last
     stdout line). ``default_allocator``: without the environment variables that change glibc malloc's settings
     (``MALLOC_*``, ``GLIBC_TUNABLES``), so the worker's memory is what a user with the defaults sees.
-    ``environment``: variables to set in the worker's environment (``None``: removed)."""
+    ``environment``: variables to set in the worker's environment (``None``: removed). ``timeout_s``: kill a worker
+    that runs longer (``subprocess.TimeoutExpired``)."""
     env = dict(os.environ)
     if default_allocator:
         env = {key: value for key, value in env.items() if not key.startswith(ALLOCATOR_ENV_PREFIXES)}
@@ -158,7 +163,7 @@ def run_json_worker(
             env[key] = value
     env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     command = [sys.executable, "-m", module, *args]
-    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, check=False)
+    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, check=False, timeout=timeout_s)
     if result.returncode != 0:
         raise RuntimeError(f"worker {' '.join(args)} failed:\n{result.stderr[-3000:]}")
     return json.loads(result.stdout.strip().splitlines()[-1])

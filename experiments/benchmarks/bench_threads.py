@@ -259,6 +259,7 @@ def wait_policy_rows(num_layers: int, passes: int) -> list[dict]:
                 "experiments.benchmarks.bench_threads",
                 ["--child", str(num_layers), str(passes)],
                 environment={"OMP_WAIT_POLICY": policy or None},
+                timeout_s=600,
             )
             rows.append(
                 {
