@@ -13,7 +13,7 @@ from torch_geometric.nn.models import GAT
 from torch_geometric.utils import erdos_renyi_graph
 
 from graphnorm.config import RunConfig
-from graphnorm.models import DeepGAT
+from graphnorm.models import DeepGAT, DeepGCN
 from graphnorm.train import run
 
 # Many tiny tensor ops: on a shared 2-core machine one intra-op thread is faster (see conftest).
@@ -82,6 +82,30 @@ def test_equals_pyg_gat_with_the_same_weights() -> None:
     for block, conv in zip(ours.blocks, pyg.convs):
         conv.load_state_dict(block.conv.state_dict())
     torch.testing.assert_close(ours(graph.x, graph.edge_index), pyg(graph.x, graph.edge_index))
+
+
+@pytest.mark.parametrize("norm", ["none", "contranorm"])
+def test_zero_attention_kipf_init_starts_as_the_row_adjacency_gcn(norm: str) -> None:
+    """attention_init='zeros': uniform attention over each node and its neighbours, so with the same weights the GAT
+    is DeepGCN(adjacency='row') layer for layer; init='kipf' draws weights and bias in +-1/sqrt(output width)."""
+    graph = random_graph(11, channels=6)
+    kwargs = dict(norm=norm, dropout=0.6, layer_order="dropout-conv-norm-act", shared_layernorm=norm == "contranorm")
+    torch.manual_seed(0)
+    gat = DeepGAT(6, 16, 3, 4, num_heads=4, init="kipf", attention_init="zeros", **kwargs).eval()
+    gcn = DeepGCN(6, 16, 3, 4, adjacency="row", **kwargs).eval()
+    for block, gcn_block in zip(gat.blocks, gcn.blocks):
+        conv = block.conv
+        assert conv.att_src.abs().sum() == 0 and conv.att_dst.abs().sum() == 0
+        bound = 1 / conv.lin.weight.size(0) ** 0.5  # 16 for the hidden layers, 3 for the classifier
+        assert conv.lin.weight.abs().max() <= bound and 0 < conv.bias.abs().max() <= bound
+        gcn_block.conv.lin.weight.data.copy_(conv.lin.weight)
+        gcn_block.conv.bias.data.copy_(conv.bias)
+    torch.testing.assert_close(gat(graph.x, graph.edge_index), gcn(graph.x, graph.edge_index))
+    torch.manual_seed(0)
+    glorot = DeepGAT(6, 16, 3, 4, num_heads=4, **kwargs)
+    assert glorot.blocks[1].conv.att_src.abs().sum() > 0 and glorot.blocks[1].conv.bias.abs().sum() == 0
+    with pytest.raises(ValueError, match="attention_init"):
+        DeepGAT(6, 16, 3, 2, attention_init="uniform")
 
 
 @pytest.mark.parametrize("norm", ["contranorm", "sepnorm", "graphnorm", "batchnorm"])
@@ -156,7 +180,8 @@ def test_bad_models_raise_clear_errors() -> None:
     [
         ({"adjacency": "row"}, "adjacency='row' is a DeepGCN option: model='gat'"),
         ({"hidden_channels": 30}, "num_heads=4 must divide hidden_channels=30"),
-        ({"model_kwargs": {"init": "kipf"}}, r"unknown model_kwargs \['init'\] for gat"),
+        ({"model_kwargs": {"adjacency": "row"}}, r"unknown model_kwargs \['adjacency'\] for gat"),
+        ({"model_kwargs": {"init": "he"}}, "init must be one of"),
         ({"model_kwargs": {"output_heads": 0}}, "output_heads must be a positive integer"),
         ({"model_kwargs": {"concat": "yes"}}, "model_kwargs.concat must be true or false"),
         ({"model_kwargs": {"attention_dropout": 1.5}}, "attention_dropout must be in"),
