@@ -142,6 +142,30 @@ def test_matches_dense_reference_single_large_graph(dtype, atol, exclude_neighbo
     compare(norm, x, None, edge_index, atol)
 
 
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_symmetric_kernel_on_threads_is_exact_and_repeatable(monkeypatch, threads) -> None:
+    """With more than one torch thread the half-tile kernel splits its tiles over Python threads (each into its own
+    accumulators): still the dense reference, the same bits on every call, and torch's thread count restored."""
+    monkeypatch.setattr(symmetric_module, "TILE_ROWS", 32)  # 150 nodes: 5 tiles per side, 15 upper tiles
+    _, edge_index = random_graph_batch([150], edges_per_node=4)
+    x = torch.randn(150, 8, dtype=torch.float64)
+    norm = make_norm(8, torch.float64, scale=0.8, tau=0.5)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        compare(norm, x, None, edge_index, 1e-10)
+        runs = []
+        for _ in range(2):
+            leaf = x.clone().requires_grad_(True)
+            out = norm(leaf, edge_index=edge_index)
+            out.backward(torch.ones_like(out))
+            runs.append((out.detach(), leaf.grad))
+        assert all(torch.equal(a, b) for a, b in zip(*runs))
+        assert torch.get_num_threads() == threads
+    finally:
+        torch.set_num_threads(previous)
+
+
 @pytest.mark.parametrize("dense_max_nodes", [0, 100, 10**6])
 @pytest.mark.parametrize("single_graph", [True, False])
 def test_dense_max_nodes_moves_graphs_between_exact_paths(monkeypatch, dense_max_nodes, single_graph) -> None:
