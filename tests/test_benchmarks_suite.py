@@ -85,7 +85,7 @@ def test_contranorm_targets_are_judged_from_the_measured_rows():
         {"n": 2708, "speed-up": 1.2, "streaming extra MB": 70.0},
         {"n": 20_000, "speed-up": 1.4, "streaming extra MB": 210.0},
     ]
-    scaling_rows = [{"n": 10_000, "fraction of mm rate": 0.1}, {"n": 20_000, "fraction of mm rate": 0.55}]
+    scaling_rows = [{"n": 10_000, "fraction of mm rate": 0.1}, {"n": 20_000, "fraction of mm rate": 0.65}]
     rss_rows = [
         {"n": 20_000, "kernel": "streaming", "peak growth, 1 call (MB)": 120.0, "peak growth, 2 calls (MB)": 149.0},
         {"n": 20_000, "kernel": "dense", "peak growth, 1 call (MB)": 9000.0, "peak growth, 2 calls (MB)": 9000.0},
@@ -101,7 +101,7 @@ def test_contranorm_targets_are_judged_from_the_measured_rows():
         ("extra peak memory (MB)", 210.0, False),
         ("process RSS growth (MB)", 149.0, True),  # the streaming kernel's peak over two calls, < 150 MB
         ("speed-up over dense beside a neighbour", 1.45, False),
-        ("FLOP rate / square-mm rate", 0.55, True),
+        ("FLOP rate / square-mm rate", 0.65, False),  # issue 20: at least 0.7
     ]
     rss_rows[0]["peak growth, 2 calls (MB)"] = 150.0
     assert not bench_contranorm.evaluate_targets([], [], rss_rows)[0][3]
