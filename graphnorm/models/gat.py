@@ -32,14 +32,13 @@ that model learn Cora. The GAT protocol preset uses both.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from torch import Tensor, nn
 from torch_geometric.nn import GATConv
 from torch_geometric.utils import add_self_loops
 
-from graphnorm.models.gcn import INITS, DeepGCN, check_choice
+from graphnorm.models.gcn import INITS, DeepGCN, check_choice, kipf_init
 from graphnorm.models.registry import register_model
 
 ATTENTION_INITS = ("glorot", "zeros")
@@ -152,9 +151,7 @@ class DeepGAT(DeepGCN):
         """Re-initialize ``conv`` per ``init`` and ``attention_init`` (see the class docstring); "glorot" keeps
         GATConv's own."""
         if init == "kipf":
-            bound = 1.0 / math.sqrt(conv.lin.weight.size(0))  # [heads * out, in]: the layer's output width
-            nn.init.uniform_(conv.lin.weight, -bound, bound)
-            nn.init.uniform_(conv.bias, -bound, bound)
+            kipf_init(conv)
         if attention_init == "zeros":
             nn.init.zeros_(conv.att_src)
             nn.init.zeros_(conv.att_dst)

@@ -118,6 +118,14 @@ def check_sizes(
         raise ValueError(f"dropout must be in [0, 1), got {dropout}")
 
 
+def kipf_init(conv: nn.Module) -> None:
+    """``conv.lin.weight`` and ``conv.bias`` uniform in :math:`\\pm 1/\\sqrt{\\text{out}}`, ``out`` the width of the
+    layer's output (all heads of a concatenating ``GATConv``): Kipf & Welling's GraphConv initialization."""
+    bound = 1.0 / math.sqrt(conv.lin.weight.size(0))  # [out, in]
+    nn.init.uniform_(conv.lin.weight, -bound, bound)
+    nn.init.uniform_(conv.bias, -bound, bound)
+
+
 def check_choice(name: str, value: object, choices: tuple) -> None:
     """``ValueError`` naming ``name`` and its ``choices`` when ``value`` is not one of them."""
     if value not in choices:
@@ -326,9 +334,7 @@ class DeepGCN(nn.Module):
     def _kipf_init(self) -> None:
         """Conv weights and bias uniform in :math:`\\pm 1/\\sqrt{\\text{out}}` (Kipf & Welling's GraphConv)."""
         for block in self.blocks:
-            bound = 1.0 / math.sqrt(block.conv.out_channels)
-            nn.init.uniform_(block.conv.lin.weight, -bound, bound)
-            nn.init.uniform_(block.conv.bias, -bound, bound)
+            kipf_init(block.conv)
 
     # --- structure -------------------------------------------------------------------------------------------
     def graph_rows(self, edge_index: Tensor, num_nodes: int, batch: Tensor | None, batch_size: int | None) -> GraphRows:

@@ -247,5 +247,7 @@ def _thread_pool(workers: int) -> ThreadPoolExecutor:
     malloc arena and MKL buffers (~20-40 MB measured at n = 20,000), which a fresh thread would claim again."""
     global _pool
     if _pool is None or _pool[0] != os.getpid() or _pool[1] < workers:
+        if _pool is not None and _pool[0] == os.getpid():
+            _pool[2].shutdown(wait=False)  # its idle threads end; a forked child's copy has no threads to end
         _pool = (os.getpid(), workers, ThreadPoolExecutor(max_workers=workers, thread_name_prefix="contranorm"))
     return _pool[2]
