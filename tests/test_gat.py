@@ -74,11 +74,13 @@ def test_self_loops_added_once_match_gatconv_defaults() -> None:
     assert sorted(loops[0].tolist()) == list(range(7)) and rows.propagation_weight is None
 
 
-def test_equals_pyg_gat_with_the_same_weights() -> None:
-    """norm='none', conv-norm-act-dropout order, heads averaged at the output: PyG's GAT, layer for layer."""
+@pytest.mark.parametrize("activation", ["relu", "elu"])
+def test_equals_pyg_gat_with_the_same_weights(activation: str) -> None:
+    """norm='none', conv-norm-act-dropout order, heads averaged at the output: PyG's GAT, layer for layer (ReLU, and
+    the GAT paper's ELU)."""
     graph = random_graph(12, channels=6)
-    ours = DeepGAT(6, 16, 4, 3, num_heads=4, output_heads=4, dropout=0.5).eval()
-    pyg = GAT(6, 16, 3, 4, heads=4, dropout=0.5).eval()
+    ours = DeepGAT(6, 16, 4, 3, num_heads=4, output_heads=4, dropout=0.5, activation=activation).eval()
+    pyg = GAT(6, 16, 3, 4, heads=4, dropout=0.5, act=activation).eval()
     for block, conv in zip(ours.blocks, pyg.convs):
         conv.load_state_dict(block.conv.state_dict())
     torch.testing.assert_close(ours(graph.x, graph.edge_index), pyg(graph.x, graph.edge_index))
@@ -185,6 +187,7 @@ def test_bad_models_raise_clear_errors() -> None:
         ({"model_kwargs": {"output_heads": 0}}, "output_heads must be a positive integer"),
         ({"model_kwargs": {"concat": "yes"}}, "model_kwargs.concat must be true or false"),
         ({"model_kwargs": {"attention_dropout": 1.5}}, "attention_dropout must be in"),
+        ({"model_kwargs": {"activation": "tanh"}}, r"activation must be one of \('relu', 'elu'\)"),
     ],
 )
 def test_bad_gat_configs_name_the_key(values: dict, message: str) -> None:

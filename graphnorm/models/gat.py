@@ -20,7 +20,8 @@ the attention weights replace the fixed normalized adjacency, so DeepGCN's ``adj
 and ``DeepGAT`` has none. ``attention_dropout`` drops attention coefficients during training (default: ``dropout``,
 as PyG's ``GAT`` and the PairNorm/ContraNorm code do). Deep models may need it at 0: with dropout 0.6 both before
 every convolution and on every layer's attention, no norm lets a GAT of 8 or more layers learn Cora (results page,
-study ``cora_gat_attention_dropout``). The activation is DeepGCN's ReLU (the GAT paper: ELU).
+study ``cora_gat_attention_dropout``). The activation is DeepGCN's ReLU by default; ``activation="elu"`` is the GAT
+paper's and the PairNorm/ContraNorm ``DeepGAT``'s.
 
 Initialization: ``GATConv``'s own by default (Glorot weights and attention vectors, zero bias). ``init="kipf"`` and
 ``attention_init="zeros"`` start every layer as the plain mean over a node and its neighbours with DeepGCN's Kipf
@@ -80,6 +81,7 @@ class DeepGAT(DeepGCN):
             ``adjacency="row"``) and learns to weigh them from there. With ``init="kipf"`` the model at step 0 is
             the row-adjacency DeepGCN of the ContraNorm protocol; this is what lets a 32-layer GAT learn Cora
             under that protocol (results page, study ``cora_gat_contranorm_protocol``).
+        activation: ``"relu"`` (DeepGCN's) or ``"elu"`` (the GAT paper's).
     """
 
     def __init__(
@@ -104,6 +106,7 @@ class DeepGAT(DeepGCN):
         negative_slope: float = 0.2,
         init: str = "glorot",
         attention_init: str = "glorot",
+        activation: str = "relu",
     ) -> None:
         heads = num_heads
         for value, name in ((heads, "num_heads"), (output_heads, "output_heads")):
@@ -135,6 +138,7 @@ class DeepGAT(DeepGCN):
             readout=readout,
             virtual_node=virtual_node,
             atom_encoder=atom_encoder,
+            activation=activation,
         )
         self.adjacency = None  # attention weights replace the normalized adjacency
         self.heads = heads
