@@ -10,6 +10,7 @@ import os
 import time
 from pathlib import Path
 
+from graphnorm.atomic_files import atomic_write_text
 from graphnorm.config import RunConfig
 
 MARK_DIR_ENV = "GRAPHNORM_TEST_MARK_DIR"  # slow_run writes <pid>-s<seed>.started / .finished here
@@ -18,9 +19,10 @@ SLEEP_ENV = "GRAPHNORM_TEST_SLEEP"  # seconds slow_run sleeps
 
 def slow_run(config: RunConfig) -> dict:
     marks = Path(os.environ[MARK_DIR_ENV])
-    (marks / f"{os.getpid()}-s{config.seed}.started").write_text(str(time.time()))
+    # Atomic: a test polling the folder must never read a mark that exists but is still empty.
+    atomic_write_text(marks / f"{os.getpid()}-s{config.seed}.started", str(time.time()))
     time.sleep(float(os.environ.get(SLEEP_ENV, "1")))
-    (marks / f"{os.getpid()}-s{config.seed}.finished").write_text(str(time.time()))
+    atomic_write_text(marks / f"{os.getpid()}-s{config.seed}.finished", str(time.time()))
     return {"test_acc": 0.5 + 0.01 * config.seed}
 
 
