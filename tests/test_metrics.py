@@ -85,6 +85,36 @@ def test_cone_angle_optimality_certificate_high_dimension():
     assert worst == pytest.approx(info.angle_deg, abs=1e-6)
 
 
+def _least_squares(matrix: np.ndarray, rhs: np.ndarray) -> np.ndarray:
+    return np.linalg.lstsq(matrix, rhs, rcond=None)[0]
+
+
+def test_min_norm_point_solver_pieces_match_lapack_and_numpy():
+    """The compiled solver's pieces against the libraries they replace: the bordered affine solve equals LAPACK's
+    (np.linalg.solve) and, for a corral with a repeated row (exactly singular), NumPy's least squares."""
+    from graphnorm.analysis.min_norm_point import _solve_affine
+
+    rng = np.random.default_rng(0)
+    corral = rng.standard_normal((4, 6))
+    corral /= np.linalg.norm(corral, axis=1, keepdims=True)
+    for rows, solve in ((corral, np.linalg.solve), (np.vstack([corral, corral[1]]), _least_squares)):
+        k = rows.shape[0]
+        bordered = np.block([[rows @ rows.T, np.ones((k, 1))], [np.ones((1, k)), np.zeros((1, 1))]])
+        wanted = solve(bordered, np.r_[np.zeros(k), 1.0])[:k]
+        weights = _solve_affine(rows)
+        np.testing.assert_allclose(weights, wanted, rtol=1e-12, atol=1e-14)
+        assert weights.sum() == pytest.approx(1.0)
+
+
+def test_cone_angle_with_many_repeated_rows():
+    # Deep layers repeat rows (nodes with the same neighbourhood): the corral may hold equal rows.
+    rng = np.random.default_rng(1)
+    base = rng.standard_normal((30, 5)) + np.array([2.0, 0.0, 0.0, 0.0, 0.0])
+    once, repeated = cone_angle_info(base), cone_angle_info(np.vstack([base, base, base[:7]]))
+    assert once.converged and repeated.converged
+    assert repeated.angle_deg == pytest.approx(once.angle_deg, abs=2e-4)
+
+
 def test_orthonormal_and_low_rank():
     q, _ = torch.linalg.qr(torch.randn(16, 5, dtype=torch.float64))
     rows = q.T  # 5 x 16 orthonormal rows

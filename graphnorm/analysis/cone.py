@@ -13,7 +13,8 @@ that says anything about collapse).
 
 Algorithm. Wolfe's min-norm-point algorithm (Wolfe 1976, "Finding the nearest point in a polytope",
 Math. Programming 11), an active-set method that is finite in exact arithmetic. Each major cycle costs one
-O(n d) product plus a small (k+1) x (k+1) solve over the k <= d+1 active points.
+O(n d) product plus a small (k+1) x (k+1) solve over the k <= d+1 active points. The solver is compiled
+(:mod:`graphnorm.analysis.min_norm_point`).
 
 Stop criterion in degrees. At any iterate p in the hull, ||p|| >= ||p*|| gives a lower bound
 acos(||p||) <= theta*, and the axis p/||p|| is feasible, giving the upper bound acos(min_i <p, u_i>/||p||)
@@ -47,10 +48,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from scipy.linalg import lapack
 from torch import Tensor
 
 from graphnorm.analysis.magnitude import check_not_too_large
+from graphnorm.analysis.min_norm_point import WORKING_SIZE, wolfe_min_norm_point
 
 __all__ = ["ConeAngle", "cone_angle", "cone_angle_info", "robust_cone_angle", "ROBUST_CONE_LEVEL"]
 
@@ -99,161 +100,6 @@ def _as_float64_rows(x: Tensor | np.ndarray, name: str) -> np.ndarray:
     return array
 
 
-def _bounds_deg(norm_p: float, min_inner: float) -> tuple[float, float]:
-    """(upper, lower) bounds on theta* in degrees from an iterate p of norm norm_p and min_i <p, u_i>."""
-    lower = math.degrees(math.acos(min(norm_p, 1.0)))
-    if norm_p == 0.0:
-        return 180.0, lower
-    return math.degrees(math.acos(max(-1.0, min(1.0, min_inner / norm_p)))), lower
-
-
-def _solve_affine(corral: np.ndarray) -> np.ndarray:
-    """Weights (summing to 1) of the min-norm point of the affine hull of the rows of ``corral``."""
-    k = corral.shape[0]
-    bordered = np.empty((k + 1, k + 1))
-    bordered[:k, :k] = corral @ corral.T
-    bordered[:k, k] = 1.0
-    bordered[k, :k] = 1.0
-    bordered[k, k] = 0.0
-    rhs = np.zeros(k + 1)
-    rhs[k] = 1.0
-    _, _, solution, info = lapack.dgesv(bordered, rhs)  # LAPACK gesv as np.linalg.solve, without its overhead
-    if info != 0:
-        return np.linalg.lstsq(bordered, rhs, rcond=None)[0][:k]
-    return solution[:k]
-
-
-def _sorted_union(num_points: int, *indices: np.ndarray | list[int]) -> np.ndarray:
-    """``np.union1d`` of row indices below ``num_points`` through a boolean mask: the same sorted unique indices,
-    without the hashing and sorting (measured ~0.2 ms a call on Cora's 2,708 rows, several calls per cone)."""
-    mask = np.zeros(num_points, dtype=bool)
-    for index in indices:
-        mask[index] = True
-    return np.flatnonzero(mask)
-
-
-# "Zero weight" threshold of the active-set weights, which live on the simplex.
-_WEIGHT_EPS = 1e-12
-
-
-def _wolfe_min_norm_point(
-    points: np.ndarray, tol_deg: float, max_iter: int, working_size: int = 256, points_sum: np.ndarray | None = None
-) -> tuple[np.ndarray, float, float, int, bool]:
-    """Min-norm point of conv(points) for unit rows; returns (p, upper_deg, lower_deg, iterations, converged).
-
-    Speed: the O(n d) search for the most violating row dominates, so each major cycle searches only a
-    working set of rows (at first those pointing furthest from the mean direction). When the stop criterion
-    holds on the working set, all rows are checked once; violators join the working set and the iteration
-    continues from the same state. Only the all-rows check yields the returned (certified) upper bound.
-    ``points_sum``: ``points.sum(axis=0)`` when the caller has it.
-    """
-    num_points = points.shape[0]
-    if points_sum is None:
-        points_sum = points.sum(axis=0)
-    alignment = points @ points_sum  # alignment with the mean direction (all zero if it vanishes)
-    # Start at the row closest to the mean direction: usually already near the final axis.
-    start = int(np.argmax(alignment))
-    working, working_points = _initial_working_set(points, alignment, start, working_size)
-    active = [start]  # indices into points
-    weights = np.array([1.0])
-    p = points[start].copy()
-    best_upper, lower = 180.0, 0.0
-    for iteration in range(1, max_iter + 1):
-        norm_p = math.sqrt(float(p @ p))
-        inner = working_points @ p
-        position = int(inner.argmin())
-        upper, lower = _bounds_deg(norm_p, float(inner[position]))
-        candidate = int(working[position])
-        if min(upper, 90.0) - lower <= tol_deg or candidate in active:
-            # Converged on the working set (a candidate already active means p is optimal there up to
-            # round-off): check every row.
-            known = inner if working.size == num_points and working_points is points else None
-            all_inner, best_upper, lower = _all_rows_bounds(points, p, norm_p, best_upper, known)
-            if min(best_upper, 90.0) - lower <= tol_deg or working.size == num_points:
-                return _solver_result(p, best_upper, lower, iteration, tol_deg)
-            working, working_points = _grow_working_set(points, working, all_inner, working_size)
-            candidate = int(all_inner.argmin())
-            if candidate in active:
-                return _solver_result(p, best_upper, lower, iteration, tol_deg)
-        active, weights = _minor_cycles(points, active + [candidate], np.concatenate([weights, [0.0]]))
-        new_p = weights @ points[active]
-        if math.sqrt(float(new_p @ new_p)) >= norm_p * (1.0 - 1e-14):
-            # Wolfe decreases ||p|| strictly in exact arithmetic; no progress means round-off has taken over.
-            _, best_upper, lower = _all_rows_bounds(points, p, norm_p, best_upper)
-            return _solver_result(p, best_upper, lower, iteration, tol_deg)
-        p = new_p
-    _, best_upper, lower = _all_rows_bounds(points, p, math.sqrt(float(p @ p)), best_upper)
-    return _solver_result(p, best_upper, lower, max_iter, tol_deg)
-
-
-def _initial_working_set(
-    points: np.ndarray, alignment: np.ndarray, start: int, working_size: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """First rows searched, as (indices, rows): every row when there are few, else the ``working_size`` least
-    aligned with the mean direction (the likeliest violators) and the start row."""
-    num_points = points.shape[0]
-    if num_points <= 2 * working_size:
-        return np.arange(num_points), points
-    working = _sorted_union(num_points, np.argpartition(alignment, working_size)[:working_size], [start])
-    return working, points[working]
-
-
-def _grow_working_set(
-    points: np.ndarray, working: np.ndarray, all_inner: np.ndarray, working_size: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """The working set joined by the ``working_size`` rows of smallest ``<u_i, p>`` (every row if no more)."""
-    num_points = points.shape[0]
-    if num_points > working_size:
-        violators = np.argpartition(all_inner, working_size)[:working_size]
-    else:
-        violators = np.arange(num_points)
-    working = _sorted_union(num_points, working, violators)
-    return working, points[working]
-
-
-def _all_rows_bounds(
-    points: np.ndarray, p: np.ndarray, norm_p: float, best_upper: float, all_inner: np.ndarray | None = None
-) -> tuple[np.ndarray, float, float]:
-    """Certified bounds from every row: (``points @ p``, best upper bound so far, lower bound) in degrees.
-
-    ``all_inner``: ``points @ p`` when the caller has it (the working set was every row).
-    """
-    if all_inner is None:
-        all_inner = points @ p
-    upper, lower = _bounds_deg(norm_p, float(all_inner.min()))
-    return all_inner, min(best_upper, upper), lower
-
-
-def _solver_result(
-    p: np.ndarray, best_upper: float, lower: float, iterations: int, tol_deg: float
-) -> tuple[np.ndarray, float, float, int, bool]:
-    """The solver's return tuple; converged when the gap (upper bound clipped at 90) is within ``tol_deg``."""
-    return p, best_upper, lower, iterations, min(best_upper, 90.0) - lower <= tol_deg
-
-
-def _minor_cycles(points: np.ndarray, active: list[int], weights: np.ndarray) -> tuple[list[int], np.ndarray]:
-    """Wolfe's minor cycles: project onto the affine hull of the active rows, and while that point leaves the
-    simplex step back to its boundary and drop the rows whose weight vanished. Returns (active, weights)."""
-    while True:
-        affine = _solve_affine(points[active])
-        if (affine > _WEIGHT_EPS).all():
-            return active, affine
-        negative = affine <= _WEIGHT_EPS
-        denominators = weights[negative] - affine[negative]
-        safe = np.where(denominators > 0, denominators, 1.0)
-        ratios = np.where(denominators > 0, weights[negative] / safe, 0.0)
-        step = float(ratios.min()) if ratios.size else 0.0
-        weights = step * affine + (1.0 - step) * weights
-        keep = weights > _WEIGHT_EPS
-        if keep.all():  # numerical tie: drop the smallest so the corral shrinks and the loop terminates
-            keep[int(np.argmin(weights))] = False
-        active = [index for index, kept in zip(active, keep) if kept]
-        weights = weights[keep]
-        weights /= weights.sum()
-        if len(active) == 1:
-            return active, weights
-
-
 def cone_from_unit_rows(
     units: np.ndarray, norms: np.ndarray, tol_deg: float, max_iter: int = 10_000, units_sum: np.ndarray | None = None
 ) -> tuple[float, np.ndarray | None, float, int, bool]:
@@ -272,7 +118,10 @@ def cone_from_unit_rows(
     smallest = min(math.sqrt(float(mean_unit @ mean_unit)), math.sqrt(float(weighted @ weighted)))
     if smallest <= threshold:
         return 90.0, None, 90.0 - math.degrees(math.acos(min(smallest, 1.0))), 0, True
-    p, upper, lower, iterations, converged = _wolfe_min_norm_point(units, tol_deg, max_iter, points_sum=units_sum)
+    p, upper, lower, iterations = wolfe_min_norm_point(
+        np.ascontiguousarray(units), np.ascontiguousarray(units_sum), tol_deg, max_iter, WORKING_SIZE
+    )
+    converged = min(upper, 90.0) - lower <= tol_deg
     norm_p = math.sqrt(float(p @ p))
     if upper >= 90.0 or norm_p == 0.0:
         return 90.0, None, max(0.0, 90.0 - lower), iterations, converged
@@ -328,8 +177,8 @@ def robust_cone_from_unit_rows(
     k = math.ceil(q * m - 1e-9)  # guard q * m landing a hair above an integer
     if k < m:
         threshold = np.partition(cosines, m - k)[m - k]  # k-th largest cosine
-        keep = cosines >= threshold
-        return cone_from_unit_rows(units[keep], norms[keep], tol_deg)[0]
+        keep = np.flatnonzero(cosines >= threshold)  # take() by index: half the time of a boolean row mask
+        return cone_from_unit_rows(units.take(keep, axis=0), norms.take(keep), tol_deg)[0]
     return cone_from_unit_rows(units, norms, tol_deg, units_sum=total)[0]
 
 
