@@ -9,8 +9,8 @@ step back to its boundary and drop the rows whose weight vanished. It stops on t
 
 Why compiled: a cone needs a few major cycles of a handful of small operations each; as NumPy calls their per-call
 overhead cost more than the arithmetic (the 128 cones of a 64-layer Cora probe: 96 ms driven from Python, a third of
-the probe). Here the whole solver is one call. The functions are compiled on first use and cached beside this file
-(``__pycache__``), so later processes load them in about half a second.
+the probe). Here the whole solver is one call. The functions are compiled on first use (10-25 s) and cached beside
+this file (``__pycache__``), so later processes load them in about half a second.
 """
 
 from __future__ import annotations
