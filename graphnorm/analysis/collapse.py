@@ -401,7 +401,7 @@ def _sum_by(index: np.ndarray, weights: np.ndarray, size: int) -> np.ndarray:
     return flat.reshape(num_layers, size)
 
 
-@numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+@numba.njit(cache=True, fastmath={"reassoc", "contract"})
 def _edge_products(
     x: np.ndarray, source: np.ndarray, target: np.ndarray, dots: np.ndarray, squared: np.ndarray
 ) -> None:

@@ -76,7 +76,7 @@ def _solve_affine(corral: np.ndarray) -> np.ndarray:
     return solution[:k]
 
 
-WORKING_SIZE = 256  # rows searched per major cycle before all rows are checked (see _wolfe_min_norm_point)
+WORKING_SIZE = 256  # rows searched per major cycle before all rows are checked (see wolfe_min_norm_point)
 # "Zero weight" threshold of the active-set weights, which live on the simplex.
 _WEIGHT_EPS = 1e-12
 
@@ -168,8 +168,8 @@ def wolfe_min_norm_point(
             best_upper = min(best_upper, upper)
             if min(best_upper, 90.0) - lower <= tol_deg or working.size == num_points:
                 return p, best_upper, lower, iteration
-            violators = _smallest(all_inner, working_size) if num_points > working_size else np.arange(num_points)
-            working = _with_rows(num_points, working, violators)
+            # Here num_points > 2 * working_size (else the working set was every row and the solver returned).
+            working = _with_rows(num_points, working, _smallest(all_inner, working_size))
             everything, working_points = False, points[working]
             candidate = np.argmin(all_inner)
             if (active[:count] == candidate).any():
