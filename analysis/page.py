@@ -5,7 +5,7 @@ Three kinds of data, each a folder or file of ``analysis/data/``:
 * a collected sweep (``<study>/runs.csv``, ``layers.csv``, ``provenance.json``; see ``collect.py``): the sweep's
   metric against depth (with the majority-class line when recorded), the collapse metrics against layer, with
   ``steps.csv`` (runs with ``probe_every_steps``) the collapse over training steps, and the summary tables of
-  :func:`graphnorm.analysis.plots.summary_markdown`;
+  :func:`graphnorm.sweep.report.summary_markdown`;
 * ``recorded/measurements.csv``: numbers recorded by hand in the presets' headers before this page existed, one
   measured value a row, shown as tables per study (plus mean ± std over seeds where a study has several), and
   ``recorded/notes.md``, the narrative those numbers came with;
@@ -26,8 +26,8 @@ matplotlib.use("Agg")  # files only
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from graphnorm.analysis import plots  # noqa: E402
-from graphnorm.sweep_tables import markdown_table  # noqa: E402
+from graphnorm.sweep import report  # noqa: E402
+from graphnorm.sweep.tables import markdown_table  # noqa: E402
 
 HEADLINE_STUDY = "cora_depth_quick"  # the README's main job: first on the page when collected
 COLLAPSE_FIGURE_METRICS = ("effective_rank", "mean_cosine", "cone_angle_q90")
@@ -88,8 +88,8 @@ def study_section(study: Study, figures: Path, link_prefix: str) -> list[str]:
     runs, layers, record = study.runs, study.layers, study.provenance
     metric = record.get("metric")
     parts = [f"## {study.name}", "", *provenance_lines(record)]
-    datasets = plots._datasets(runs)
-    table = plots.layer_table(runs, layers)
+    datasets = report._datasets(runs)
+    table = report.layer_table(runs, layers)
     for dataset in datasets:
         name = dataset if "dataset" in runs.columns else None
         suffix = f"_{dataset}" if len(datasets) > 1 else ""
@@ -97,12 +97,12 @@ def study_section(study: Study, figures: Path, link_prefix: str) -> list[str]:
         if subset["num_layers"].nunique() > 1:
             with contextlib.suppress(ValueError):
                 stem = f"{study.name}{suffix}_metric_vs_depth.png"
-                save_png(plots.plot_main_metric_vs_depth(runs, metric=metric, dataset=name), figures / stem)
+                save_png(report.plot_main_metric_vs_depth(runs, metric=metric, dataset=name), figures / stem)
                 parts += [f"![{study.name} {dataset}: metric vs depth]({link_prefix}{stem})", ""]
         if not table.empty:
             with contextlib.suppress(ValueError):
                 stem = f"{study.name}{suffix}_collapse_vs_layer.png"
-                figure = plots.plot_metric_vs_layer(table, metrics=COLLAPSE_FIGURE_METRICS, dataset=name)
+                figure = report.plot_metric_vs_layer(table, metrics=COLLAPSE_FIGURE_METRICS, dataset=name)
                 save_png(figure, figures / stem)
                 cone = (
                     "the robust cone (cone_angle_q90)"
@@ -117,7 +117,7 @@ def study_section(study: Study, figures: Path, link_prefix: str) -> list[str]:
                 ]
         if not study.steps.empty:
             parts += steps_figure(study, name, figures / f"{study.name}{suffix}_collapse_over_steps.png", link_prefix)
-    summary = plots.summary_markdown(runs, layers, metric).split("\n", 1)[1]  # drop "# Sweep summary"
+    summary = report.summary_markdown(runs, layers, metric).split("\n", 1)[1]  # drop "# Sweep summary"
     parts += [line.replace("## ", "### ", 1) if line.startswith("## ") else line for line in summary.splitlines()]
     return [*parts, ""]
 
@@ -125,7 +125,7 @@ def study_section(study: Study, figures: Path, link_prefix: str) -> list[str]:
 def steps_figure(study: Study, dataset: str | None, path: Path, link_prefix: str) -> list[str]:
     """The collapse-over-steps figure of a study with ``steps.csv``, its caption and the command that made it."""
     try:
-        figure = plots.plot_collapse_over_steps(study.steps, study.runs, dataset=dataset)
+        figure = report.plot_collapse_over_steps(study.steps, study.runs, dataset=dataset)
     except ValueError:
         return []
     save_png(figure, path)

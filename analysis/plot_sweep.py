@@ -15,7 +15,7 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only, no display needed
 
-from graphnorm.analysis.plots import make_report  # noqa: E402
+from graphnorm.sweep.report import make_report  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

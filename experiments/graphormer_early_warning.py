@@ -16,7 +16,7 @@ window_prior_bce gets it replayed from the run's batches. One thread (numbers de
 copy: ``GRAPHNORM_DATA_MIRROR``. About 1 s per step on one shared core (the recorded 500-step runs: 6 to 16 minutes).
 
 Model, data, loaders, optimizer, schedule and weight EMA are built by graphnorm's own functions as
-``graphnorm.train.train_graph_level`` builds them, and the schedule is the full run's (epochs x steps per epoch of
+``graphnorm.train.loop.train_graph_level`` builds them, and the schedule is the full run's (epochs x steps per epoch of
 the variant's batch size), so warmup and decay are where the preset puts them. Signals, at step 0 (before the first
 update) and every K steps, of the trained weights (``ema_*``: of the weight EMA, which the trainer evaluates):
 
@@ -49,18 +49,18 @@ from torch import Tensor, nn
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 from torch_geometric import seed_everything
 
-from graphnorm.analysis.collapse_steps import preserved_rng
 from graphnorm.analysis.probe import CollapseProbe, evaluation_sample
 from graphnorm.config import RunConfig, apply_overrides
 from graphnorm.data import GraphTask
-from graphnorm.data.loaders import graph_loaders, model_sample, prepare_task
 from graphnorm.data.metrics import score, task_loss
 from graphnorm.data.size_buckets import SizeBucketBatchSampler
+from graphnorm.files import load_yaml_file
 from graphnorm.models import Graphormer, model_outputs, model_spec, register_model
 from graphnorm.models.graphormer import GraphAttentionBias, check_graphormer_config
 from graphnorm.norms import build_norm
-from graphnorm.train import StepSchedule, build_model, clip_gradients, evaluate_graphs
-from graphnorm.yaml_io import load_yaml_file
+from graphnorm.train.collapse_steps import preserved_rng
+from graphnorm.train.loaders import graph_loaders, model_sample, prepare_task
+from graphnorm.train.loop import StepSchedule, build_model, clip_gradients, evaluate_graphs
 
 REPO = Path(__file__).resolve().parents[1]
 PRESET = REPO / "experiments" / "runs" / "molhiv_graphormer.yaml"
@@ -249,7 +249,7 @@ class EarlyWarningRun:
 
     @classmethod
     def build(cls, config: RunConfig, warmup_fraction: float | None) -> EarlyWarningRun:
-        seed_everything(config.seed)  # as graphnorm.train.train
+        seed_everything(config.seed)  # as graphnorm.train.loop.train
         task = prepare_task(config)
         seed_everything(config.seed)
         model = build_model(config, task)
@@ -283,7 +283,7 @@ class EarlyWarningRun:
 def run_variant(name: str, args: argparse.Namespace) -> None:
     """Train ``args.steps`` steps of the variant, measuring every ``args.every``; the rows also go to the CSV after
     every measurement (a run stopped early keeps its steps). The step body is GraphTraining.train_epoch's
-    (graphnorm/train.py), replayed here to see each batch's loss and labels."""
+    (graphnorm/train/loop.py), replayed here to see each batch's loss and labels."""
     run = EarlyWarningRun.build(*variant_config(name, args.limit_graphs, args.set))
     config, task, model = run.config, run.task, run.model
     print(

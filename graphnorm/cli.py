@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from graphnorm.yaml_io import load_yaml_file
+from graphnorm.files import load_yaml_file
 
 if TYPE_CHECKING:
     from graphnorm.config import RunConfig
@@ -91,7 +91,7 @@ def _sweep_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--retry-failed", action="store_true", help="run again the runs recorded as failed")
     p.add_argument("--dry-run", action="store_true", help="print the runs and whether each is done; run nothing")
-    p.add_argument("--no-plots", action="store_true", help="skip the report step (graphnorm.analysis.plots)")
+    p.add_argument("--no-plots", action="store_true", help="skip the report step (graphnorm.sweep.report)")
     p.add_argument(
         "--tensorboard",
         metavar="DIR",
@@ -205,9 +205,9 @@ def check_predict_inputs(args: argparse.Namespace) -> None:
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    from graphnorm.model_file import ModelFileError
+    from graphnorm.files import ensure_writable_dir
     from graphnorm.predict import DEFAULT_BATCH_SIZE, predict_csv, predict_split
-    from graphnorm.sweep_tables import ensure_writable_dir
+    from graphnorm.train.model_file import ModelFileError
 
     out = Path(args.out)
     try:
@@ -309,7 +309,7 @@ def tensorboard_override(directory: str | None, key: str) -> list[str]:
     """``[key=<directory>]`` for ``--tensorboard DIR`` (none without it), once the tensorboard package is there."""
     if directory is None:
         return []
-    from graphnorm.tensorboard_log import require_tensorboard
+    from graphnorm.train.tensorboard_log import require_tensorboard
 
     try:
         require_tensorboard()
@@ -371,12 +371,14 @@ def _sweep(args: argparse.Namespace) -> int:
 def _dry_run(sweep: dict[str, Any], out: Path, run_fn: str | None) -> int:
     """``--dry-run``: validate every run as a real sweep would, print each with its state, run nothing."""
     from graphnorm import sweep as sweeps
+    from graphnorm.sweep.results import load_results
+    from graphnorm.sweep.tables import check_metric
 
     sweeps.resolve_run_fn(run_fn or sweep.get("run_fn"))  # it exists; its module registers its models and datasets
     configs = sweeps.expand_grid(sweep)
     table = sweeps.status_table(sweep, configs, out)
-    quiet = sweeps.load_results(out, list(table["run_id"]), warn=lambda message: None)  # status_table warned
-    sweeps.check_metric(sweep.get("metric"), quiet)
+    quiet = load_results(out, list(table["run_id"]), warn=lambda message: None)  # status_table warned
+    check_metric(sweep.get("metric"), quiet)
     counts = table["state"].value_counts()
     print(table.to_string(index=False))
     states = ("done", "failed", "missing", "invalid")[: 4 if counts.get("invalid") else 3]
@@ -401,8 +403,8 @@ def _load_run_config(path: Path, overrides: list[str]) -> RunConfig:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from graphnorm import sweep_tables, train
-    from graphnorm.atomic_files import atomic_write_text
+    from graphnorm import train
+    from graphnorm.files import atomic_write_text, ensure_writable_dir
 
     overrides = [*args.overrides, *tensorboard_override(args.tensorboard, "tensorboard_dir")]
     config = _load_run_config(Path(args.config), overrides)
@@ -411,7 +413,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         if out.is_dir():
             raise CommandError(f"--out {out} is a directory; give a file name, e.g. {out / 'record.json'}")
         try:
-            sweep_tables.ensure_writable_dir(out.parent, f"--out {out}")
+            ensure_writable_dir(out.parent, f"--out {out}")
         except ValueError as e:
             raise CommandError(str(e)) from None
     from graphnorm.data import DatasetNotFoundError
@@ -442,7 +444,7 @@ def _save_learning_curve(history: list[dict], config: RunConfig, path: Path) -> 
     import matplotlib.pyplot as plt
     import pandas as pd
 
-    from graphnorm.analysis.plots import plot_learning_curves
+    from graphnorm.sweep.report import plot_learning_curves
 
     runs = pd.DataFrame([{"run_id": "run", "norm": config.norm, "num_layers": config.num_layers}])
     figure = plot_learning_curves(pd.DataFrame(history).assign(run_id="run"), runs)

@@ -34,8 +34,8 @@ either level with ``checkpoint_dir`` write the model file ``<checkpoint_dir>/<ru
 budget; the record says so (``stopped_by_time``).
 
 Any run may set ``tensorboard_dir``: it then writes TensorBoard event files to ``<tensorboard_dir>/<run_id>``
-(:mod:`graphnorm.tensorboard_log`). Where files live (``data_root``, ``checkpoint_dir``, ``tensorboard_dir``) is not
-part of a run's id, so setting them never re-runs a finished sweep.
+(:mod:`graphnorm.train.tensorboard_log`). Where files live (``data_root``, ``checkpoint_dir``,
+``tensorboard_dir``) is not part of a run's id, so setting them never re-runs a finished sweep.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from types import UnionType
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
-from graphnorm.yaml_io import parse_yaml
+from graphnorm.files import parse_yaml
 
 ADJACENCIES = ("sym", "row")
 FEATURE_NORMS = ("none", "row_l1")
@@ -144,14 +144,14 @@ class RunConfig:
     # the model file <dir>/<run_id>.model.pt when the run ends; graph level: also the resume state <dir>/<run_id>.pt
     checkpoint_dir: str | None = None
     # TensorBoard scalars (loss, metrics, lr per epoch; collapse metrics per layer) in <dir>/<run_id>; like data_root
-    # and checkpoint_dir, not part of the run id (see graphnorm.tensorboard_log)
+    # and checkpoint_dir, not part of the run id (see graphnorm.train.tensorboard_log)
     tensorboard_dir: str | None = None
     # --- analysis ---
     probe: bool = True  # collapse metrics at every layer of the final model, written to the sweep's layers.csv
     probe_graphs: int = 64  # graph-level datasets: size of the fixed validation sample the probe measures
     # collapse over training: probe the weights being trained at step 0 and every this many optimizer steps (node
     # level: one step per epoch), written to the record's collapse_steps and a sweep's steps.csv; 0: off
-    # (graphnorm.analysis.collapse_steps)
+    # (graphnorm.train.collapse_steps)
     probe_every_steps: int = 0
 
     @classmethod

@@ -1,6 +1,6 @@
 """``graphnorm predict``: score new molecules, or a split of the run's own dataset, with a trained model.
 
-The model file (:mod:`graphnorm.model_file`) rebuilds the model with its best-validation (or EMA) weights.
+The model file (:mod:`graphnorm.train.model_file`) rebuilds the model with its best-validation (or EMA) weights.
 
 ``graphnorm predict MODEL INPUT.csv --out predictions.csv`` (:func:`predict_csv`): every SMILES is featurized as in
 training (``ogb.utils.smiles2graph``), so the model must have been trained on OGB-featurized molecules (``molhiv`` or
@@ -26,15 +26,15 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from graphnorm.atomic_files import atomic_write_text
 from graphnorm.config import RunConfig
 from graphnorm.data import GraphTask
-from graphnorm.data.loaders import SPLITS, collate_for, prepare_task
 from graphnorm.data.metrics import score
 from graphnorm.data.smiles import file_text, read_smiles_csv, smiles_graph
-from graphnorm.model_file import load_model_file
+from graphnorm.files import atomic_write_text
 from graphnorm.models import model_outputs, model_spec
-from graphnorm.train import node_eval_mask, sparse_features_help
+from graphnorm.train.loaders import SPLITS, collate_for, prepare_task
+from graphnorm.train.loop import node_eval_mask, sparse_features_help
+from graphnorm.train.model_file import load_model_file
 
 DEFAULT_BATCH_SIZE = 256
 

@@ -12,7 +12,7 @@
 # # Sweep results: accuracy and collapse across depth
 #
 # Loads a sweep's output folder (`runs.csv`, `layers.csv`, `sweep.yaml`, written by `graphnorm sweep`) and draws
-# the report of `graphnorm.analysis.plots.make_report`: the sweep's metric against depth (with the majority-class
+# the report of `graphnorm.sweep.report.make_report`: the sweep's metric against depth (with the majority-class
 # level when the runs recorded it), the collapse metrics layer by layer, singular-value spectra, and the summary
 # tables.
 #
@@ -40,7 +40,7 @@ from IPython.display import Markdown, display
 warnings.filterwarnings("ignore", message="IProgress not found")
 
 import graphnorm  # noqa: E402
-from graphnorm.analysis import plots  # noqa: E402
+from graphnorm.sweep import report  # noqa: E402
 
 MAIN_JOB = "experiments/sweeps/cora_depth_quick.yaml"
 DEFAULT_RUN_DIR = "runs/cora_depth_quick"  # the main job's output, relative to the repository root
@@ -72,8 +72,8 @@ if not (RUN_DIR / "runs.csv").is_file():
         f"no sweep results in {RUN_DIR} (runs.csv missing). Run the main job first, from the repository root "
         f"{repository_root()}:\n    graphnorm sweep {MAIN_JOB}\nor set GRAPHNORM_RUN_DIR to a sweep's output folder."
     )
-runs, layers = plots.load_sweep(RUN_DIR)
-metric = plots.main_metric(runs, plots.sweep_metric(RUN_DIR))  # the sweep's own metric (sweep.yaml), if it names one
+runs, layers = report.load_sweep(RUN_DIR)
+metric = report.main_metric(runs, report.sweep_metric(RUN_DIR))  # the sweep's own metric (sweep.yaml), if it names one
 shown = RUN_DIR.relative_to(repository_root()) if RUN_DIR.is_relative_to(repository_root()) else RUN_DIR
 print(f"{shown}: {len(runs)} successful runs, {len(layers)} layer-metric rows; metric: {metric}")
 
@@ -83,7 +83,7 @@ print(f"{shown}: {len(runs)} successful runs, {len(layers)} layer-metric rows; m
 # recorded it: a model on that line has learned nothing from the graph.
 
 # %%
-figure = plots.plot_main_metric_vs_depth(runs, metric=metric)
+figure = report.plot_main_metric_vs_depth(runs, metric=metric)
 plt.show()
 
 # %% [markdown]
@@ -91,11 +91,11 @@ plt.show()
 # One panel per metric and depth, one line per norm; the band is the std over seeds (none with one seed).
 
 # %%
-table = plots.layer_table(runs, layers)
+table = report.layer_table(runs, layers)
 if table.empty:
     print("no layer metrics: the runs were not probed (probe: false)")
 else:
-    figure = plots.plot_metric_vs_layer(table)
+    figure = report.plot_metric_vs_layer(table)
     plt.show()
 
 # %% [markdown]
@@ -103,11 +103,11 @@ else:
 
 # %%
 if not table.empty and table["metric"].astype(str).str.match(r"sv_\d+$").any():
-    figure = plots.plot_spectra(table)
+    figure = report.plot_spectra(table)
     plt.show()
 
 # %% [markdown]
 # ## Summary tables
 
 # %%
-display(Markdown(plots.summary_markdown(runs, layers, metric)))
+display(Markdown(report.summary_markdown(runs, layers, metric)))

@@ -10,8 +10,8 @@ import os
 import time
 from pathlib import Path
 
-from graphnorm.atomic_files import atomic_write_text
 from graphnorm.config import RunConfig
+from graphnorm.files import atomic_write_text
 
 MARK_DIR_ENV = "GRAPHNORM_TEST_MARK_DIR"  # slow_run writes <pid>-s<seed>.started / .finished here
 SLEEP_ENV = "GRAPHNORM_TEST_SLEEP"  # seconds slow_run sleeps

@@ -40,7 +40,7 @@ def tiny_sweep(tmp_path_factory, data_root) -> Path:
 
 @pytest.mark.slow
 def test_make_report_writes_figures_and_summary(tiny_sweep, tmp_path):
-    from graphnorm.analysis.plots import make_report
+    from graphnorm.sweep.report import make_report
 
     layers = pd.read_csv(tiny_sweep / "layers.csv")
     assert {"run_id", "layer", "layer_name", "rows", "metric", "value", "stat"} <= set(layers.columns)
@@ -79,7 +79,7 @@ def test_plot_sweep_script_clear_error_without_runs(tmp_path):
 
 
 def test_line_labels_name_only_keys_that_vary_within_a_norm() -> None:
-    from graphnorm.analysis.plots import _with_label
+    from graphnorm.sweep.report import _with_label
 
     runs = pd.DataFrame(
         {
@@ -122,7 +122,7 @@ def graphormer_like_sweep(run_dir: Path) -> Path:
 
 
 def test_report_shows_graph_token_rows_by_layer_and_the_true_last_layer(tmp_path):
-    from graphnorm.analysis.plots import load_sweep, make_report, summary_markdown
+    from graphnorm.sweep.report import load_sweep, make_report, summary_markdown
 
     run_dir = graphormer_like_sweep(tmp_path / "sweep")
     summary = summary_markdown(*load_sweep(run_dir))
@@ -139,7 +139,7 @@ def test_report_shows_graph_token_rows_by_layer_and_the_true_last_layer(tmp_path
 
 
 def test_report_without_token_rows_has_no_token_sections(tmp_path):
-    from graphnorm.analysis.plots import load_sweep, summary_markdown
+    from graphnorm.sweep.report import load_sweep, summary_markdown
 
     run_dir = graphormer_like_sweep(tmp_path / "sweep")
     layers = pd.read_csv(run_dir / "layers.csv")
@@ -168,7 +168,7 @@ def protocol_like_sweep(run_dir: Path, majority: bool = True) -> Path:
 
 def test_report_plots_and_tabulates_the_sweeps_own_metric(tmp_path):
     """Failed before: main_metric ignored sweep.yaml's metric and showed best-validation test_acc (0.31)."""
-    from graphnorm.analysis.plots import load_sweep, make_report, plot_main_metric_vs_depth, sweep_metric
+    from graphnorm.sweep.report import load_sweep, make_report, plot_main_metric_vs_depth, sweep_metric
 
     run_dir = protocol_like_sweep(tmp_path / "sweep")
     assert sweep_metric(run_dir) == "test_acc_last"
@@ -191,7 +191,7 @@ def test_report_plots_and_tabulates_the_sweeps_own_metric(tmp_path):
 
 
 def test_report_without_majority_column_has_no_majority_line(tmp_path):
-    from graphnorm.analysis.plots import load_sweep, plot_main_metric_vs_depth, summary_markdown
+    from graphnorm.sweep.report import load_sweep, plot_main_metric_vs_depth, summary_markdown
 
     runs, layers = load_sweep(protocol_like_sweep(tmp_path / "sweep", majority=False))
     axis = plot_main_metric_vs_depth(runs, metric="test_acc_last").axes[0]
@@ -202,7 +202,7 @@ def test_report_without_majority_column_has_no_majority_line(tmp_path):
 
 
 def test_last_layer_description_names_the_layer_per_model():
-    from graphnorm.analysis.plots import last_layer_description
+    from graphnorm.sweep.report import last_layer_description
 
     assert "classifier output (logits" in last_layer_description(pd.DataFrame({"model": ["gcn"]}))
     graph_level = pd.DataFrame({"model": ["gcn"], "readout": ["mean"]})
@@ -215,9 +215,9 @@ def test_last_layer_description_names_the_layer_per_model():
 
 
 def test_sweep_summary_prints_and_marks_the_majority_class(tmp_path):
-    """graphnorm.sweep.write_summary (the printed table and summary.md): a majority-class note, cells within one
+    """graphnorm.sweep.tables.write_summary (the printed table and summary.md): a majority-class note, cells within one
     point of it (or below) marked; nothing of the kind without the majority_acc column."""
-    from graphnorm.sweep import write_summary
+    from graphnorm.sweep.tables import write_summary
 
     runs = pd.read_csv(protocol_like_sweep(tmp_path / "sweep").joinpath("runs.csv"))
     sweep = {"name": "proto", "grid": {"norm": ["none", "contranorm"], "num_layers": [2, 16], "seed": [0, 1]}}

@@ -1,4 +1,4 @@
-"""graphnorm.atomic_files: the one atomic writer. A write that fails or a process that dies mid-write leaves the old
+"""graphnorm.files: the one atomic writer. A write that fails or a process that dies mid-write leaves the old
 file intact (and, after a crash, only a temporary file that the folder's owner removes); every writer of the package
 goes through it."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from graphnorm.atomic_files import (
+from graphnorm.files import (
     atomic_write,
     atomic_write_text,
     is_temporary_file,
@@ -45,7 +45,7 @@ def test_a_process_killed_mid_write_leaves_the_old_file_intact(tmp_path: Path) -
     # The child writes half of a new checkpoint, then dies at once (no finally, no cleanup): a kill mid-write.
     child = f"""
 import os, torch
-from graphnorm.atomic_files import atomic_write
+from graphnorm.files import atomic_write
 def half_then_die(handle):
     torch.save({{"epoch": 2, "weights": torch.ones(1000)}}, handle)
     handle.truncate(100)
@@ -79,13 +79,12 @@ def test_temporary_names() -> None:
 
 
 def test_no_other_module_of_mine_renames_files_into_place() -> None:
-    """``os.replace`` appears only in the helper, apart from modules still to be moved onto it (listed)."""
+    """``os.replace`` appears only in the helper: every other writer goes through it."""
     callers = set()
     for path in PACKAGE.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             is_attribute = isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
             if is_attribute and node.value.id == "os" and node.attr in ("replace", "rename"):
                 callers.add(str(path.relative_to(PACKAGE)))
-    assert "atomic_files.py" in callers
-    not_yet = {"data/root.py"}  # owned elsewhere: to be moved onto atomic_write
-    assert callers - {"atomic_files.py"} <= not_yet, callers
+    assert "files.py" in callers
+    assert callers == {"files.py"}, callers

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from graphnorm.checkpoints import CheckpointError, checkpoint_path, load_checkpoint, save_checkpoint
 from graphnorm.config import RunConfig
 from graphnorm.train import run
+from graphnorm.train.checkpoints import CheckpointError, checkpoint_path, load_checkpoint, save_checkpoint
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -185,7 +185,7 @@ def test_sweep_presets_expand_and_train_points_to_sweep(path: Path, capsys, no_t
 @pytest.mark.parametrize("path", RUN_PRESETS, ids=[p.stem for p in RUN_PRESETS])
 def test_run_presets_load_and_sweep_points_to_train(path: Path, capsys, no_training):
     from graphnorm.config import RunConfig
-    from graphnorm.yaml_io import load_yaml_file
+    from graphnorm.files import load_yaml_file
 
     text = path.read_text()
     assert RunConfig.from_dict(load_yaml_file(path)).dataset == yaml.safe_load(text)["dataset"]
@@ -212,7 +212,7 @@ def test_pointer_messages_quote_paths_and_leave_other_errors_alone(tmp_path: Pat
 
 def test_cora_run_preset_trains(tmp_path: Path, data_root: Path, capsys):
     from graphnorm.config import RunConfig
-    from graphnorm.yaml_io import load_yaml_file
+    from graphnorm.files import load_yaml_file
 
     config = RunConfig.from_dict(load_yaml_file(CORA_RUN))
     assert (config.dataset, config.model, config.num_layers, config.norm) == ("cora", "gcn", 4, "pairnorm")
@@ -227,8 +227,7 @@ def test_cora_run_preset_trains(tmp_path: Path, data_root: Path, capsys):
 
 
 def test_train_tensorboard_flag_writes_the_runs_folder(tmp_path: Path, data_root: Path):
-    from graphnorm.config import RunConfig
-    from graphnorm.sweep import config_run_id
+    from graphnorm.config import RunConfig, config_run_id
 
     config = tmp_path / "run.yaml"
     config.write_text("dataset: cora\nnum_layers: 2\nhidden_channels: 8\nepochs: 1\nprobe: false\n")
@@ -260,8 +259,8 @@ def test_tensorboard_flag_without_the_package_is_one_line(tmp_path, monkeypatch,
 def test_train_with_a_missing_dataset_is_one_line(tmp_path, monkeypatch, capsys):
     """A dataset the user has to provide is a one-line error (its message says where it looked and what to set),
     not a traceback; the loader's own error is raised where the download would have been tried."""
-    from graphnorm import train
     from graphnorm.data import DatasetNotFoundError
+    from graphnorm.train import loop as train
 
     def not_found(config):
         raise DatasetNotFoundError("dataset 'cora' not found: set $GRAPHNORM_DATA_MIRROR")

@@ -16,12 +16,12 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch_geometric import seed_everything
 
 from graphnorm.analysis import probe_records
-from graphnorm.analysis.plots import plot_collapse_over_steps
-from graphnorm.checkpoints import checkpoint_path, load_checkpoint
 from graphnorm.config import RunConfig
-from graphnorm.data.loaders import prepare_task
 from graphnorm.sweep import run_sweep
-from graphnorm.train import build_model, probe_sample, run, train_graph_level, train_node_level
+from graphnorm.sweep.report import plot_collapse_over_steps
+from graphnorm.train.checkpoints import checkpoint_path, load_checkpoint
+from graphnorm.train.loaders import prepare_task
+from graphnorm.train.loop import build_model, probe_sample, run, train_graph_level, train_node_level
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

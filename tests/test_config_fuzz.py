@@ -20,7 +20,7 @@ from graphnorm.config import MODEL_CONFIG_KEYS, RunConfig
 from graphnorm.data import GraphTask
 from graphnorm.models import model_spec
 from graphnorm.norms import available_norms, norm_keywords
-from graphnorm.train import build_model, prepare_task, run
+from graphnorm.train.loop import build_model, prepare_task, run
 
 SEED = 0
 MUTATIONS_PER_BASE = 400

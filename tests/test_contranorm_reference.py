@@ -24,7 +24,7 @@ from torch import Tensor
 from experiments.contranorm_official import OfficialDeepGCN, official_adjacency, official_features
 from graphnorm.data import load_dataset
 from graphnorm.sweep import expand_grid, load_sweep_config
-from graphnorm.train import build_model, prepare_task
+from graphnorm.train.loop import build_model, prepare_task
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.usefixtures("one_thread")

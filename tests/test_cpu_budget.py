@@ -1,4 +1,5 @@
-"""graphnorm.cpu_budget: usable cores from affinity, cgroup quota and SLURM, and the sweep's workers x threads plan.
+"""graphnorm.sweep.cpu_budget: usable cores from affinity, cgroup quota and SLURM, and the sweep's workers x
+threads plan.
 
 The machine is faked where it is read (``os.sched_getaffinity``, the cgroup files, the environment, the load
 average); the logic under test runs as is."""
@@ -10,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from graphnorm import cpu_budget
-from graphnorm.cpu_budget import plan_cpus, quota_cores, usable_cores
+from graphnorm.sweep import cpu_budget
+from graphnorm.sweep.cpu_budget import plan_cpus, quota_cores, usable_cores
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from graphnorm.config import RunConfig
 from graphnorm.data import load_dataset
 from graphnorm.data.graphormer_preprocess import preprocess_dataset
 from graphnorm.data.root import ENV_MIRROR, ENV_ROOT, DataRootError, mirror_root
-from graphnorm.train import prepare_task
+from graphnorm.train.loop import prepare_task
 
 CORA_RAW = "Planetoid/Cora/raw"
 

@@ -196,7 +196,7 @@ def test_bad_gat_configs_name_the_key(values: dict, message: str) -> None:
 
 
 def test_gat_config_accepts_averaged_heads_and_the_preset() -> None:
-    from graphnorm.yaml_io import load_yaml_file
+    from graphnorm.files import load_yaml_file
 
     RunConfig.from_dict({"model": "gat", "hidden_channels": 30, "model_kwargs": {"concat": False}})
     preset = load_yaml_file(

@@ -256,7 +256,7 @@ def zinc_config(data_root: Path, **values) -> RunConfig:
 
 
 def mean_predictor_test_mae(data_root: Path, limit_graphs: int) -> float:
-    from graphnorm.data.loaders import prepare_task
+    from graphnorm.train.loaders import prepare_task
 
     task = prepare_task(RunConfig(dataset="zinc", data_root=str(data_root), limit_graphs=limit_graphs))
     train_y = torch.cat([graph.y for graph in DataLoader(task.train, batch_size=len(task.train))])

@@ -10,11 +10,11 @@ import pandas as pd
 import pytest
 import torch
 
-from graphnorm.analysis.plots import summary_markdown
-from graphnorm.config import RunConfig
+from graphnorm.config import RunConfig, config_run_id
 from graphnorm.data import load_dataset
 from graphnorm.data.heterophilic import heterophilic_folder, required_raw_files
-from graphnorm.sweep import config_run_id, run_sweep
+from graphnorm.sweep import run_sweep
+from graphnorm.sweep.report import summary_markdown
 
 # name: (nodes, features, classes, directed edges as PyG loads them), the counts of ../shared/data/README.md 4b.
 SIZES = {

@@ -16,11 +16,11 @@ import torch
 
 from graphnorm.cli import main
 from graphnorm.config import RunConfig
-from graphnorm.data.loaders import prepare_task
 from graphnorm.data.root import ENV_MIRROR
 from graphnorm.data.smiles import parse_molecule
-from graphnorm.model_file import model_file_path, save_model_file
-from graphnorm.train import node_eval_mask, train
+from graphnorm.train.loaders import prepare_task
+from graphnorm.train.loop import node_eval_mask, train
+from graphnorm.train.model_file import model_file_path, save_model_file
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-import graphnorm.progress as progress
+import graphnorm.train.progress as progress
 from graphnorm.cli import main
-from graphnorm.progress import EpochProgress, SweepProgress, format_seconds
-from graphnorm.sweep import config_run_id, expand_grid, run_sweep
+from graphnorm.config import config_run_id
+from graphnorm.sweep import expand_grid, run_sweep
+from graphnorm.train.progress import EpochProgress, SweepProgress, format_seconds
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

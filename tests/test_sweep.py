@@ -18,16 +18,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from graphnorm.config import RunConfig
-from graphnorm.sweep import (
-    apply_overrides,
-    atomic_write_text,
-    config_run_id,
-    expand_grid,
-    load_sweep_config,
-    run_sweep,
-)
-from graphnorm.sweep_tables import summary_table
+from graphnorm.config import RunConfig, config_run_id
+from graphnorm.sweep import expand_grid, load_sweep_config, run_sweep
+from graphnorm.sweep.runner import apply_overrides, atomic_write_text
+from graphnorm.sweep.tables import summary_table
 
 TESTS = Path(__file__).resolve().parent
 LOG_ENV = "GRAPHNORM_TEST_RUN_LOG"  # each execution appends a line here

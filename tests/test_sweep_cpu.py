@@ -1,4 +1,4 @@
-"""A sweep's CPU plan reaches its runs: workers x torch threads from graphnorm.cpu_budget, on a faked machine
+"""A sweep's CPU plan reaches its runs: workers x torch threads from graphnorm.sweep.cpu_budget, on a faked machine
 (affinity, load average, environment: what the driver reads), with runs that report the threads they ran with."""
 
 from __future__ import annotations
@@ -8,9 +8,8 @@ import os
 import pytest
 import torch
 
-from graphnorm import cpu_budget
 from graphnorm.config import RunConfig
-from graphnorm.sweep import run_sweep
+from graphnorm.sweep import cpu_budget, run_sweep
 
 SWEEP = {"name": "cpu", "base": {"dataset": "cora", "epochs": 1}, "grid": {"seed": [0]}}
 
@@ -86,7 +85,7 @@ def test_environment_sets_threads_and_oversubscription_is_said(tmp_path, two_cor
     assert threads == [1]
     monkeypatch.delenv(cpu_budget.ENV_THREADS)
     lines: list[str] = []
-    from graphnorm.sweep import log_cpu_plan
+    from graphnorm.sweep.runner import log_cpu_plan
 
     log_cpu_plan(cpu_budget.plan_cpus(4, workers=2, threads=2), lines.append)
     assert lines[1].startswith("warning: 2 x 2 threads exceed the 2 usable cores")

@@ -24,7 +24,8 @@ from sweep_run_fns import MARK_DIR_ENV, SLEEP_ENV
 from test_sweep import LOG_ENV, SWEEP, executions, fake_run
 
 from graphnorm.cli import main
-from graphnorm.sweep import config_run_id, expand_grid, run_sweep
+from graphnorm.config import config_run_id
+from graphnorm.sweep import expand_grid, run_sweep
 
 TESTS = Path(__file__).resolve().parent
 FAKE = ["--run-fn", "test_sweep:fake_run", "--executor", "serial", "--no-plots"]

@@ -1,4 +1,4 @@
-"""The per-process dataset cache of graphnorm.data.loaders (``cached_task``): a sweep worker loads a dataset once,
+"""The per-process dataset cache of graphnorm.train.loaders (``cached_task``): a sweep worker loads a dataset once,
 runs get the same numbers as with a fresh load, and a run cannot corrupt what the next run sees."""
 
 from __future__ import annotations
@@ -9,9 +9,8 @@ import pytest
 import torch
 
 from graphnorm.config import RunConfig
-from graphnorm.data import loaders
-from graphnorm.data.loaders import cached_task, clear_task_cache
-from graphnorm.train import run
+from graphnorm.train import loaders, run
+from graphnorm.train.loaders import cached_task, clear_task_cache
 
 TIMINGS = ("wall_time_s", "probe_time_s")
 

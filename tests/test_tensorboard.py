@@ -8,18 +8,18 @@ from pathlib import Path
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-import graphnorm.train as train_module
-from graphnorm.config import RunConfig
-from graphnorm.sweep import config_run_id, expand_grid, run_sweep
-from graphnorm.tensorboard_log import collapse_tag, history_tag
+import graphnorm.train.loop as train_module
+from graphnorm.config import RunConfig, config_run_id
+from graphnorm.sweep import expand_grid, run_sweep
 from graphnorm.train import run
+from graphnorm.train.tensorboard_log import collapse_tag, history_tag
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_collapse_steps_live_apart_from_epoch_steps(tmp_path: Path) -> None:
     """Layer steps in the run folder would follow its epoch steps and read as a restart (TensorBoard drops points)."""
-    from graphnorm.tensorboard_log import TensorBoardLog
+    from graphnorm.train.tensorboard_log import TensorBoardLog
 
     epochs = TensorBoardLog(str(tmp_path), "run")
     for epoch in range(5):

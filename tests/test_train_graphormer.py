@@ -14,12 +14,12 @@ import torch
 from sklearn.metrics import roc_auc_score
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from graphnorm.checkpoints import checkpoint_path, load_checkpoint
 from graphnorm.config import RunConfig
-from graphnorm.data.loaders import graph_loaders, graphormer_splits, prepare_task, size_order
 from graphnorm.data.size_buckets import SizeBucketBatchSampler
 from graphnorm.models import model_outputs
-from graphnorm.train import build_model, evaluate_graphs, run, train
+from graphnorm.train.checkpoints import checkpoint_path, load_checkpoint
+from graphnorm.train.loaders import graph_loaders, graphormer_splits, prepare_task, size_order
+from graphnorm.train.loop import build_model, evaluate_graphs, run, train
 
 # Keys that measure time or how the run was executed, not what it computed.
 TIMING_KEYS = ("wall_time_s", "probe_time_s", "train_graphs_per_s", "resumed_at_epoch")

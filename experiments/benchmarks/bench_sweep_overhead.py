@@ -4,11 +4,11 @@ A sweep of many short runs (2-layer GCN on Cora, ``EPOCHS`` epochs, the collapse
 pays per run: config validation, the dataset load, the model build, the probe, the result and log writes, and (per
 worker, once) process start and imports. Setup:
 
-* **Warm worker, broken down**: ``graphnorm.sweep.execute_run`` called in this process (a worker that has run
+* **Warm worker, broken down**: ``graphnorm.sweep.runner.execute_run`` called in this process (a worker that has run
   before: torch imported), its phases timed by wrapping the functions ``graphnorm.train.run`` calls
   (``prepare_task``, ``build_model``, ``train_node_level`` = training, ``probe_records``) and the result write; the
   rest of ``execute_run`` is config checks, seeding, the log file. Runs alternate between the worker's dataset cache
-  (``graphnorm.data.loaders.cached_task``) and a cleared cache (a fresh load per run, as before the cache). Target
+  (``graphnorm.train.loaders.cached_task``) and a cleared cache (a fresh load per run, as before the cache). Target
   (issue 20): non-training time per run under 0.5 s with the cache.
 * **End to end**: ``run_sweep`` with the local executor, 1 worker x 1 thread, ``RUNS`` runs: wall time per run,
   and that minus the training time per run measured above; the time to start a process that imports
@@ -34,12 +34,12 @@ import torch
 
 from experiments.benchmarks import _common
 from experiments.benchmarks import run_all as common
-from graphnorm import sweep as sweep_module
-from graphnorm import train as train_module
 from graphnorm.analysis import probe as probe_module
 from graphnorm.config import RunConfig
-from graphnorm.data.loaders import clear_task_cache
 from graphnorm.data.root import resolve_root
+from graphnorm.sweep import runner as sweep_module
+from graphnorm.train import loop as train_module
+from graphnorm.train.loaders import clear_task_cache
 
 EPOCHS = 2
 RUNS = 20

@@ -34,9 +34,9 @@ from torch import Tensor
 from torch_geometric.data import Data
 from torch_geometric.transforms import BaseTransform
 
-from graphnorm.atomic_files import atomic_write
 from graphnorm.data.checks import check_edge_index
 from graphnorm.data.token_rows import token_row_layout
+from graphnorm.files import atomic_write
 
 UNREACHABLE = -1  # spatial_pos value of pairs with no path
 NO_EDGE = -1  # edge_path value past the end of a path
@@ -290,7 +290,7 @@ def _attach_cached(graphs: list[Data], cached: dict[str, Tensor], node_counts: T
 
 
 def _write_cache(path: Path, payload: dict[str, Tensor]) -> None:
-    """Save by :func:`graphnorm.atomic_files.atomic_write`: readers see the old cache, the new one or none, never a
+    """Save by :func:`graphnorm.files.atomic_write`: readers see the old cache, the new one or none, never a
     partial one. A cache that cannot be written (read-only or full data root) only costs the recomputation next time."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

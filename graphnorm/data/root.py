@@ -27,6 +27,8 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
+from graphnorm.files import atomic_write
+
 ENV_ROOT = "GRAPHNORM_DATA"
 ENV_MIRROR = "GRAPHNORM_DATA_MIRROR"
 
@@ -112,14 +114,9 @@ def _not_raw(folder: str, names: list[str]) -> set[str]:
 
 
 def _copy_whole(source: str, target: str) -> None:
-    """Copy one file so that it appears whole or not at all (a kill mid-copy leaves only a ``.tmp``)."""
-    tmp = f"{target}.{os.getpid()}.tmp"
-    try:
-        shutil.copyfile(source, tmp)
-        os.replace(tmp, target)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    """Copy one file so that it appears whole or not at all (:func:`graphnorm.files.atomic_write`)."""
+    with open(source, "rb") as handle:
+        atomic_write(target, lambda out: shutil.copyfileobj(handle, out))
 
 
 def seed_from_mirror(root: Path, relative: str, required: list[str]) -> bool:

@@ -47,10 +47,10 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data, InMemoryDataset
 
-from graphnorm.atomic_files import atomic_write
 from graphnorm.data.datasets import GraphTask
 from graphnorm.data.registry import DatasetSpec, register_dataset
 from graphnorm.data.root import dataset_lock
+from graphnorm.files import atomic_write
 
 TASKS = ("classification", "regression")
 INVALID_CHOICES = ("error", "skip")

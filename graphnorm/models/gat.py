@@ -64,7 +64,14 @@ def check_gat_config(config: Any) -> None:
         )
 
 
-@register_model("gat", check_config=check_gat_config)
+@register_model(
+    "gat",
+    check_config=check_gat_config,
+    last_layer={
+        "node": "the classifier output (logits: the last GAT conv, heads averaged, no norm)",
+        "graph": "the last GAT block (after norm and activation, before the readout)",
+    },
+)
 class DeepGAT(DeepGCN):
     """Deep GAT with a norm per hidden layer; see the module docstring and :class:`DeepGCN` for the layout.
 

@@ -250,7 +250,13 @@ class GCNBlock(nn.Module):
         return x
 
 
-@register_model("gcn")
+@register_model(
+    "gcn",
+    last_layer={
+        "node": "the classifier output (logits: the last GCN conv, no norm)",
+        "graph": "the last GCN block (after norm and activation, before the readout)",
+    },
+)
 class DeepGCN(nn.Module):
     """Deep GCN with a norm per hidden layer; see the module docstring for the layer layout and conventions.
 

@@ -133,7 +133,11 @@ def check_gcnii_config(config: Any) -> None:
         raise ValueError("model='gcnii' reads out with readout=mean or sum, not 'virtual'")
 
 
-@register_model("gcnii", check_config=check_gcnii_config)
+@register_model(
+    "gcnii",
+    check_config=check_gcnii_config,
+    last_layer="the last GCNII layer (after norm and ReLU, before the output Linear)",
+)
 class GCNII(nn.Module):
     """GCNII / GCNII* with a norm per layer; see the module docstring for the layout and the layer formula.
 

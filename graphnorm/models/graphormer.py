@@ -257,6 +257,7 @@ def check_arguments(atom_feature_dims: Sequence[int] | None, sizes: dict[str, An
     check_config=check_graphormer_config,
     token_rows=True,  # the virtual graph token of every graph
     own_keys=GRAPHORMER_KEYS,
+    last_layer="the last encoder layer (before the final norm)",
 )
 class Graphormer(nn.Module):
     """Graphormer for graph-level prediction from the virtual graph token (see the module docs).

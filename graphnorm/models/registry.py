@@ -79,6 +79,7 @@ class ModelSpec:
     token_rows: bool = False
     own_keys: Mapping[str, str] = field(default_factory=dict)
     virtual_node_rows: bool = True
+    last_layer: Mapping[str, str] = field(default_factory=dict)  # level -> what the probe's last layer is
 
     def has_token_rows(self, config: Any) -> bool:
         """Whether this model hands its norms graph-token rows in the run ``config``: always (``token_rows``), or
@@ -109,10 +110,12 @@ def register_model(
     token_rows: bool = False,
     own_keys: Mapping[str, str] | None = None,
     virtual_node_rows: bool = True,
+    last_layer: str | Mapping[str, str] | None = None,
 ) -> Callable[[Callable[..., nn.Module]], Callable[..., nn.Module]]:
     """Decorator: register a model class (or a function returning a module) under a lower-case ``name``.
     ``levels``: the task levels it predicts at; ``inputs``: how it is called; ``check_config``, ``token_rows``,
-    ``own_keys``, ``virtual_node_rows``: what it asks of a run config (see the module docstring)."""
+    ``own_keys``, ``virtual_node_rows``: what it asks of a run config (see the module docstring); ``last_layer``:
+    what the collapse probe's last layer of the model is, for reports (one text, or one per level)."""
     if not isinstance(name, str) or name != name.lower() or not name:
         raise ValueError(f"model names are non-empty lower-case strings, got {name!r}")
     if inputs not in INPUTS:
@@ -123,8 +126,17 @@ def register_model(
     def decorator(factory: Callable[..., nn.Module]) -> Callable[..., nn.Module]:
         if name in _MODELS and _MODELS[name].factory is not factory:
             raise ValueError(f"model name {name!r} is already registered to {_MODELS[name].factory.__name__}")
+        last = dict.fromkeys(levels, last_layer) if isinstance(last_layer, str) else dict(last_layer or {})
         _MODELS[name] = ModelSpec(
-            name, factory, tuple(levels), inputs, check_config, token_rows, dict(own_keys or {}), virtual_node_rows
+            name,
+            factory,
+            tuple(levels),
+            inputs,
+            check_config,
+            token_rows,
+            dict(own_keys or {}),
+            virtual_node_rows,
+            last,
         )
         return factory
 

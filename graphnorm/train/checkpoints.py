@@ -14,9 +14,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from graphnorm.atomic_files import atomic_write, temporary_path
 from graphnorm.config import NOT_HASHED, RunConfig, config_run_id
-from graphnorm.sweep_processes import pid_alive
+from graphnorm.files import atomic_write, remove_leftover_temporary_files, temporary_path
 
 
 def checkpoint_path(config: RunConfig) -> Path | None:
@@ -67,7 +66,7 @@ CHECKPOINT_KEYS = ("model", "schedule", "rng", "state")
 
 
 def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
-    """``torch.save`` through :func:`graphnorm.atomic_files.atomic_write`: a kill never leaves a partial checkpoint."""
+    """``torch.save`` through :func:`graphnorm.files.atomic_write`: a kill never leaves a partial checkpoint."""
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         atomic_write(path, lambda handle: torch.save(state, handle))
@@ -109,17 +108,8 @@ def prepare_checkpoint_dir(config: RunConfig) -> Path | None:
             f"checkpoint_dir {config.checkpoint_dir} is not writable ({error.strerror or error} at {error.filename}); "
             "set checkpoint_dir to a writable folder"
         ) from None
-    remove_stale_tmp_files(path)
+    remove_leftover_temporary_files(path.parent, path.name, keep_live_writers=True)
     return path
-
-
-def remove_stale_tmp_files(path: Path) -> None:
-    """Delete ``.<name>.<pid>.tmp`` files that :func:`save_checkpoint` left behind when its process was killed."""
-    prefix = f".{path.name}."
-    for tmp in path.parent.iterdir():
-        pid = tmp.name[len(prefix) : -len(".tmp")]
-        if tmp.name.startswith(prefix) and tmp.name.endswith(".tmp") and pid.isdigit() and not pid_alive(int(pid)):
-            tmp.unlink(missing_ok=True)
 
 
 def config_differences(saved: dict[str, Any], config: RunConfig) -> list[str]:

@@ -2,23 +2,23 @@
 per-layer metrics), ``epochs.csv`` (learning curves), ``steps.csv`` (collapse over training steps, runs with
 ``probe_every_steps``), the summary table (metric by norm x depth, mean ± std over the
 replicate keys) and ``summary.md``, all regenerated from the results files and written atomically
-(:mod:`graphnorm.atomic_files`, whose text writer is re-exported here for the sweep and ``graphnorm predict``): a
+(:mod:`graphnorm.files`, whose text writer is re-exported here for the sweep and ``graphnorm predict``): a
 reader sees the old file or the new one, never a partial one."""
 
 from __future__ import annotations
 
 import json
 import math
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from graphnorm.atomic_files import atomic_write_text
 from graphnorm.config import RunConfig, config_run_id
 from graphnorm.data.metrics import metric_names
+from graphnorm.files import atomic_write_text
+from graphnorm.train.record import STEPS_KEY
 
 # The summary's metric when neither the sweep nor the records name one: test_<metric> of the first metric present.
 DEFAULT_METRICS = tuple(f"test_{name}" for name in metric_names())
@@ -26,22 +26,7 @@ DEFAULT_METRICS = tuple(f"test_{name}" for name in metric_names())
 # papers average over seeds and over a dataset's standard splits.
 REPLICATE_KEYS = ("seed", "split")
 LAYER_COLUMNS = ("run_id", "layer", "layer_name", "rows", "metric", "value")
-STEPS_KEY = "collapse_steps"  # a run record's (and results file's) list of step rows
 STEP_COLUMNS = ("run_id", "step", "epoch", "layer", "layer_name", "rows", "metric", "stat", "value")
-
-
-def ensure_writable_dir(path: Path, what: str) -> None:
-    """Create folder ``path`` (and its parents) and write a probe file in it, before any long work whose output
-    would be lost; ``ValueError`` in one line naming ``what`` (e.g. ``--out OUT``) otherwise."""
-    path = Path(path)
-    if path.exists() and not path.is_dir():
-        raise ValueError(f"{what} cannot be written: {path} is a file, not a folder")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path, prefix=".write-check.", suffix=".tmp"):
-            pass
-    except OSError as e:
-        raise ValueError(f"{what} cannot be written: {e.strerror or e} ({path})") from None
 
 
 def atomic_write_csv(path: Path, frame: pd.DataFrame) -> None:
@@ -83,7 +68,7 @@ def layers_table(configs: list[RunConfig], results: dict[str, dict[str, Any]]) -
 
 def steps_table(configs: list[RunConfig], results: dict[str, dict[str, Any]]) -> pd.DataFrame:
     """Collapse over training: one row per (run, step, layer, rows, metric, stat[, split]) from the results'
-    ``collapse_steps`` lists (:mod:`graphnorm.analysis.collapse_steps`); empty when no run probed per step."""
+    ``collapse_steps`` lists (:mod:`graphnorm.train.collapse_steps`); empty when no run probed per step."""
     return _probe_rows_table(configs, results, STEPS_KEY, STEP_COLUMNS)
 
 

@@ -27,6 +27,8 @@ import threading
 import time
 from collections.abc import Iterator
 
+from graphnorm.files import pid_alive
+
 STOP_GRACE_S = 3.0  # a worker still alive this long after SIGTERM gets SIGKILL
 POLL_S = 0.5  # the watchdog's polling period where pidfds are not available
 
@@ -85,17 +87,6 @@ def _exit_with_driver(driver_pid: int) -> None:
         select.select([pidfd], [], [])  # readable once the driver has exited
     print(f"graphnorm sweep worker {os.getpid()}: driver {driver_pid} is gone; exiting", file=sys.stderr)
     os._exit(1)  # now, from this thread, even while the main thread is inside a run
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` exists (also when another user owns it)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by someone else
-        return True
-    return True
 
 
 def stop_workers(pool: concurrent.futures.ProcessPoolExecutor, grace_s: float = STOP_GRACE_S) -> None:

@@ -23,10 +23,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from graphnorm.checkpoints import checkpoint_path, save_checkpoint
 from graphnorm.config import RunConfig, model_keywords
 from graphnorm.data import GraphTask
 from graphnorm.models import build_model
+from graphnorm.train.checkpoints import checkpoint_path, save_checkpoint
 
 MODEL_FORMAT = "graphnorm-model"
 MODEL_VERSION = 1

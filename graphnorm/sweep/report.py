@@ -43,7 +43,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from graphnorm.sweep_tables import DEFAULT_METRICS, MAJORITY_MARGIN, majority_level, markdown_table
+from graphnorm.sweep.tables import DEFAULT_METRICS, MAJORITY_MARGIN, majority_level, markdown_table
 
 __all__ = [
     "load_sweep",
@@ -398,18 +398,17 @@ def last_layer_description(runs: pd.DataFrame) -> str:
         node_level = bool(runs["num_eval_nodes"].notna().all())
     else:
         node_level = "readout" not in runs.columns or runs["readout"].isna().all()
-    meanings = {
-        "gcn": "the classifier output (logits: the last GCN conv, no norm)"
-        if node_level
-        else "the last GCN block (after norm and activation, before the readout)",
-        "gat": "the classifier output (logits: the last GAT conv, heads averaged, no norm)"
-        if node_level
-        else "the last GAT block (after norm and activation, before the readout)",
-        "gcnii": "the last GCNII layer (after norm and ReLU, before the output Linear)",
-        "graphormer": "the last encoder layer (before the final norm)",
-    }
-    known = [f"{model}: {meanings[model]}" for model in models if model in meanings]
+    level = "node" if node_level else "graph"
+    meanings = {model: _last_layer_of(model, level) for model in models}
+    known = [f"{model}: {meanings[model]}" for model in models if meanings[model]]
     return "; ".join(known) if known and len(known) == len(models) else "the last layer the probe watched"
+
+
+def _last_layer_of(model: str, level: str) -> str | None:
+    """What the probe's last layer of a registered ``model`` is at ``level`` (its registration says), else None."""
+    from graphnorm.models import available_models, model_spec
+
+    return model_spec(model).last_layer.get(level) if model in available_models() else None
 
 
 def _last_layer(table: pd.DataFrame) -> pd.DataFrame:

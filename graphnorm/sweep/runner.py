@@ -24,7 +24,6 @@ import contextlib
 import copy
 import fcntl
 import importlib
-import importlib.util
 import itertools
 import json
 import multiprocessing
@@ -43,19 +42,16 @@ import pandas as pd
 import yaml
 from tqdm import tqdm
 
-from graphnorm.atomic_files import atomic_write_text, remove_leftover_temporary_files
 from graphnorm.config import RunConfig, apply_overrides, config_run_id
-from graphnorm.cpu_budget import CpuPlan, env_threads, passive_openmp_wait, plan_cpus
-from graphnorm.progress import SweepProgress
-from graphnorm.sweep_processes import init_worker, signals_interrupt, stop_workers
-from graphnorm.sweep_results import check_history, check_layers, load_results
-from graphnorm.sweep_tables import (
+from graphnorm.files import atomic_write_text, ensure_writable_dir, load_yaml_file, remove_leftover_temporary_files
+from graphnorm.sweep.cpu_budget import CpuPlan, env_threads, passive_openmp_wait, plan_cpus
+from graphnorm.sweep.processes import init_worker, signals_interrupt, stop_workers
+from graphnorm.sweep.results import check_history, check_layers, load_results
+from graphnorm.sweep.tables import (
     DEFAULT_METRICS,
-    STEPS_KEY,
     _cell,
     atomic_write_csv,
     check_metric,
-    ensure_writable_dir,
     epochs_table,
     grid_keys,
     layers_table,
@@ -63,7 +59,8 @@ from graphnorm.sweep_tables import (
     steps_table,
     write_summary,
 )
-from graphnorm.yaml_io import load_yaml_file
+from graphnorm.train.progress import SweepProgress
+from graphnorm.train.record import STEPS_KEY
 
 RunFn = Callable[[RunConfig], dict[str, Any]]
 
@@ -226,7 +223,7 @@ def execute_run(run_fn: RunFn, config_values: dict[str, Any], out_dir: str, thre
     A failing run is recorded with its error and traceback instead of raising, so the sweep goes on.
     ``KeyboardInterrupt`` is not caught: an interrupted run leaves no result and is re-run on resume.
     """
-    from graphnorm.analysis.collapse_steps import check_step_rows  # here: graphnorm.analysis imports in 0.6 s
+    from graphnorm.train.collapse_steps import check_step_rows  # here: graphnorm.analysis imports in 0.6 s
 
     _set_threads(threads)
     config = RunConfig.from_dict(config_values)
@@ -415,10 +412,10 @@ def run_sweep(
 
     ``executor``: ``"local"`` (a process pool of ``workers``, default: all cores), ``"serial"`` (in-process),
     ``"submitit-local"`` (submitit's LocalExecutor, the SLURM code path on this machine, ``workers`` jobs at a
-    time) or ``"slurm"``. ``workers`` default to the usable cores (:func:`graphnorm.cpu_budget.usable_cores`:
+    time) or ``"slurm"``. ``workers`` default to the usable cores (:func:`graphnorm.sweep.cpu_budget.usable_cores`:
     affinity, container quota, ``$SLURM_CPUS_PER_TASK``). ``threads``: torch threads per run, else
     ``$GRAPHNORM_THREADS``, else for local runs usable cores / workers, or 1 on a busy machine
-    (:func:`graphnorm.cpu_budget.plan_cpus`); on SLURM the job's CPUs; serial runs keep the
+    (:func:`graphnorm.sweep.cpu_budget.plan_cpus`); on SLURM the job's CPUs; serial runs keep the
     process's setting unless one of those is given.
     ``progress=None``: a progress bar only on a terminal.
     """
@@ -469,7 +466,10 @@ def run_sweep(
             log(f"{failures} run(s) failed; errors in runs.csv, tracebacks in {out / 'results'}")
         write_summary(sweep, runs, out, log)
     if make_plots:
-        make_report(out, log)
+        from graphnorm.sweep.report import make_report  # here: matplotlib takes a second to import
+
+        log(f"writing the report into {out}")
+        make_report(out)
     return runs
 
 
@@ -677,14 +677,3 @@ def _run_submitit(
             with contextlib.suppress(Exception):
                 job.cancel(check=False)
         raise
-
-
-def make_report(out: Path, log: Callable[[str], None] = print) -> None:
-    """Call ``graphnorm.analysis.plots.make_report(out_dir)`` when that module exists (the plotting step)."""
-    if importlib.util.find_spec("graphnorm.analysis.plots") is None:
-        return
-    plots = importlib.import_module("graphnorm.analysis.plots")
-    report = getattr(plots, "make_report", None)
-    if callable(report):
-        log(f"writing the report into {out}")
-        report(out)

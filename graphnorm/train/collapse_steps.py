@@ -18,7 +18,7 @@ in front. The singular-value spectrum (``sv_000``...) is left out (``layers.csv`
 A graph-level run keeps its rows in its checkpoint, so a resumed run neither loses nor repeats any: rows probed
 after the last checkpoint are probed again when their steps are trained again.
 With ``tensorboard_dir`` every row is also a scalar ``<collapse tag>/layer_<k>`` at the optimizer step, in the run's
-sub-folder ``collapse_steps`` (tags as :func:`graphnorm.tensorboard_log.collapse_tag`).
+sub-folder ``collapse_steps`` (tags as :func:`graphnorm.train.tensorboard_log.collapse_tag`).
 """
 
 from __future__ import annotations
@@ -31,12 +31,11 @@ import torch
 from torch import nn
 
 from graphnorm.analysis.probe import probe_records
-from graphnorm.sweep_tables import STEPS_KEY
-from graphnorm.tensorboard_log import TensorBoardLog, collapse_tag
+from graphnorm.train.record import STEPS_KEY
+from graphnorm.train.tensorboard_log import TensorBoardLog, collapse_tag
 
-__all__ = ["RECORD_KEY", "STEP_COLUMNS", "StepProbe", "check_step_rows", "preserved_rng"]
+__all__ = ["STEP_COLUMNS", "StepProbe", "check_step_rows", "preserved_rng"]
 
-RECORD_KEY = STEPS_KEY  # the run record's key of the rows (a sweep writes them to steps.csv)
 STEP_COLUMNS = ("step", "epoch", "layer", "layer_name", "rows", "metric", "stat", "value")
 STEP_SINGULAR_VALUES = 0  # no spectrum per step: layers.csv has it for the final model
 
@@ -90,8 +89,8 @@ def log_step_rows(board: TensorBoardLog, rows: list[dict[str, Any]]) -> None:
 def check_step_rows(rows: Any) -> None:
     """A run record's ``collapse_steps``: a list of dicts, each with ``step``, ``layer``, ``metric`` and ``value``."""
     if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
-        raise TypeError(f"record[{RECORD_KEY!r}] must be a list of dicts, got {type(rows).__name__}")
+        raise TypeError(f"record[{STEPS_KEY!r}] must be a list of dicts, got {type(rows).__name__}")
     for row in rows:
         missing = [key for key in ("step", "layer", "metric", "value") if key not in row]
         if missing:
-            raise ValueError(f"record[{RECORD_KEY!r}] row {row} lacks {missing}")
+            raise ValueError(f"record[{STEPS_KEY!r}] row {row} lacks {missing}")

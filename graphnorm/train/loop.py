@@ -34,13 +34,13 @@ from the timings ``wall_time_s``, ``probe_time_s``, ``train_graphs_per_s`` and t
 Collapse over training (``probe_every_steps`` = N > 0): the record adds ``collapse_steps``, the collapse probe's
 rows of the weights being trained at step 0 and every N optimizer steps (node level: one step per epoch), and
 ``collapse_steps_time_s``; the probe leaves the training's random state and its metrics untouched
-(:mod:`graphnorm.analysis.collapse_steps`; a graph-level checkpoint keeps the rows).
+(:mod:`graphnorm.train.collapse_steps`; a graph-level checkpoint keeps the rows).
 
 Progress: every run writes flushed progress lines to stderr (run id, epoch/total, train loss, validation and test
 metric, elapsed seconds) at most every 10 s and at its last epoch, and draws an epoch bar only on a terminal
-(:class:`graphnorm.progress.EpochProgress`); with ``tensorboard_dir`` it writes TensorBoard scalars to
+(:class:`graphnorm.train.progress.EpochProgress`); with ``tensorboard_dir`` it writes TensorBoard scalars to
 ``<tensorboard_dir>/<run_id>``: per epoch the history's curves and the learning rate, and the collapse probe's metrics
-per layer (:mod:`graphnorm.tensorboard_log`).
+per layer (:mod:`graphnorm.train.tensorboard_log`).
 
 Seams for other models: :func:`build_model` (``config.model``), :func:`model_outputs` (how a model is called on a
 PyG batch: DeepGCN takes ``(x, edge_index, batch, batch_size)``, any other model the whole ``Data``/``Batch``),
@@ -60,24 +60,25 @@ from torch import Tensor, nn
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 from torch_geometric import seed_everything
 
-from graphnorm.checkpoints import (
+from graphnorm.config import RunConfig, config_run_id, model_keywords
+from graphnorm.data import GraphTask
+from graphnorm.data.metrics import score, task_loss
+from graphnorm.models import build_model as build_registered_model
+from graphnorm.models import model_outputs, model_spec, polynomial_optimizer
+from graphnorm.train.checkpoints import (
     prepare_checkpoint_dir,
     resume_from_checkpoint,
     rng_state,
     save_checkpoint,
 )
-from graphnorm.config import RunConfig, config_run_id, model_keywords
-from graphnorm.data import GraphTask
-from graphnorm.data.loaders import graph_loaders, model_sample, prepare_task
-from graphnorm.data.metrics import score, task_loss
-from graphnorm.model_file import model_file_path, save_model_file
-from graphnorm.models import build_model as build_registered_model
-from graphnorm.models import model_outputs, model_spec, polynomial_optimizer
-from graphnorm.progress import EpochProgress
-from graphnorm.tensorboard_log import TensorBoardLog, require_tensorboard
+from graphnorm.train.loaders import graph_loaders, model_sample, prepare_task
+from graphnorm.train.model_file import model_file_path, save_model_file
+from graphnorm.train.progress import EpochProgress
+from graphnorm.train.record import STEPS_KEY
+from graphnorm.train.tensorboard_log import TensorBoardLog, require_tensorboard
 
 if TYPE_CHECKING:
-    from graphnorm.analysis.collapse_steps import StepProbe
+    from graphnorm.train.collapse_steps import StepProbe
 
 
 # --- building blocks ------------------------------------------------------------------------------------------
@@ -175,10 +176,10 @@ def report_epoch(
 def open_step_probe(
     config: RunConfig, model: nn.Module, task: GraphTask, device: torch.device, rows: list, start_step: int = 0
 ) -> StepProbe:
-    """The run's collapse-over-steps probe (:mod:`graphnorm.analysis.collapse_steps`) on :func:`probe_sample`,
+    """The run's collapse-over-steps probe (:mod:`graphnorm.train.collapse_steps`) on :func:`probe_sample`,
     appending to ``rows``; off (a probe that does nothing) when ``probe_every_steps`` is 0. ``start_step``: a
     resumed run's first step, from which its earlier attempt's TensorBoard points are hidden."""
-    from graphnorm.analysis.collapse_steps import StepProbe, preserved_rng
+    from graphnorm.train.collapse_steps import StepProbe, preserved_rng
 
     if config.probe_every_steps == 0:
         return StepProbe(rows=rows)
@@ -193,7 +194,7 @@ def step_rows_record(config: RunConfig, rows: list[dict[str, Any]], seconds: flo
     when ``probe_every_steps`` is 0."""
     if config.probe_every_steps == 0:
         return {}
-    return {"collapse_steps": rows, "collapse_steps_time_s": seconds}
+    return {STEPS_KEY: rows, f"{STEPS_KEY}_time_s": seconds}
 
 
 def clip_gradients(model: nn.Module, config: RunConfig) -> None:

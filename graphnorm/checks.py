@@ -1,0 +1,63 @@
+"""Argument checks that every layer shares: a graph's ``edge_index`` (and batch vector), a choice among names, a
+positive number.
+
+One argument order everywhere, ``(value, ..., what, where)``: ``what`` names the argument, ``where`` (optional) the
+norm, model or function that checks, and prefixes the message. One error type per kind of mistake: a wrong type
+(not a tensor, a float ``edge_index``) is a ``TypeError``, a wrong value (shape, range, unknown name) a
+``ValueError``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any, TypeVar
+
+import torch
+from torch import Tensor
+
+T = TypeVar("T")
+
+
+def _prefix(where: str) -> str:
+    return f"{where}: " if where else ""
+
+
+def check_edge_index(edge_index: Any, num_nodes: int, batch: Tensor | None = None, where: str = "") -> None:
+    """``edge_index`` must be an integer tensor ``[2, num_edges]`` of node ids in ``[0, num_nodes)``, and ``batch``
+    (when given) a vector ``[num_nodes]``.
+
+    Raises:
+        TypeError: ``edge_index`` is not a tensor, or not of an integer dtype.
+        ValueError: a wrong shape, or node ids outside ``[0, num_nodes)``.
+    """
+    prefix = _prefix(where)
+    if not isinstance(edge_index, Tensor):
+        raise TypeError(f"{prefix}edge_index must be a torch.Tensor, got {type(edge_index).__name__}")
+    if edge_index.dim() != 2 or edge_index.size(0) != 2:
+        raise ValueError(f"{prefix}edge_index must have shape [2, num_edges], got {tuple(edge_index.shape)}")
+    if edge_index.is_floating_point() or edge_index.is_complex() or edge_index.dtype == torch.bool:
+        raise TypeError(f"{prefix}edge_index must be an integer tensor, got {edge_index.dtype}")
+    if edge_index.numel() and (int(edge_index.min()) < 0 or int(edge_index.max()) >= num_nodes):
+        raise ValueError(
+            f"{prefix}edge_index holds node ids in [{int(edge_index.min())}, {int(edge_index.max())}], outside "
+            f"[0, {num_nodes}) for a graph of {num_nodes} nodes"
+        )
+    if batch is not None and (batch.dim() != 1 or batch.numel() != num_nodes):
+        raise ValueError(f"{prefix}batch must have shape [num_nodes] = [{num_nodes}], got {tuple(batch.shape)}")
+
+
+def check_choice(value: T, choices: Iterable[Any], what: str, where: str = "") -> T:
+    """``value`` itself when it is one of ``choices``; else ``ValueError`` naming ``what`` and listing the choices."""
+    choices = tuple(choices)
+    if value not in choices:
+        listed = ", ".join(repr(choice) for choice in choices)
+        raise ValueError(f"{_prefix(where)}{what} must be one of {listed}; got {value!r}")
+    return value
+
+
+def check_positive(value: Any, what: str, where: str = "") -> float:
+    """``value`` as a float when it is a finite number > 0 (``eps``, ``scale``, ...); else ``ValueError``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{_prefix(where)}{what} must be a finite number > 0, got {value!r}")
+    return float(value)

@@ -1,0 +1,26 @@
+"""Training: one run of a :class:`graphnorm.config.RunConfig`, from data to a JSON-serializable record.
+
+``run(config) -> record`` is the entry point that ``graphnorm train`` and every sweep call; ``train(config)`` returns
+the trained model and its task as well. Where to look next:
+
+* :mod:`~graphnorm.train.loop`: the node- and graph-level training loops and the record they return;
+* :mod:`~graphnorm.train.loaders`: the run's task (dataset, features) and its mini-batches;
+* :mod:`~graphnorm.train.checkpoints`, :mod:`~graphnorm.train.model_file`: resuming, and the saved model;
+* :mod:`~graphnorm.train.collapse_steps`: collapse metrics while training;
+* :mod:`~graphnorm.train.progress`, :mod:`~graphnorm.train.tensorboard_log`: progress lines and curves.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["run", "train"]
+
+
+def __getattr__(name: str) -> Any:
+    # The entry points load on first use, so that the light submodules (e.g. the record's keys) import alone.
+    if name in __all__:
+        from graphnorm.train import loop
+
+        return getattr(loop, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
