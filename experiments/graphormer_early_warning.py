@@ -16,9 +16,9 @@ window_prior_bce gets it replayed from the run's batches. One thread (numbers de
 copy: ``GRAPHNORM_DATA_MIRROR``. About 1 s per step on one shared core (the recorded 500-step runs: 6 to 16 minutes).
 
 Model, data, loaders, optimizer, schedule and weight EMA are built by graphnorm's own functions as
-``graphnorm.train.loop.train_graph_level`` builds them, and the schedule is the full run's (epochs x steps per epoch of
-the variant's batch size), so warmup and decay are where the preset puts them. Signals, at step 0 (before the first
-update) and every K steps, of the trained weights (``ema_*``: of the weight EMA, which the trainer evaluates):
+``graphnorm.train.graph_level.train_graph_level`` builds them, and the schedule is the full run's (epochs x steps per
+epoch of the variant's batch size), so warmup and decay are where the preset puts them. Signals, at step 0 (before the
+first update) and every K steps, of the trained weights (``ema_*``: of the weight EMA, which the trainer evaluates):
 
   train_bce         mean training BCE over the last K steps (step 0: the first batch's, before its update)
   window_prior_bce  BCE of the constant prior (the training positive rate) on the same batches; train_bce minus it
@@ -50,17 +50,18 @@ from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 from torch_geometric import seed_everything
 
 from graphnorm.analysis.probe import CollapseProbe, evaluation_sample
-from graphnorm.config import RunConfig, apply_overrides
+from graphnorm.config import RunConfig, apply_overrides, model_keywords
 from graphnorm.data import GraphTask
-from graphnorm.data.metrics import score, task_loss
+from graphnorm.data.scoring import score, task_loss
 from graphnorm.data.size_buckets import SizeBucketBatchSampler
 from graphnorm.files import load_yaml_file
-from graphnorm.models import Graphormer, model_outputs, model_spec, register_model
+from graphnorm.models import Graphormer, build_model, model_outputs, model_spec, register_model
 from graphnorm.models.graphormer import GraphAttentionBias, check_graphormer_config
 from graphnorm.norms import build_norm
 from graphnorm.train.collapse_steps import preserved_rng
+from graphnorm.train.graph_level import evaluate_graphs
 from graphnorm.train.loaders import graph_loaders, model_sample, prepare_task
-from graphnorm.train.loop import StepSchedule, build_model, clip_gradients, evaluate_graphs
+from graphnorm.train.schedules import TrainingSchedule, clip_gradients
 
 REPO = Path(__file__).resolve().parents[1]
 PRESET = REPO / "experiments" / "runs" / "molhiv_graphormer.yaml"
@@ -242,7 +243,7 @@ class EarlyWarningRun:
     model: nn.Module
     train_loader: Any
     val_loader: Any
-    schedule: StepSchedule
+    schedule: TrainingSchedule
     ema: AveragedModel
     signal_sample: Any  # SIGNAL_GRAPHS validation graphs, collated for the model
     probe_sample: Any  # the collapse probe's validation sample (config.probe_graphs)
@@ -252,14 +253,14 @@ class EarlyWarningRun:
         seed_everything(config.seed)  # as graphnorm.train.loop.train
         task = prepare_task(config)
         seed_everything(config.seed)
-        model = build_model(config, task)
+        model = build_model(config.model, task, **model_keywords(config, task.level))
         generator = torch.Generator().manual_seed(config.seed)  # shuffles the training batches
         inputs = model_spec(config.model).inputs
         train_loader, val_loader, _, _ = graph_loaders(task, config, generator, inputs)
         if warmup_fraction is not None:
             total_steps = config.epochs * len(train_loader)
             config = dataclasses.replace(config, warmup_steps=round(warmup_fraction * total_steps))
-        schedule = StepSchedule(config, model, len(train_loader), task.higher_is_better)
+        schedule = TrainingSchedule(config, model, len(train_loader), task.higher_is_better)
         ema = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(config.ema_decay), use_buffers=True)
         signal_sample, probe_sample = (
             model_sample(evaluation_sample(task.val, num_graphs=graphs, seed=0), config, inputs)
@@ -283,7 +284,7 @@ class EarlyWarningRun:
 def run_variant(name: str, args: argparse.Namespace) -> None:
     """Train ``args.steps`` steps of the variant, measuring every ``args.every``; the rows also go to the CSV after
     every measurement (a run stopped early keeps its steps). The step body is GraphTraining.train_epoch's
-    (graphnorm/train/loop.py), replayed here to see each batch's loss and labels."""
+    (graphnorm/train/graph_level.py), replayed here to see each batch's loss and labels."""
     run = EarlyWarningRun.build(*variant_config(name, args.limit_graphs, args.set))
     config, task, model = run.config, run.task, run.model
     print(

@@ -66,6 +66,7 @@ examples:
 
 
 def _sweep_parser(sub: argparse._SubParsersAction) -> None:
+    """The ``sweep`` command's options."""
     p = sub.add_parser(
         "sweep",
         help="run a grid of configs (resumes: only runs without a result are executed)",
@@ -128,6 +129,7 @@ examples:
 
 
 def _train_parser(sub: argparse._SubParsersAction) -> None:
+    """The ``train`` command's options."""
     p = sub.add_parser(
         "train",
         help="one run from a YAML of RunConfig keys; prints its record",
@@ -165,6 +167,7 @@ examples:
 
 
 def _predict_parser(sub: argparse._SubParsersAction) -> None:
+    """The ``predict`` command's options."""
     p = sub.add_parser(
         "predict",
         help="score a SMILES CSV, or a split of the run's dataset, with a trained model",
@@ -205,6 +208,8 @@ def check_predict_inputs(args: argparse.Namespace) -> None:
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
+    """``graphnorm predict``: score a SMILES CSV or a part of the run's dataset, print one summary line; bad input is
+    a :class:`CommandError`."""
     from graphnorm.files import ensure_writable_dir
     from graphnorm.predict import DEFAULT_BATCH_SIZE, predict_csv, predict_split
     from graphnorm.train.model_file import ModelFileError
@@ -276,6 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _command_hint(command: str, path: Path) -> str:
+    """The command line that runs ``path`` with ``graphnorm <command>`` (the path shell-quoted)."""
     return f"graphnorm {command} {shlex.quote(str(path))}"
 
 
@@ -319,6 +325,8 @@ def tensorboard_override(directory: str | None, key: str) -> list[str]:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    """``graphnorm sweep``: exit status 0 when every run is ok, 1 when some failed, 128 + signal when interrupted;
+    invalid input (checked before any run starts) is a :class:`CommandError`."""
     try:
         check_is_sweep_file(Path(args.config))
         return _sweep(args)
@@ -327,6 +335,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def _sweep(args: argparse.Namespace) -> int:
+    """Load the sweep with its overrides and run it (or, with ``--dry-run``, list its runs)."""
     from graphnorm import sweep as sweeps
 
     overrides = [*args.overrides, *tensorboard_override(args.tensorboard, "base.tensorboard_dir")]
@@ -403,8 +412,11 @@ def _load_run_config(path: Path, overrides: list[str]) -> RunConfig:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    """``graphnorm train``: one run; prints its record without the long lists, which ``--out`` saves with the
+    learning curve's figure."""
     from graphnorm import train
     from graphnorm.files import atomic_write_text, ensure_writable_dir
+    from graphnorm.train.record import STEPS_KEY
 
     overrides = [*args.overrides, *tensorboard_override(args.tensorboard, "tensorboard_dir")]
     config = _load_run_config(Path(args.config), overrides)
@@ -429,7 +441,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         if record.get("history"):
             curve = out.with_name(out.name + ".learning_curve.png")
             _save_learning_curve(record["history"], config, curve)
-    parts = (("layers", "per-layer rows"), ("history", "epochs of history"), ("collapse_steps", "per-step rows"))
+    parts = (("layers", "per-layer rows"), ("history", "epochs of history"), (STEPS_KEY, "per-step rows"))
     shown = {k: v for k, v in record.items() if k not in dict(parts)}
     print(json.dumps(shown, indent=1))
     hidden = [f"{len(record[key])} {what}" for key, what in parts if record.get(key)]
@@ -441,6 +453,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def _save_learning_curve(history: list[dict], config: RunConfig, path: Path) -> None:
+    """The run's learning curve (:func:`graphnorm.sweep.report.plot_learning_curves`) as an image at ``path``."""
     import matplotlib.pyplot as plt
     import pandas as pd
 
@@ -467,6 +480,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the command of ``argv`` (default: the process's arguments); its exit status. Bad input is one line on
+    stderr and status 2."""
     args = parse_args(argv)
     try:
         if args.command == "sweep":

@@ -1,41 +1,13 @@
-"""One run's configuration: a plain dataclass (nanoGPT style), shared by training, sweeps and the CLI.
+"""One run's configuration: a plain dataclass (:class:`RunConfig`, nanoGPT style), shared by training, sweeps and
+the CLI; what each key does is said beside its field.
 
-A sweep expands a YAML grid into many ``RunConfig``s; each is executed by ``graphnorm.train.run``.
-Unknown keys and impossible values are errors *before* anything runs: ``RunConfig.validate`` raises a one-line
-``ValueError`` naming the key. Types follow the field annotations strictly: an ``int`` key takes an integer only
-(``2.0``, ``"2"`` and ``true`` are rejected, as YAML writes an integer without a dot or quotes), a ``float`` key takes
-an integer or a finite float (given ``lr: 1``, the config keeps the int 1), ``X | None`` also takes ``null``. A number
-PyYAML reads as a string (``5e-4``, ``1e5``: YAML 1.1 wants a dot and a signed exponent) is named as such, with its
-fix (``5.0e-4``). ``norm_kwargs`` and ``model_kwargs`` values are checked against the constructors' annotations and
-by the constructors themselves (run on the meta device), and :func:`unsupported_norm_reason` rejects a norm the model
-cannot run.
-
-Protocol presets in words (the YAML files set exactly these keys):
-
-* Kipf & Welling GCN on Cora: ``num_layers=2, hidden_channels=16 or 64, dropout=0.5, lr=0.01, weight_decay=5e-4,
-  epochs=200, adjacency="sym", feature_norm="row_l1", layer_order="dropout-conv-norm-act"``; test accuracy at the
-  best-validation epoch (``test_acc``).
-* ContraNorm / PairNorm deep GCN: ``hidden_channels=32, dropout=0.6, lr=0.005, weight_decay=5e-4, epochs=200,
-  adjacency="row", feature_norm="row_l1", layer_order="dropout-conv-norm-act", norm="contranorm",
-  norm_kwargs={"scale": 1.0}, shared_layernorm=True, eval_nodes="rest"``; last-epoch accuracy on the 2068 Cora
-  nodes outside train+val (``test_acc_last``).
-* Graphormer-slim on ZINC (Ying et al., 2021): ``model='graphormer', num_layers=12, hidden_channels=80,
-  num_heads=8, model_kwargs={"ffn_channels": 80, "max_distance": 40, "multi_hop_max_dist": 5}, dropout=0.1,
-  optimizer="adamw", scheduler="polynomial", lr=2e-4, weight_decay=0.01, warmup_steps=40000, total_steps=400000,
-  end_lr=1e-9, grad_clip=5.0, batch_size=256``. RunConfig's defaults (dropout 0.5, lr 0.01, Adam) are the GCN
-  protocol's, not Graphormer's: a Graphormer config sets these keys explicitly (``experiments/*_graphormer.yaml``).
-
-Graph-level runs may set ``checkpoint_dir``: the run then saves everything needed to continue (model, optimizer,
-scheduler, epoch, best-validation state, RNG states) after every epoch to ``<checkpoint_dir>/<run_id>.pt`` and, when
-that file exists, resumes from it, so a killed run continues where it stopped and ends with the same record. Runs of
-either level with ``checkpoint_dir`` write the model file ``<checkpoint_dir>/<run_id>.model.pt`` when they end (for
-``graphnorm predict``; node-level runs are short and are not resumed).
-``max_train_minutes`` stops training cleanly once the training loop (steps and per-epoch evaluation) has used that
-budget; the record says so (``stopped_by_time``).
-
-Any run may set ``tensorboard_dir``: it then writes TensorBoard event files to ``<tensorboard_dir>/<run_id>``
-(:mod:`graphnorm.train.tensorboard_log`). Where files live (``data_root``, ``checkpoint_dir``,
-``tensorboard_dir``) is not part of a run's id, so setting them never re-runs a finished sweep.
+A sweep expands a YAML grid into many ``RunConfig``s; each is executed by ``graphnorm.train.run``. Unknown keys and
+impossible values are errors *before* anything runs: :meth:`RunConfig.validate` raises a one-line ``ValueError``
+naming the key, for types (:func:`check_types`), choices and ranges, the rules between keys, the model's and the
+dataset's own rules (from their registrations) and norms a model cannot run (:func:`unsupported_norm_reason`). A
+run's id (:func:`config_run_id`) hashes its config but not where files live (:data:`NOT_HASHED`), so setting
+``data_root``, ``checkpoint_dir`` or ``tensorboard_dir`` never re-runs a finished sweep. Key-value overrides
+(``epochs=5``, ``base.seed=[0,1]``): :func:`apply_overrides`.
 """
 
 from __future__ import annotations
@@ -54,10 +26,9 @@ from typing import Any, Union, get_args, get_origin, get_type_hints
 
 from graphnorm.files import parse_yaml
 
-ADJACENCIES = ("sym", "row")
+# The adjacency, layer order and readout choices are DeepGCN's (graphnorm.models.gcn), imported where they are checked
+# so that importing this module stays free of torch.
 FEATURE_NORMS = ("none", "row_l1")
-LAYER_ORDERS = ("conv-norm-act-dropout", "dropout-conv-norm-act")
-READOUTS = ("mean", "sum", "virtual")
 EVAL_NODES = ("test", "rest")
 OPTIMIZERS = ("adam", "adamw")
 SCHEDULERS = ("none", "cosine", "plateau", "polynomial")
@@ -83,6 +54,17 @@ MODEL_CONFIG_KEYS = (
 
 @dataclass
 class RunConfig:
+    """Every key of one run, with its default; :meth:`from_dict` builds and validates one from a mapping.
+
+    The defaults (dropout 0.5, Adam at lr 0.01, weight decay 5e-4, 200 epochs) are the GCN protocol's; the protocol
+    presets set their keys explicitly (``experiments/runs/*.yaml``, ``experiments/sweeps/*.yaml``): Kipf & Welling's
+    GCN on Cora (``cora_depth.yaml``), the ContraNorm / PairNorm deep GCN on Cora (``cora_contranorm_protocol.yaml``:
+    row-normalized adjacency, dropout before each convolution, ContraNorm with a shared LayerNorm, last-epoch
+    accuracy on the nodes outside train+val), Graphormer-slim on ZINC (``zinc_graphormer.yaml``, a CPU budget's
+    recipe: AdamW, the per-step polynomial schedule, gradient clipping; the paper's optimizer settings are the
+    defaults of :func:`graphnorm.train.schedules.polynomial_optimizer`).
+    """
+
     # --- data ---
     dataset: str = "cora"  # a registered dataset (graphnorm.data.available_datasets())
     # which standard split, for datasets with several (graphnorm.data.datasets_with_splits(): the 10 geom-gcn
@@ -125,7 +107,7 @@ class RunConfig:
     warmup_steps: int = 0  # scheduler=polynomial: optimizer steps of linear warmup
     total_steps: int | None = None  # scheduler=polynomial: step at which lr reaches end_lr; None: all steps of the run
     end_lr: float = 1e-9  # scheduler=polynomial: final learning rate
-    # scheduler=polynomial, graphormer: lr multiplier of the attention-bias tables (see graphormer_optimizer)
+    # scheduler=polynomial, graphormer: lr multiplier of the attention-bias tables (graphnorm.train.schedules)
     attention_bias_lr_scale: float = 1.0
     grad_clip: float = 0.0  # max gradient norm; 0 disables clipping
     # early stopping: end the run once the best-validation epoch is this many epochs old (GCNII paper: 100);
@@ -156,6 +138,7 @@ class RunConfig:
 
     @classmethod
     def field_names(cls) -> list[str]:
+        """The config's keys, in field order."""
         return [f.name for f in dataclasses.fields(cls)]
 
     @classmethod
@@ -177,6 +160,7 @@ class RunConfig:
 
     @property
     def is_node_level(self) -> bool:
+        """Whether the config's dataset is node-level (its registration says)."""
         from graphnorm.data import dataset_spec
 
         return dataset_spec(self.dataset).level == "node"
@@ -294,6 +278,11 @@ def check_keyword_types(where: str, keywords: dict[str, Any], function: Any) -> 
 
 
 def check_types(config: RunConfig) -> None:
+    """Every field against its annotation (:func:`check_value_type`), strictly: an ``int`` key takes an integer only
+    (``2.0``, ``"2"`` and ``true`` are rejected, as YAML writes an integer without a dot or quotes), a ``float`` key
+    takes an integer or a finite float (given ``lr: 1``, the config keeps the int 1), ``X | None`` also takes ``null``.
+    A number PyYAML reads as a string (``5e-4``, ``1e5``: YAML 1.1 wants a dot and a signed exponent) is named as
+    such, with its fix (``5.0e-4``)."""
     hints = annotations(RunConfig)
     for f in dataclasses.fields(RunConfig):
         check_value_type(f.name, getattr(config, f.name), hints[f.name])
@@ -310,6 +299,7 @@ def check_size(key: str, value: Any) -> None:
 def check_choices(config: RunConfig) -> None:
     from graphnorm.data import available_datasets
     from graphnorm.models import available_models
+    from graphnorm.models.gcn import ADJACENCIES, LAYER_ORDERS, READOUTS
 
     choices = {
         "dataset": tuple(available_datasets()),
@@ -330,6 +320,8 @@ def check_choices(config: RunConfig) -> None:
 
 
 def check_ranges(config: RunConfig) -> None:
+    """Each single value within its range (sizes, counts, rates, seed, paths), a ``ValueError`` naming the first one
+    that is not."""
     at_least_one = ("num_layers", "hidden_channels", "num_heads", "epochs", "batch_size", "probe_graphs")
     for key in at_least_one:
         if getattr(config, key) < 1:
@@ -367,6 +359,8 @@ def check_ranges(config: RunConfig) -> None:
 
 # --- rules between keys ---------------------------------------------------------------------------------------
 def check_schedule_rules(config: RunConfig) -> None:
+    """The learning-rate keys fit together: warmup within the run, ``end_lr <= lr``, and the per-step keys
+    (``warmup_steps``, ``total_steps``) only with ``scheduler="polynomial"``, which needs AdamW."""
     if not 0 <= config.warmup_epochs < config.epochs:
         raise ValueError(f"warmup_epochs must be in [0, epochs={config.epochs}), got {config.warmup_epochs}")
     if config.total_steps is not None and config.total_steps <= config.warmup_steps:
@@ -524,6 +518,8 @@ def check_dataset_kwargs(config: RunConfig) -> None:
 
 
 def check_dataset_rules(config: RunConfig) -> None:
+    """The split and the dataset's options are valid, and every key that is for one level only (node or graph) keeps
+    its default at the other."""
     check_split(config)
     check_dataset_kwargs(config)
     if config.is_node_level:
@@ -571,6 +567,7 @@ def check_norm_rules(config: RunConfig) -> None:
 
 
 def check_device_available(config: RunConfig) -> None:
+    """``device="cuda"`` only where CUDA is available."""
     import torch
 
     if config.device == "cuda" and not torch.cuda.is_available():

@@ -128,6 +128,7 @@ class StrictLoader(yaml.SafeLoader):
 
 
 def _one_line(error: yaml.YAMLError, source: str) -> str:
+    """A YAML error as one line: ``source:line:column: problem``."""
     mark = getattr(error, "problem_mark", None)
     where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark is not None else source
     if isinstance(error, DuplicateKeyError):

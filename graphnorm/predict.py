@@ -1,18 +1,9 @@
 """``graphnorm predict``: score new molecules, or a split of the run's own dataset, with a trained model.
 
 The model file (:mod:`graphnorm.train.model_file`) rebuilds the model with its best-validation (or EMA) weights.
-
-``graphnorm predict MODEL INPUT.csv --out predictions.csv`` (:func:`predict_csv`): every SMILES is featurized as in
-training (``ogb.utils.smiles2graph``), so the model must have been trained on OGB-featurized molecules (``molhiv`` or
-a ``smiles`` CSV). The output has one row per input data row, in input order: ``line`` (its line in the input file),
-the SMILES column, ``valid`` (``false`` for a SMILES RDKit cannot parse, whose prediction cells stay empty) and one
-column per target: a probability (sigmoid of the logit) for classification, the value for regression.
-
-``graphnorm predict MODEL --split test --out predictions.csv`` (:func:`predict_split`): the run's dataset, loaded with
-the run config's dataset keys (``dataset_kwargs``, ``split``, ``feature_norm``, ``limit_graphs``), scored on one part
-of its split, ``train``, ``val`` or ``test``; at node level ``test`` is the nodes the run evaluated (``eval_nodes``:
-the test mask, or every node outside train+val). One row per node or graph of the part
-(:func:`write_split_predictions`), and the part's metric, recomputed as the run computed it, beside the run's record.
+``graphnorm predict MODEL INPUT.csv --out predictions.csv`` scores the SMILES of a CSV (:func:`predict_csv`);
+``graphnorm predict MODEL --split test --out predictions.csv`` scores a part of the run's own dataset and recomputes
+its metric beside the run's record (:func:`predict_split`).
 """
 
 from __future__ import annotations
@@ -28,13 +19,13 @@ from torch import Tensor, nn
 
 from graphnorm.config import RunConfig
 from graphnorm.data import GraphTask
-from graphnorm.data.metrics import score
+from graphnorm.data.scoring import score
 from graphnorm.data.smiles import file_text, read_smiles_csv, smiles_graph
 from graphnorm.files import atomic_write_text
 from graphnorm.models import model_outputs, model_spec
 from graphnorm.train.loaders import SPLITS, collate_for, prepare_task
-from graphnorm.train.loop import node_eval_mask, sparse_features_help
 from graphnorm.train.model_file import load_model_file
+from graphnorm.train.node_level import node_eval_mask, sparse_features_help
 
 DEFAULT_BATCH_SIZE = 256
 
@@ -90,8 +81,15 @@ def predict_csv(
     batch_size: int = DEFAULT_BATCH_SIZE,
     device: str = "cpu",
 ) -> dict[str, float]:
-    """Write the predictions for every row of ``input_csv`` to ``out_csv`` (see the module docstring); returns
-    ``rows``, ``invalid`` and ``seconds`` (featurizing and scoring, without loading the model)."""
+    """Write the predictions for every row of ``input_csv`` to ``out_csv``; returns ``rows``, ``invalid`` and
+    ``seconds`` (featurizing and scoring, without loading the model).
+
+    Every SMILES is featurized as in training (``ogb.utils.smiles2graph``), so the model must have been trained on
+    OGB-featurized molecules (``molhiv`` or a ``smiles`` CSV; else ``ValueError``). The output has one row per input
+    data row, in input order: ``line`` (its line in the input file), the SMILES column, ``valid`` (``false`` for a
+    SMILES RDKit cannot parse, whose prediction cells stay empty) and one column per target: a probability (sigmoid
+    of the logit) for classification, the value for regression. ``FileNotFoundError`` for a missing input.
+    """
     model, config, task = checked_model(model_file, device)
     if smiles_column is None:  # the training CSV's column name, else "smiles"
         smiles_column = config.dataset_kwargs.get("smiles_column", "smiles")
@@ -164,9 +162,11 @@ def predict_split(
     """Score part ``split`` (``train``, ``val``, ``test``) of the run's own dataset with the model of ``model_file``,
     write one row per node or graph to ``out_csv`` (:func:`write_split_predictions`) and return the part's metric.
 
-    The dataset is loaded with the run config's keys from ``data_root``, else the run's ``data_root``, else the
-    default root (``$GRAPHNORM_DATA``, else the user cache, seeded from ``$GRAPHNORM_DATA_MIRROR``). Graphs go
-    ``batch_size`` at a time (default: the run's)."""
+    The dataset is loaded with the run config's dataset keys (``dataset_kwargs``, ``split``, ``feature_norm``,
+    ``limit_graphs``) from ``data_root``, else the run's ``data_root``, else the default root (``$GRAPHNORM_DATA``,
+    else the user cache, seeded from ``$GRAPHNORM_DATA_MIRROR``). At node level ``test`` is the nodes the run
+    evaluated (``eval_nodes``: the test mask, or every node outside train+val). Graphs go ``batch_size`` at a time
+    (default: the run's). ``ValueError`` for another part name or a dataset that no longer matches the model."""
     model, config, saved_task = load_model_file(model_file, device)
     check_split_name(split, config)
     task = load_run_task(config, saved_task, data_root)

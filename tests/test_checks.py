@@ -13,6 +13,7 @@ from graphnorm.checks import check_choice, check_edge_index, check_positive
 def test_a_valid_edge_index_passes() -> None:
     check_edge_index(torch.tensor([[0, 1], [1, 2]]), 3)
     check_edge_index(torch.tensor([[0, 1], [1, 2]], dtype=torch.int32), 3, batch=torch.zeros(3, dtype=torch.long))
+    check_edge_index(torch.tensor([[0, 1], [1, 2]], dtype=torch.int16), 3)  # any integer dtype
     check_edge_index(torch.empty(2, 0, dtype=torch.long), 0)
 
 

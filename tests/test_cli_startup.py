@@ -80,11 +80,11 @@ def test_version_without_package_metadata_is_marked_unknown(monkeypatch) -> None
 
 def test_parser_constants_equal_the_sweep_modules() -> None:
     from graphnorm.config import RunConfig
-    from graphnorm.sweep import runner as sweep
+    from graphnorm.sweep import grid, runner
 
-    assert cli.EXECUTORS == sweep.EXECUTORS
-    assert set(cli.SWEEP_SECTIONS) <= set(sweep.SWEEP_KEYS)
-    assert not set(sweep.SWEEP_KEYS) & set(RunConfig.field_names())  # a sweep key never reads as a run key
+    assert cli.EXECUTORS == runner.EXECUTORS
+    assert set(cli.SWEEP_SECTIONS) <= set(grid.SWEEP_KEYS)
+    assert not set(grid.SWEEP_KEYS) & set(RunConfig.field_names())  # a sweep key never reads as a run key
 
 
 def test_every_command_has_a_description_and_examples() -> None:

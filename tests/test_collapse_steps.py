@@ -16,12 +16,15 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch_geometric import seed_everything
 
 from graphnorm.analysis import probe_records
-from graphnorm.config import RunConfig
+from graphnorm.config import RunConfig, model_keywords
+from graphnorm.models import build_model
 from graphnorm.sweep import run_sweep
 from graphnorm.sweep.report import plot_collapse_over_steps
 from graphnorm.train.checkpoints import checkpoint_path, load_checkpoint
-from graphnorm.train.loaders import prepare_task
-from graphnorm.train.loop import build_model, probe_sample, run, train_graph_level, train_node_level
+from graphnorm.train.graph_level import train_graph_level
+from graphnorm.train.loaders import prepare_task, probe_sample
+from graphnorm.train.loop import run
+from graphnorm.train.node_level import train_node_level
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -54,7 +57,7 @@ def trained(config: RunConfig, epochs: int) -> tuple[torch.nn.Module, object]:
     seed_everything(config.seed)
     task = prepare_task(config)
     seed_everything(config.seed)
-    model = build_model(config, task)
+    model = build_model(config.model, task, **model_keywords(config, task.level))
     if epochs > 0:  # 0: the initial model
         loop = train_node_level if task.level == "node" else train_graph_level
         loop(model, task, config, torch.device("cpu"))

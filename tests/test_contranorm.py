@@ -286,6 +286,23 @@ def test_unsorted_batch_vector() -> None:
     torch.testing.assert_close(shuffled_out, sorted_out[perm], atol=1e-6, rtol=1e-6)
 
 
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int16, torch.uint8])
+def test_any_integer_edge_index_gives_the_int64_result(dtype) -> None:
+    """Every integer dtype the shared edge_index check lets through, in the single-graph path and the batched one
+    with an unsorted batch vector (there the pairs index a permutation), through dense blocks and streaming."""
+    batch, edge_index = random_graph_batch([30, 200, 5])
+    perm = torch.randperm(batch.numel())
+    batch, edge_index = batch[perm], torch.argsort(perm)[edge_index]
+    x = torch.randn(batch.numel(), 8, requires_grad=True)
+    for norm, graph_batch in itertools.product([ContraNorm(8), ContraNorm(8, dense_max_nodes=0)], [None, batch]):
+        expected = norm(x, batch=graph_batch, edge_index=edge_index)
+        got = norm(x, batch=graph_batch, edge_index=edge_index.to(dtype))
+        assert torch.equal(got, expected)
+        (grad,) = torch.autograd.grad(got.sum(), x)
+        (expected_grad,) = torch.autograd.grad(expected.sum(), x)
+        assert torch.equal(grad, expected_grad)
+
+
 @pytest.mark.parametrize("tau,edge_probability", [(0.05, 0.9), (0.05, 1.0), (0.005, 1.0)])
 def test_float32_when_neighbours_carry_the_mass(tau, edge_probability) -> None:
     """Neighbours almost parallel to the node, negatives (almost) orthogonal: in a subtract-the-neighbours scheme

@@ -22,9 +22,11 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from experiments.contranorm_official import OfficialDeepGCN, official_adjacency, official_features
+from graphnorm.config import model_keywords
 from graphnorm.data import load_dataset
+from graphnorm.models import build_model
 from graphnorm.sweep import expand_grid, load_sweep_config
-from graphnorm.train.loop import build_model, prepare_task
+from graphnorm.train.loaders import prepare_task
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -50,7 +52,7 @@ def test_protocol_model_trains_exactly_like_the_official_contranorm_code(data_ro
     config = dataclasses.replace(config, data_root=str(data_root))
     task = prepare_task(config)
     torch.manual_seed(0)
-    ours = build_model(config, task)
+    ours = build_model(config.model, task, **model_keywords(config, task.level))
     data = task.data
     raw = load_dataset("cora", root=data_root).data
     official_x = official_features(raw.x)

@@ -187,7 +187,7 @@ def test_bad_models_raise_clear_errors() -> None:
         ({"model_kwargs": {"output_heads": 0}}, "output_heads must be a positive integer"),
         ({"model_kwargs": {"concat": "yes"}}, "model_kwargs.concat must be true or false"),
         ({"model_kwargs": {"attention_dropout": 1.5}}, "attention_dropout must be in"),
-        ({"model_kwargs": {"activation": "tanh"}}, r"activation must be one of \('relu', 'elu'\)"),
+        ({"model_kwargs": {"activation": "tanh"}}, "activation must be one of 'relu', 'elu'; got 'tanh'"),
     ],
 )
 def test_bad_gat_configs_name_the_key(values: dict, message: str) -> None:

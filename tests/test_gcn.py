@@ -10,7 +10,7 @@ from torch_geometric.utils import erdos_renyi_graph, to_undirected
 
 from graphnorm.analysis import CollapseProbe
 from graphnorm.models import DeepGCN, GCNBlock
-from graphnorm.models.gcn import dropout_nonzeros
+from graphnorm.models.inputs import dropout_nonzeros
 from graphnorm.norms import available_norms
 
 # Many tiny tensor ops: on a shared 2-core machine one intra-op thread is faster (see conftest).

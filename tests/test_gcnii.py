@@ -15,7 +15,8 @@ from torch_geometric.utils import erdos_renyi_graph
 from graphnorm.analysis.probe import probe_records
 from graphnorm.config import RunConfig
 from graphnorm.models import GCNII
-from graphnorm.train.loop import build_optimizer, run
+from graphnorm.train.loop import run
+from graphnorm.train.schedules import build_optimizer
 
 # Many tiny tensor ops: on a shared 2-core machine one intra-op thread is faster (see conftest).
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -187,7 +187,7 @@ def test_virtual_node_changes_the_output() -> None:
         (lambda: GIN(9, 0, 2, 3), "hidden_channels must be a positive integer, got 0"),
         (lambda: GIN(9, 8, 2, 0), "num_layers (number of convs) must be >= 1, got 0"),
         (lambda: GIN(9, 8, 2, 2, dropout=1.0), "dropout must be in [0, 1), got 1.0"),
-        (lambda: GIN(9, 8, 2, 2, readout="virtual"), "readout must be one of (None, 'mean', 'sum'), got 'virtual'"),
+        (lambda: GIN(9, 8, 2, 2, readout="virtual"), "readout must be one of None, 'mean', 'sum'; got 'virtual'"),
         (lambda: GIN(9, 8, 2, 2, virtual_node=True), "virtual_node=True is for graph-level models: also set readout"),
         (lambda: GIN(5, 8, 2, 2, atom_encoder="ogb"), "atom_encoder='ogb' expects the 9 OGB atom columns"),
         (lambda: GIN(9, 8, 2, 2, norm="nosuchnorm"), "nosuchnorm"),

@@ -10,8 +10,9 @@ from torch_geometric.utils import erdos_renyi_graph, to_undirected
 from graphnorm.analysis import CollapseProbe
 from graphnorm.data.graphormer_preprocess import GraphormerPreprocess, collate_graphormer, preprocess_dataset
 from graphnorm.models.gcn import DeepGCN
-from graphnorm.models.graphormer import Graphormer, graphormer_optimizer, graphormer_slim
+from graphnorm.models.graphormer import Graphormer, graphormer_slim
 from graphnorm.norms import available_norms, build_norm
+from graphnorm.train.schedules import polynomial_optimizer
 
 HOPS = 3
 TRANSFORM = GraphormerPreprocess(multi_hop_max_dist=HOPS)
@@ -213,7 +214,7 @@ def test_bad_arguments_and_inputs_raise_clear_errors() -> None:
 
 def test_optimizer_recipe_warmup_and_polynomial_decay() -> None:
     model = small_model()
-    optimizer, scheduler = graphormer_optimizer(
+    optimizer, scheduler = polynomial_optimizer(
         model, lr=1e-3, weight_decay=0.01, warmup_steps=4, total_steps=12, end_lr=1e-5
     )
     assert isinstance(optimizer, torch.optim.AdamW) and optimizer.param_groups[0]["weight_decay"] == 0.01
@@ -226,13 +227,13 @@ def test_optimizer_recipe_warmup_and_polynomial_decay() -> None:
     assert rates[8] == pytest.approx(1e-5 + (1e-3 - 1e-5) * 0.5)  # halfway through the decay
     assert rates[12] == pytest.approx(1e-5) and rates[13] == pytest.approx(1e-5)
     with pytest.raises(ValueError, match="warmup_steps"):
-        graphormer_optimizer(model, warmup_steps=10, total_steps=10)
+        polynomial_optimizer(model, warmup_steps=10, total_steps=10)
 
 
 def test_attention_bias_lr_scale_groups_the_bias_tables() -> None:
     model = small_model()
     bias_parameters = {id(p) for p in model.attention_bias.parameters()}
-    optimizer, scheduler = graphormer_optimizer(
+    optimizer, scheduler = polynomial_optimizer(
         model, lr=1e-3, weight_decay=0.01, warmup_steps=2, total_steps=10, end_lr=0.0, attention_bias_lr_scale=10.0
     )
     rest, tables = optimizer.param_groups
@@ -246,12 +247,12 @@ def test_attention_bias_lr_scale_groups_the_bias_tables() -> None:
     # decoupled decay per step (lr * weight_decay) is the same for both groups
     assert tables["lr"] * tables["weight_decay"] == pytest.approx(rest["lr"] * rest["weight_decay"])
     # scale 1: one group with every parameter, the paper's optimizer (and older optimizer checkpoints load)
-    plain, _ = graphormer_optimizer(model, warmup_steps=2, total_steps=10)
+    plain, _ = polynomial_optimizer(model, warmup_steps=2, total_steps=10)
     assert len(plain.param_groups) == 1 and len(plain.param_groups[0]["params"]) == len(list(model.parameters()))
     with pytest.raises(ValueError, match="attention_bias_lr_scale must be > 0"):
-        graphormer_optimizer(model, warmup_steps=2, total_steps=10, attention_bias_lr_scale=0.0)
-    with pytest.raises(ValueError, match="needs a model with a GraphAttentionBias"):
-        graphormer_optimizer(torch.nn.Linear(2, 2), warmup_steps=2, total_steps=10, attention_bias_lr_scale=5.0)
+        polynomial_optimizer(model, warmup_steps=2, total_steps=10, attention_bias_lr_scale=0.0)
+    with pytest.raises(ValueError, match="needs a model with attention-bias parameters"):
+        polynomial_optimizer(torch.nn.Linear(2, 2), warmup_steps=2, total_steps=10, attention_bias_lr_scale=5.0)
 
 
 def test_graphormer_slim_size() -> None:
@@ -272,7 +273,7 @@ def test_tiny_training_on_real_zinc_lowers_the_loss(data_root) -> None:
         num_layers=2, hidden_channels=32, num_heads=4, ffn_channels=32,
         dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
     )  # fmt: skip
-    optimizer, scheduler = graphormer_optimizer(model, lr=2e-3, weight_decay=0.0, warmup_steps=4, total_steps=32)
+    optimizer, scheduler = polynomial_optimizer(model, lr=2e-3, weight_decay=0.0, warmup_steps=4, total_steps=32)
 
     def mean_abs_error() -> float:
         model.eval()

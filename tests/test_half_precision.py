@@ -25,8 +25,8 @@ from graphnorm.analysis import (
     effective_rank,
     mad,
     mean_cosine_similarity,
-    numerical_rank,
     singular_values,
+    stable_rank,
 )
 from graphnorm.norms import available_norms, build_norm
 
@@ -144,7 +144,7 @@ def test_half_batchnorm_stores_updated_running_statistics_in_its_own_dtype():
 ROW_METRICS = {
     "singular_values": lambda x: singular_values(x, normalize=None),
     "effective_rank": effective_rank,
-    "numerical_rank": numerical_rank,
+    "stable_rank": stable_rank,
     "mean_cosine_similarity": mean_cosine_similarity,
     "cone_angle": cone_angle,
     "mad": mad,

@@ -66,7 +66,7 @@ def test_register_model_from_user_code_and_its_checks() -> None:
             register_model("toy_linear")(DeepGCN)
         with pytest.raises(ValueError, match="lower-case"):
             register_model("Toy")
-        with pytest.raises(ValueError, match="inputs must be one of"):
+        with pytest.raises(ValueError, match=r"^inputs must be one of 'pyg', 'graphormer'; got 'dense'$"):
             register_model("toy2", inputs="dense")
         # the one adapter: a forward without batch_size gets x, edge_index and batch only
         data = graph()

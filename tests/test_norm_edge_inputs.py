@@ -14,8 +14,8 @@ from graphnorm.analysis import (
     effective_rank,
     mad,
     mean_cosine_similarity,
-    numerical_rank,
     singular_values,
+    stable_rank,
 )
 from graphnorm.norms import available_norms, build_norm
 
@@ -85,7 +85,7 @@ def test_one_node_graph_gives_finite_output_in_train_and_eval(name):
 METRICS = {
     "singular_values": singular_values,
     "effective_rank": effective_rank,
-    "numerical_rank": numerical_rank,
+    "stable_rank": stable_rank,
     "mean_cosine_similarity": mean_cosine_similarity,
     "cone_angle": cone_angle,
     "mad": mad,

@@ -19,8 +19,9 @@ from graphnorm.config import RunConfig
 from graphnorm.data.root import ENV_MIRROR
 from graphnorm.data.smiles import parse_molecule
 from graphnorm.train.loaders import prepare_task
-from graphnorm.train.loop import node_eval_mask, train
+from graphnorm.train.loop import train
 from graphnorm.train.model_file import model_file_path, save_model_file
+from graphnorm.train.node_level import node_eval_mask
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

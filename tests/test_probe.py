@@ -24,9 +24,9 @@ from graphnorm.analysis import (
     evaluation_sample,
     mad,
     mean_cosine_similarity,
-    numerical_rank,
     probe_records,
     singular_values,
+    stable_rank,
 )
 from graphnorm.analysis.probe import TABLE_COLUMNS
 from graphnorm.models import DeepGCN
@@ -126,7 +126,7 @@ def _reference_values(x: torch.Tensor, edge_index: torch.Tensor, cone_tol_deg: f
     """The per-layer reference functions of graphnorm.analysis.metrics / cone on one layer's output."""
     return {
         "effective_rank": effective_rank(x),
-        "stable_rank": numerical_rank(x),
+        "stable_rank": stable_rank(x),
         "mean_cosine": mean_cosine_similarity(x),
         "cone_angle": cone_angle(x, tol_deg=cone_tol_deg),
         "mad": mad(x),

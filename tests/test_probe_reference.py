@@ -30,8 +30,8 @@ from graphnorm.analysis import (
     evaluation_sample,
     mad,
     mean_cosine_similarity,
-    numerical_rank,
     singular_values,
+    stable_rank,
 )
 from graphnorm.analysis.collapse import PER_GRAPH_METRICS, POOLED_METRICS, LayerStream, collapse_records_layers
 from graphnorm.analysis.cone import robust_cone_angle
@@ -49,7 +49,7 @@ def _set_reference(x: Tensor, num_sv: int) -> dict[str, float]:
     nonzero = x.double().norm(dim=1) > 0
     values = {
         "effective_rank": effective_rank(x),
-        "stable_rank": numerical_rank(x),
+        "stable_rank": stable_rank(x),
         "mean_cosine": mean_cosine_similarity(x),
         "cone_angle": cone_angle(x, tol_deg=TOL_DEG),
         "cone_angle_q90": robust_cone_angle(x, tol_deg=TOL_DEG) if bool(nonzero.any()) else math.nan,

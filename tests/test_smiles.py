@@ -20,9 +20,9 @@ from graphnorm.cli import main
 from graphnorm.config import RunConfig
 from graphnorm.data import load_dataset
 from graphnorm.data.datasets import GraphTask
-from graphnorm.data.metrics import score as graph_metric
-from graphnorm.data.metrics import task_loss as graph_loss
 from graphnorm.data.root import ENV_MIRROR
+from graphnorm.data.scoring import score as graph_metric
+from graphnorm.data.scoring import task_loss as graph_loss
 from graphnorm.data.smiles import InvalidSmilesError, parse_molecule, scaffold_of, scaffold_split, smiles_graph
 from graphnorm.predict import predict_rows
 from graphnorm.train import run, train
@@ -224,7 +224,7 @@ def test_bad_options_and_cells_are_one_line_errors(tmp_path, data_root):
         RunConfig(dataset="smiles", dataset_kwargs={"target_columns": ["y"]}).validate()
     with pytest.raises(ValueError, match=r"unknown dataset_kwargs \['colum'\]"):
         RunConfig(dataset="smiles", dataset_kwargs={"path": "x.csv", "colum": "s"}).validate()
-    with pytest.raises(ValueError, match="task must be one of classification, regression"):
+    with pytest.raises(ValueError, match="task must be one of 'classification', 'regression'; got 'cls'"):
         RunConfig(dataset="smiles", dataset_kwargs={"path": "x.csv", "target_columns": ["y"], "task": "cls"}).validate()
     message = r"dataset_kwargs are for datasets with options \(smiles\), not dataset='zinc'"
     with pytest.raises(ValueError, match=message):

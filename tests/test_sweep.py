@@ -18,9 +18,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from graphnorm.config import RunConfig, config_run_id
+from graphnorm.config import RunConfig, apply_overrides, config_run_id
+from graphnorm.files import atomic_write_text
 from graphnorm.sweep import expand_grid, load_sweep_config, run_sweep
-from graphnorm.sweep.runner import apply_overrides, atomic_write_text
 from graphnorm.sweep.tables import summary_table
 
 TESTS = Path(__file__).resolve().parent
@@ -215,6 +215,11 @@ def test_submitit_local_executor(tmp_path: Path, run_log: Path, monkeypatch: pyt
     # submitit jobs are fresh interpreters: they unpickle fake_run by importing this module from tests/.
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
     monkeypatch.setenv(EXIT_ENV, "pairnorm")
+    from submitit.core.core import Job
+
+    # submitit waits this long for a dead job's result file to show up on a slow network filesystem; tmp_path is
+    # local, so a job that died is reported at once (submitit's own tests do the same).
+    monkeypatch.setattr(Job, "_results_timeout_s", 0)
     sweep = {**SWEEP, "grid": {"norm": ["none", "pairnorm"], "num_layers": [2], "seed": [0]}}
     out = tmp_path / "out"
     runs = run_sweep(sweep, out, run_fn=fake_run, executor="submitit-local", workers=2, make_plots=False)

@@ -104,6 +104,18 @@ class SweepProcess:
                 command, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=err
             )
 
+    def wait_for(self, condition, what: str) -> None:
+        """wait_until ``condition`` for up to STARTUP_S, failing at once, with the driver's stderr, if the driver
+        exits first (e.g. a broken import): it would never come true."""
+
+        def met() -> bool:
+            if condition():
+                return True
+            assert self.proc.poll() is None or condition(), f"{what}: the driver exited: {self.stderr.read_text()}"
+            return False
+
+        wait_until(met, STARTUP_S, what)
+
     def worker_pids(self) -> set[int]:
         return {int(p.name.split("-")[0]) for p in self.marks.glob("*.started")}
 
@@ -147,7 +159,7 @@ def lock_is_free(out: Path) -> bool:
 )
 def test_interrupt_stops_driver_and_workers(sweep_process: SweepProcess, signum, whole_group: bool, code: int):
     sweep = sweep_process
-    wait_until(lambda: len(sweep.finished_at()) >= 2, STARTUP_S, "the sweep finished no run")
+    sweep.wait_for(lambda: len(sweep.finished_at()) >= 2, "the sweep finished no run")
     wait_until(lambda: len(sweep.worker_pids()) >= 2 and len(sweep.result_ids()) >= 2, 10, "no second run started")
     workers = sweep.worker_pids()
     interrupted_at = time.time()
@@ -175,7 +187,7 @@ def test_interrupt_stops_driver_and_workers(sweep_process: SweepProcess, signum,
 def test_workers_exit_when_their_driver_is_killed(sweep_process: SweepProcess):
     # kill -9 of the driver alone: no cleanup code runs in it, so each worker must notice on its own.
     sweep = sweep_process
-    wait_until(lambda: len(sweep.worker_pids()) >= 2, STARTUP_S, "the sweep started no runs")
+    sweep.wait_for(lambda: len(sweep.worker_pids()) >= 2, "the sweep started no runs")
     workers = sweep.worker_pids()
     os.kill(sweep.proc.pid, signal.SIGKILL)
     killed_at = time.time()
@@ -393,7 +405,7 @@ def test_norm_all_leaves_out_norms_the_model_cannot_run(tmp_path, capsys):
 def test_second_sweep_in_one_out_and_config_edited_while_running(tmp_path: Path, monkeypatch, capsys):
     sweep = SweepProcess(tmp_path, seeds=2, sleep=3.0)
     try:
-        wait_until(lambda: len(sweep.worker_pids()) >= 1, STARTUP_S, "the sweep started no run")
+        sweep.wait_for(lambda: len(sweep.worker_pids()) >= 1, "the sweep started no run")
         # A second sweep into the same --out (another process) is refused while the first runs.
         assert main(["sweep", str(sweep.config), "--out", str(sweep.out), "--no-plots"]) == 2
         assert "another sweep is running" in one_line_error(capsys)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-import graphnorm.train.loop as train_module
+import graphnorm.train.graph_level as train_module
 from graphnorm.config import RunConfig, config_run_id
 from graphnorm.sweep import expand_grid, run_sweep
 from graphnorm.train import run
@@ -157,3 +157,17 @@ def test_graph_level_run_with_a_resume_logs_each_epoch_once(data_root: Path, tmp
     token = [r for r in record["layers"] if r["rows"] == "token" and r["metric"] == "effective_rank"]
     assert [step for step, _ in series["collapse_token/effective_rank"]] == [r["layer"] for r in token]
     assert [value for _, value in series["collapse_token/effective_rank"]] == pytest.approx([r["value"] for r in token])
+
+
+def test_an_attempt_opened_in_the_same_second_as_the_last_waits_for_a_later_second(tmp_path: Path) -> None:
+    """Event files are read in name order; a name starts with the second the writer opened, so a new attempt must
+    not share the last attempt's second (its counter, compared as text, could sort it first)."""
+    import time
+
+    from graphnorm.train.tensorboard_log import wait_for_a_later_second
+
+    wait_for_a_later_second(tmp_path)  # no event file: no wait
+    now = int(time.time())
+    (tmp_path / f"events.out.tfevents.{now}.host.1.9").write_bytes(b"")
+    wait_for_a_later_second(tmp_path)
+    assert int(time.time()) > now

@@ -11,7 +11,9 @@ from sklearn.metrics import roc_auc_score
 from torch_geometric.loader import DataLoader
 
 from graphnorm.config import RunConfig
-from graphnorm.train.loop import EpochSchedule, model_outputs, run, train
+from graphnorm.models import model_outputs
+from graphnorm.train.loop import run, train
+from graphnorm.train.schedules import EpochSchedule
 
 RECORD_KEYS = {"best_epoch", "train_loss", "num_params", "epochs_run", "wall_time_s"}
 
@@ -194,7 +196,7 @@ def test_cora_majority_class_accuracy(data_root: Path, eval_nodes: str, expected
 def test_majority_class_is_the_training_nodes_most_frequent() -> None:
     from types import SimpleNamespace
 
-    from graphnorm.train.loop import majority_accuracy
+    from graphnorm.train.node_level import majority_accuracy
 
     y = torch.tensor([2, 2, 1, 0, 1, 1, 1, 2, 0, 0])
     train = torch.tensor([1, 1, 1, 0, 0, 0, 0, 0, 0, 0], dtype=torch.bool)  # two 2s, one 1: class 2

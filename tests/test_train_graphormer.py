@@ -14,12 +14,13 @@ import torch
 from sklearn.metrics import roc_auc_score
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from graphnorm.config import RunConfig
+from graphnorm.config import RunConfig, model_keywords
 from graphnorm.data.size_buckets import SizeBucketBatchSampler
-from graphnorm.models import model_outputs
+from graphnorm.models import build_model, model_outputs
 from graphnorm.train.checkpoints import checkpoint_path, load_checkpoint
+from graphnorm.train.graph_level import evaluate_graphs
 from graphnorm.train.loaders import graph_loaders, graphormer_splits, prepare_task, size_order
-from graphnorm.train.loop import build_model, evaluate_graphs, run, train
+from graphnorm.train.loop import run, train
 
 # Keys that measure time or how the run was executed, not what it computed.
 TIMING_KEYS = ("wall_time_s", "probe_time_s", "train_graphs_per_s", "resumed_at_epoch")
@@ -137,7 +138,7 @@ def test_evaluation_runs_in_size_order_and_scores_as_dataset_order(data_root: Pa
         assert order == size_order(val)
         dataset_order = torch.utils.data.DataLoader(val, batch_size=config.batch_size, collate_fn=val_loader.collate_fn)
         torch.manual_seed(0)
-        model = build_model(config, task)
+        model = build_model(config.model, task, **model_keywords(config, task.level))
         ordered = evaluate_graphs(model, val_loader, task, torch.device("cpu"))
         plain = evaluate_graphs(model, dataset_order, task, torch.device("cpu"))
         assert ordered == pytest.approx(plain, rel=1e-5, abs=1e-6), dataset

@@ -1,8 +1,10 @@
-"""Collapse analysis: metrics (each citing its source), the layer-by-layer probe, and sweep figures.
+"""Collapse analysis: metrics (each citing its source) and the layer-by-layer probe.
 
-Metrics take a representation ``x`` [n, d] and compute in float64; :func:`collapse_metrics` evaluates them all,
-per graph in a batch, with graph-token rows reported separately. :class:`CollapseProbe` records every layer's
-output of a model and returns a tidy table; :func:`make_report` turns a sweep's output into figures.
+Metrics take a representation ``x`` [n, d] and compute in float64 (:mod:`~graphnorm.analysis.metrics`,
+:mod:`~graphnorm.analysis.cone`); :func:`collapse_metrics` evaluates them all, per graph in a batch, with graph-token
+rows reported separately (:mod:`~graphnorm.analysis.collapse`). :class:`CollapseProbe` records every layer's output
+of a model and returns a tidy table (:mod:`~graphnorm.analysis.probe`); the sweep's figures are drawn by
+:mod:`graphnorm.sweep.report`.
 """
 
 from graphnorm.analysis.collapse import (
@@ -18,7 +20,6 @@ from graphnorm.analysis.metrics import (
     effective_rank,
     mad,
     mean_cosine_similarity,
-    numerical_rank,
     singular_values,
     stable_rank,
 )
@@ -39,7 +40,6 @@ __all__ = [
     "effective_rank",
     "mad",
     "mean_cosine_similarity",
-    "numerical_rank",
     "records_to_flat_dict",
     "singular_values",
     "stable_rank",

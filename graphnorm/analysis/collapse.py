@@ -1,24 +1,10 @@
-"""All collapse metrics of one representation, per graph in a batch, as tidy records.
+"""All collapse metrics of a representation, per graph in a batch, as tidy records ``{rows, metric, stat, value}``.
 
-Row sets. ``token_mask`` marks graph-token rows (one per graph, e.g. Graphormer's virtual node). Node rows
-(the rest) are measured per graph; token rows are measured as one set across graphs (a single token per
-graph has no within-graph geometry). Edges touching a token row are dropped for the edge-based metrics.
-
-Aggregation over a batch (PyG ``batch`` vector): every metric is computed on each graph's node rows alone,
-then reported as ``stat="mean"`` and ``stat="std"`` (population std, ddof=0) over graphs, ignoring graphs
-where the metric is undefined (NaN, e.g. a cosine in a one-node graph) and graphs with no node rows. So the
-value for one graph does not depend on padding rows or on the other graphs it is batched with. The
-rank / angle / all-pairs metrics are also computed once over all node rows together (``stat="pooled"``):
-collapse *across* graphs (every graph mapped to the same direction) shows there and not per graph.
-Without ``batch`` the rows form one graph and every metric has ``stat="value"``.
-
-Spectrum: the first ``num_singular_values`` singular values normalized by the largest are emitted as metrics
-``sv_000``, ``sv_001``, ... (stat "value" for one graph, "pooled" for a batch), so spectra travel in the
-same tidy table (and the sweep's layers.csv) as everything else.
-
-Cones: ``cone_angle`` is the exact smallest enclosing cone (a maximum over rows, so a few outlier rows decide it);
-``cone_angle_q90`` the robust cone holding the 90 % of the rows closest to their mean direction
-(:func:`graphnorm.analysis.cone.robust_cone_angle`, q = 0.9).
+:func:`collapse_records` measures one representation and :func:`collapse_metrics` flattens its records to a dict;
+:func:`collapse_records_layers` measures many layers over the same rows at once (the probe's path, layers of equal
+width stacked) and :class:`LayerStream` does the same one layer at a time. The metrics' definitions are the
+one-matrix functions of :mod:`graphnorm.analysis.metrics` and :mod:`graphnorm.analysis.cone`, which the tests hold
+this batched path to; :mod:`graphnorm.analysis.probe` feeds it a model's layers.
 """
 
 from __future__ import annotations
@@ -26,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -38,7 +25,8 @@ from torch_geometric.utils import to_dense_batch
 
 from graphnorm.analysis.cone import ROBUST_CONE_LEVEL, cone_from_unit_rows, robust_cone_from_unit_rows
 from graphnorm.analysis.magnitude import check_not_too_large
-from graphnorm.analysis.metrics import _check_edge_index, _gram_f64
+from graphnorm.analysis.metrics import _gram_f64
+from graphnorm.checks import check_edge_index
 
 if TYPE_CHECKING:
     from threadpoolctl import ThreadpoolController
@@ -75,12 +63,14 @@ _CHUNK_BYTES = 64 * 2**20
 
 
 def spectrum_metric_name(index: int) -> str:
+    """The metric name of normalized singular value ``index``: ``sv_000``, ``sv_001``, ..."""
     return f"sv_{index:03d}"
 
 
-@functools.cache
-def _numpy_blas_pools() -> ThreadpoolController | None:
-    """The BLAS thread pools of the loaded NumPy / SciPy (OpenBLAS), found once; None without threadpoolctl."""
+@functools.lru_cache(maxsize=1)
+def _numpy_blas_pools(loaded_modules: int) -> ThreadpoolController | None:
+    """The BLAS thread pools of the loaded NumPy / SciPy (OpenBLAS); None without threadpoolctl. Cached for one
+    count of ``sys.modules``: an import since the last call (SciPy brings its own OpenBLAS) finds the pools again."""
     try:
         from threadpoolctl import ThreadpoolController
     except ImportError:  # a dependency of scikit-learn, so normally present
@@ -95,17 +85,15 @@ _single_thread_depth = 0  # single_thread() blocks open: nested ones (a probe's 
 def single_thread() -> Iterator[None]:
     """Run torch ops and NumPy's BLAS (the cone solver's products) on one thread, restoring the settings after. The
     matrices here are small (n x 64): thread start-up and spinning cost more than they save, badly so on an
-    oversubscribed machine (measured 30x for torch; for OpenBLAS, 20,000 x 64 matrix-vector products 4.5x slower on 2
-    threads than on 1 with both cores busy, no difference at Cora's 2,708 rows). The thread count changes no result:
-    each product's sums run in the same order.
-    Inside another ``single_thread()`` block it does nothing (threadpoolctl's limit costs ~0.1 ms a call)."""
+    oversubscribed machine. The thread count changes no result: each product's sums run in the same order.
+    Inside another ``single_thread()`` block it does nothing (setting threadpoolctl's limit has a cost per call)."""
     global _single_thread_depth
     if _single_thread_depth:
         yield
         return
     previous = torch.get_num_threads()
     torch.set_num_threads(1)
-    pools = _numpy_blas_pools()
+    pools = _numpy_blas_pools(len(sys.modules))
     _single_thread_depth += 1
     try:
         with pools.limit(limits=1) if pools is not None else contextlib.nullcontext():
@@ -116,6 +104,7 @@ def single_thread() -> Iterator[None]:
 
 
 def _numpy(tensor: Tensor | None) -> np.ndarray | None:
+    """A NumPy view of a CPU tensor (None stays None)."""
     return None if tensor is None else tensor.numpy()
 
 
@@ -167,12 +156,16 @@ class _Rows:
 
     @property
     def num_node_rows(self) -> int:
+        """Rows that are not token rows."""
         return self.num_rows if self.node_rows is None else int(self.node_rows.numel())
 
 
 def _build_rows(n: int, edge_index: Tensor | None, batch: Tensor | None, token_mask: Tensor | None) -> _Rows:
+    """Validate the probe's context (``edge_index``, ``batch``, ``token_mask`` over ``n`` rows) and build the
+    :class:`_Rows` every layer shares."""
     if edge_index is not None:
-        edge_index = _check_edge_index(edge_index, n, "collapse_metrics")
+        check_edge_index(edge_index, n, where="collapse_metrics")
+        edge_index = edge_index.to("cpu", torch.long)
     if batch is not None:
         if not isinstance(batch, Tensor) or batch.dim() != 1 or batch.numel() != n:
             shape = tuple(batch.shape) if isinstance(batch, Tensor) else type(batch).__name__
@@ -252,7 +245,8 @@ def _load_rows(x: Tensor, rows: Tensor | None, out_x: Tensor, out_norms: Tensor)
 
 
 def _unit_rows(x: Tensor, norms: Tensor, out: Tensor | None = None) -> tuple[Tensor, Tensor]:
-    """Non-zero mask and unit rows of ``x`` [..., m, d] with row norms ``norms`` [..., m] (zero rows stay zero)."""
+    """Non-zero mask and unit rows of ``x`` [..., m, d] with row norms ``norms`` [..., m] (zero rows stay zero).
+    Its test oracle is the one-matrix ``graphnorm.analysis.metrics._unit_rows`` (kept separate on purpose)."""
     nonzero = norms > 0
     return nonzero, torch.div(x, torch.where(nonzero, norms, 1.0).unsqueeze(-1), out=out)
 
@@ -269,9 +263,11 @@ class _StackBuffers:
 
     @property
     def capacity(self) -> int:
+        """Layers a chunk holds."""
         return self.x.size(0)
 
     def load(self, slot: int, x: Tensor, rows: Tensor | None) -> None:
+        """Copy the given rows of layer ``x`` into ``slot`` (validated as :func:`_load_rows` does)."""
         _load_rows(x, rows, self.x[slot], self.norms[slot])
 
     def stack(self, count: int) -> _Stack:
@@ -283,7 +279,7 @@ class _StackBuffers:
 
 def _grams(x: Tensor) -> Tensor:
     """X^T X of every float64 [m, d] matrix of ``x`` [L, m, d] as [L, d, d], each by
-    :func:`graphnorm.analysis.metrics._gram_f64` (BLAS dsyrk: one triangle; 3.5x faster than torch's batched matmul)."""
+    :func:`graphnorm.analysis.metrics._gram_f64` (BLAS dsyrk: one triangle, cheaper than torch's batched matmul)."""
     return torch.stack([_gram_f64(layer) for layer in x])
 
 
@@ -298,7 +294,8 @@ def _singular_values_from(grams: list[Tensor] | None, xs: list[Tensor] | None) -
 
 def _ranks(sigma: Tensor) -> tuple[Tensor, Tensor]:
     """Effective rank exp(H(sigma / sum sigma)) (0 log 0 = 0) and stable rank sum sigma^2 / sigma_1^2 over the
-    last dimension; 0 for an all-zero spectrum."""
+    last dimension; 0 for an all-zero spectrum. Its test oracles are the one-matrix
+    ``graphnorm.analysis.metrics.effective_rank`` and ``stable_rank`` (kept separate on purpose)."""
     total = sigma.sum(-1)
     positive = total > 0
     p = sigma / torch.where(positive, total, 1.0).unsqueeze(-1)
@@ -407,7 +404,7 @@ def _edge_products(
 ) -> None:
     """For every layer of ``x`` [L, m, d] and edge (source, target) [E]: the dot product of the endpoint rows into
     ``dots`` [L, E] and their squared distance into ``squared`` [L, E] (compiled: one pass over each edge's two rows,
-    in cache, 4-5x NumPy's row gathers and einsums on Cora). The squared distance sums explicit differences (not
+    in cache, instead of NumPy's row gathers and einsums). The squared distance sums explicit differences (not
     squared norms minus cross terms), so an energy decaying to 1e-30 is not lost to cancellation; the sums over d may
     run in any order (vectorized), which changes them by round-off only."""
     num_layers, _, width = x.shape
@@ -565,6 +562,7 @@ def _mean_std(values: Tensor) -> tuple[list[float], list[float]]:
 
 
 def _records_of_set(values: dict[str, float], rows_kind: str, stat: str) -> list[dict]:
+    """Tidy records of one row set's ``{metric: value}``."""
     return [dict(rows=rows_kind, metric=k, stat=stat, value=v) for k, v in values.items()]
 
 
@@ -669,6 +667,8 @@ def _records_of_width(
 
 
 def _check_layer(x: Tensor, n: int | None, position: int | None) -> None:
+    """``TypeError`` / ``ValueError`` naming layer ``position`` unless ``x`` is a real [n, d] tensor with rows and
+    columns (``n`` rows when given)."""
     where = "" if position is None else f" (layer {position})"
     if not isinstance(x, Tensor):
         raise TypeError(f"collapse_metrics: x must be a torch.Tensor, got {type(x).__name__}{where}")
@@ -774,6 +774,7 @@ class LayerStream:
                 indices.remove(index)
 
     def _measure(self, width: int) -> None:
+        """Measure the layers waiting in the chunk of ``width`` and keep their summaries."""
         buffers, indices = self._chunks[width]
         if indices:
             parts = _one_graph_parts(buffers.stack(len(indices)), self._rows, self.cone_tol_deg)
@@ -805,12 +806,26 @@ def collapse_records(
     num_singular_values: int = 16,
     cone_tol_deg: float = 1e-3,
 ) -> list[dict]:
-    """Every collapse metric of ``x`` [n, d] as tidy records ``{rows, metric, stat, value}``.
+    """Every collapse metric of ``x`` [n, d] as tidy records ``{rows, metric, stat, value}``; each definition and
+    its source: :mod:`graphnorm.analysis.metrics`.
 
-    rows: "node" or "token"; stat: "value" (one graph / the token set), "mean" / "std" over graphs,
-    "pooled" (all node rows of a batch together). See the module docstring for the aggregation and
-    :mod:`graphnorm.analysis.metrics` for each definition and its source. Edge metrics (``mad_neighbors``,
-    ``dirichlet_energy``, ``dirichlet_energy_normalized``) need ``edge_index``.
+    rows: ``token_mask`` marks graph-token rows (one per graph, e.g. Graphormer's graph token), reported as
+    ``"token"`` and measured as one set across graphs (a single token per graph has no within-graph geometry); the
+    rest are ``"node"`` rows. The edge metrics (``mad_neighbors``, ``dirichlet_energy``,
+    ``dirichlet_energy_normalized``) need ``edge_index`` and drop the edges touching a token row.
+
+    stat: without ``batch`` the rows form one graph and every metric is ``"value"``. With a PyG ``batch`` vector every
+    metric is computed on each graph's node rows alone and reported as ``"mean"`` and ``"std"`` (population std) over
+    graphs, ignoring graphs where it is undefined (NaN, e.g. a cosine in a one-node graph) or without node rows, so a
+    graph's value does not depend on the graphs batched with it. The rank, angle and all-pairs metrics are also
+    computed over all node rows together (``"pooled"``): collapse *across* graphs (every graph mapped to the same
+    direction) shows there and not per graph.
+
+    Spectrum: the first ``num_singular_values`` singular values over the largest, as metrics ``sv_000``,
+    ``sv_001``, ... ("value" for one graph, "pooled" for a batch). Cones: ``cone_angle`` is the exact smallest
+    enclosing cone (a maximum over rows, so a few outlier rows decide it), ``cone_angle_q90`` the robust cone of the
+    90 % of the rows closest to their mean direction (:func:`graphnorm.analysis.cone.robust_cone_angle`), both within
+    ``cone_tol_deg``.
     """
     if not isinstance(x, Tensor):
         raise TypeError(f"collapse_metrics: x must be a torch.Tensor, got {type(x).__name__}")

@@ -1,44 +1,11 @@
-"""Exact cone angle of a set of vectors: the smallest circular cone (apex at the origin) containing them.
+"""Cone angles of a set of vectors: the half-angle of the smallest circular cone (apex at the origin) holding every
+non-zero row, exact (:func:`cone_angle`, :func:`cone_angle_info`) or robust to a few outlier rows
+(:func:`robust_cone_angle`).
 
-Definition. For the non-zero rows x_i of X, the cone half-angle is
-
-    theta* = min_{||u|| = 1} max_i angle(u, x_i).
-
-Reduction to a min-norm-point problem. Let u_i = x_i / ||x_i|| and p* the point of the convex hull
-conv{u_i} closest to the origin. If ||p*|| > 0 then theta* < 90 degrees, the optimal axis is p* / ||p*||
-and cos(theta*) = ||p*||. (For any unit u, min_i <u, u_i> = min_{y in hull} <u, y> <= ||p*|| with equality
-at u = p*/||p*|| by the optimality condition <p*, u_i> >= ||p*||^2 for all i.) If 0 lies in the hull, every
-axis leaves some row at >= 90 degrees: we return 90.0, read "at least 90" (a hemisphere is no longer a cone
-that says anything about collapse).
-
-Algorithm. Wolfe's min-norm-point algorithm (Wolfe 1976, "Finding the nearest point in a polytope",
-Math. Programming 11), an active-set method that is finite in exact arithmetic. Each major cycle costs one
-O(n d) product plus a small (k+1) x (k+1) solve over the k <= d+1 active points. The solver is compiled
-(:mod:`graphnorm.analysis.min_norm_point`).
-
-Stop criterion in degrees. At any iterate p in the hull, ||p|| >= ||p*|| gives a lower bound
-acos(||p||) <= theta*, and the axis p/||p|| is feasible, giving the upper bound acos(min_i <p, u_i>/||p||)
->= theta*. We stop when (upper, clipped at 90) - lower <= tol_deg and return the upper bound: the half-angle
-of a cone that really contains every row, within tol_deg of the optimum.
-
-Early exit at 90 degrees. Before the first cycle two points of the hull are checked for free: the mean of the
-unit rows and sum_i x_i / sum_i ||x_i|| (the unit rows weighted by their norms; zero for column-centered rows,
-e.g. after BatchNorm or PairNorm). If either has norm <= sin(tol_deg), the lower bound acos(||p||) is within
-tol_deg of 90 and the answer is 90 ("at least 90") by the same stop criterion, without any Wolfe cycle.
-
-Robust variant (:func:`robust_cone_angle`). The exact angle is a maximum, so a few outlier rows decide it (PairNorm
-at 32 layers on Cora: effective rank 1.03, mean cosine 0.96, yet an exact cone of ~50 degrees). The robust cone
-of level q in (0, 1] is the smallest cone of the fraction q of the rows closest in angle to their mean direction:
-
-    c = sum_i u_i / ||sum_i u_i||                 (mean direction of the m non-zero unit rows u_i)
-    k = ceil(q m),  t = k-th largest <u_i, c>,    S_q = {i : <u_i, c> >= t}   (ties at t all kept)
-    theta_q = theta*(S_q)                          (the exact cone above, of the rows in S_q)
-
-so the cone holds at least q m rows, theta_q <= theta* (a subset needs no wider cone), theta_q grows with q and
-theta_1 = theta* (S_1 is every row). It depends on the rows only through their directions (scaling a row changes
-nothing) and not on their order. One outlier moves c by O(1/m) and is left out of S_q once q < 1 - 1/m. Cost: one
-O(m d) product, a selection and the exact cone of S_q. When ||sum_i u_i|| <= m sin(tol_deg) the rows have no
-mean direction: 90.0 ("at least 90"; the exact angle is 90 by the certificate above).
+The exact angle reduces to the point of the convex hull of the unit rows closest to the origin
+(:func:`cone_from_unit_rows` gives the reduction and its certified stop criterion), found by Wolfe's algorithm in
+:mod:`graphnorm.analysis.min_norm_point`. The collapse probe (:mod:`graphnorm.analysis.collapse`) records both
+angles of every layer.
 """
 
 from __future__ import annotations
@@ -80,6 +47,8 @@ class ConeAngle:
 
 
 def _as_float64_rows(x: Tensor | np.ndarray, name: str) -> np.ndarray:
+    """``x`` [n, d] as a float64 NumPy array; ``ValueError`` / ``TypeError`` for a wrong shape, no columns, a complex
+    tensor, NaN / Inf, or entries too large for float64 sums of squares."""
     if isinstance(x, Tensor):
         if x.dim() != 2:
             raise ValueError(f"{name}: x must have shape [n, d], got shape {tuple(x.shape)}")
@@ -105,9 +74,24 @@ def cone_from_unit_rows(
 ) -> tuple[float, np.ndarray | None, float, int, bool]:
     """Cone of non-empty unit rows ``units`` [m, d] (float64, rows of norm 1) whose original rows had ``norms``.
 
-    Returns (angle_deg, axis or None, gap_deg, iterations, converged): the shared core of
-    :func:`cone_angle_info` and of the collapse probe, which passes unit rows it has already computed (and their
-    sum ``units.sum(axis=0)``, shared with the robust cone: the same numbers without another pass over the rows).
+    The half-angle is theta* = min_{||u|| = 1} max_i angle(u, u_i). With p* the point of conv{u_i} closest to the
+    origin: if ||p*|| > 0 then theta* < 90 degrees, the optimal axis is p* / ||p*|| and cos(theta*) = ||p*|| (for
+    any unit u, min_i <u, u_i> = min_{y in hull} <u, y> <= ||p*||, with equality at u = p* / ||p*|| by the optimality
+    condition <p*, u_i> >= ||p*||^2). If 0 lies in the hull, every axis leaves some row at >= 90 degrees: 90.0, read
+    "at least 90". p* comes from Wolfe's min-norm-point algorithm (Wolfe 1976, "Finding the nearest point in a
+    polytope", Math. Programming 11; :func:`graphnorm.analysis.min_norm_point.wolfe_min_norm_point`).
+
+    Stop criterion in degrees: an iterate p of the hull gives the lower bound acos(||p||) <= theta* (as
+    ||p|| >= ||p*||) and the feasible axis p / ||p||, whose angle acos(min_i <p, u_i> / ||p||) >= theta* is the
+    upper bound. The solver stops when (upper, clipped at 90) - lower <= ``tol_deg`` and the upper bound is
+    returned: the half-angle of a cone that really holds every row, within ``tol_deg`` of the optimum. Before any
+    cycle, two hull points are checked: the mean of the unit rows and sum_i x_i / sum_i ||x_i|| (zero for
+    column-centered rows, e.g. after BatchNorm or PairNorm); if either has norm <= sin(tol_deg), the answer is 90
+    by the same criterion.
+
+    Returns (angle_deg, axis or None, gap_deg, iterations, converged): the shared core of :func:`cone_angle_info`
+    and of the collapse probe, which passes unit rows it has already computed (and their sum ``units_sum``, shared
+    with the robust cone: the same numbers without another pass over the rows).
     """
     if units_sum is None:
         units_sum = units.sum(axis=0)
@@ -129,7 +113,7 @@ def cone_from_unit_rows(
 
 
 def cone_angle_info(x: Tensor | np.ndarray, tol_deg: float = 1e-4, max_iter: int = 10_000) -> ConeAngle:
-    """Smallest enclosing cone of the non-zero rows of ``x`` [n, d]; see the module docstring.
+    """Smallest enclosing cone of the non-zero rows of ``x`` [n, d] (:func:`cone_from_unit_rows`).
 
     Computed in float64 whatever the input dtype. Zero rows (exactly zero) are excluded and counted in
     ``num_zero_rows``. No non-zero row: angle NaN. ``ValueError`` for no rows, no columns, NaN / Inf, or entries
@@ -157,7 +141,7 @@ def cone_angle(x: Tensor | np.ndarray, tol_deg: float = 1e-4) -> float:
 
     min over unit u of max_i angle(u, x_i); exact to ``tol_deg`` below 90, and 90.0 meaning ">= 90" when the
     origin is in the convex hull of the normalized rows. Zero rows are ignored (see :func:`cone_angle_info`
-    for their count). NaN when no row is non-zero. Source of the reduction: see the module docstring.
+    for their count). NaN when no row is non-zero. The reduction and its source: :func:`cone_from_unit_rows`.
     """
     return cone_angle_info(x, tol_deg=tol_deg).angle_deg
 
@@ -166,8 +150,19 @@ def robust_cone_from_unit_rows(
     units: np.ndarray, norms: np.ndarray, q: float, tol_deg: float, units_sum: np.ndarray | None = None
 ) -> float:
     """Robust cone half-angle of level ``q`` of non-empty unit rows ``units`` [m, d] (float64) whose original rows
-    had ``norms`` (see the module docstring): the exact cone of the ceil(q m) rows closest to the mean direction.
-    ``units_sum``: ``units.sum(axis=0)`` when the caller has it."""
+    had ``norms``: the exact cone (:func:`cone_from_unit_rows`) of the fraction q of the rows closest in angle to
+    their mean direction::
+
+        c = sum_i u_i / ||sum_i u_i||                 (mean direction of the m non-zero unit rows u_i)
+        k = ceil(q m),  t = k-th largest <u_i, c>,    S_q = {i : <u_i, c> >= t}   (ties at t all kept)
+        theta_q = theta*(S_q)                          (the exact cone of the rows in S_q)
+
+    So the cone holds at least q m rows, theta_q <= theta* (a subset needs no wider cone), theta_q grows with q and
+    theta_1 = theta* (S_1 is every row). It depends on the rows only through their directions and not on their
+    order; one outlier moves c by O(1/m) and is left out of S_q once q < 1 - 1/m. When ||sum_i u_i|| <=
+    m sin(tol_deg) the rows have no mean direction: 90.0 ("at least 90"). ``units_sum``: ``units.sum(axis=0)`` when
+    the caller has it.
+    """
     m = units.shape[0]
     total = units.sum(axis=0) if units_sum is None else units_sum
     total_norm = math.sqrt(float(total @ total))
@@ -177,14 +172,16 @@ def robust_cone_from_unit_rows(
     k = math.ceil(q * m - 1e-9)  # guard q * m landing a hair above an integer
     if k < m:
         threshold = np.partition(cosines, m - k)[m - k]  # k-th largest cosine
-        keep = np.flatnonzero(cosines >= threshold)  # take() by index: half the time of a boolean row mask
+        keep = np.flatnonzero(cosines >= threshold)  # take() by index: cheaper than a boolean row mask
         return cone_from_unit_rows(units.take(keep, axis=0), norms.take(keep), tol_deg)[0]
     return cone_from_unit_rows(units, norms, tol_deg, units_sum=total)[0]
 
 
 def robust_cone_angle(x: Tensor | np.ndarray, q: float = ROBUST_CONE_LEVEL, tol_deg: float = 1e-4) -> float:
     """Half-angle in degrees of the smallest cone holding the fraction ``q`` of the non-zero rows of ``x`` closest
-    in angle to their mean direction (ties kept); see the module docstring for the formula and its properties.
+    in angle to their mean direction (ties kept); :func:`robust_cone_from_unit_rows` gives the formula and its
+    properties. The exact angle is a maximum, so a few outlier rows decide it: a layer whose other rows have all but
+    collapsed onto one direction can still have a wide exact cone; this one leaves those rows out.
 
     ``q=1`` gives :func:`cone_angle`. 90.0 means "at least 90" (also when the rows have no mean direction); NaN when
     no row is non-zero. Zero rows are ignored. ``ValueError`` for q outside (0, 1] and the inputs

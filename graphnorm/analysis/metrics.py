@@ -1,4 +1,4 @@
-"""Oversmoothing and dimensional-collapse metrics on a representation matrix x [n, d].
+"""Oversmoothing and dimensional-collapse metrics on a representation matrix x [n, d], one matrix per call.
 
 Every function computes in float64 whatever the input dtype (float16 / bfloat16 values are exact there, so half
 input gives the same numbers as float32 input of the same values), rejects NaN / Inf, input without rows or
@@ -6,7 +6,8 @@ without columns, and input too large for float64 sums of squares (entries of abo
 :mod:`graphnorm.analysis.magnitude`) with a ``ValueError`` naming the problem, and treats zero rows as documented
 per function. Rows whose entries are so small (below ~1e-154) that their squared norm underflows count as zero rows.
 "Undefined" values (e.g. a cosine with fewer than two non-zero rows) are NaN, never an exception, so a probe
-over a dead layer still yields a table.
+over a dead layer still yields a table. These are the definitions, and the test oracle of the batched probe path
+(:mod:`graphnorm.analysis.collapse`); the cone angles are in :mod:`graphnorm.analysis.cone`.
 """
 
 from __future__ import annotations
@@ -18,15 +19,14 @@ from torch import Tensor
 
 from graphnorm.analysis.cone import cone_angle, cone_angle_info, robust_cone_angle
 from graphnorm.analysis.magnitude import check_not_too_large
+from graphnorm.checks import check_edge_index
 
 __all__ = [
     "as_float64",
     "singular_values",
     "effective_rank",
     "effective_rank_from_singular_values",
-    "numerical_rank",
     "stable_rank",
-    "stable_rank_from_singular_values",
     "mean_cosine_similarity",
     "cone_angle",
     "cone_angle_info",
@@ -59,9 +59,9 @@ def as_float64(x: Tensor, name: str = "metric") -> Tensor:
 
 def _gram_f64(x64: Tensor) -> Tensor:
     """X^T X of a float64 CPU matrix [n, d] as [d, d]: NumPy's ``X.T @ X``, which BLAS computes as one triangle
-    (dsyrk: half the products of a general matmul; 63 Cora layers of 2,708 x 64 on one thread: 52 ms, against 184 ms
-    for torch's batched matmul). Its eigenvalues carry an absolute error of ~eps * sigma_1^2 in any summation order,
-    which is the Gram route's floor (see :func:`_singular_values_f64`)."""
+    (dsyrk: half the products of a general matmul, and cheaper than torch's batched matmul). Its eigenvalues carry
+    an absolute error of ~eps * sigma_1^2 in any summation order, which is the Gram route's floor (see
+    :func:`_singular_values_f64`)."""
     x = x64.numpy()
     return torch.from_numpy(x.T @ x)
 
@@ -69,9 +69,9 @@ def _gram_f64(x64: Tensor) -> Tensor:
 def _singular_values_f64(x64: Tensor) -> Tensor:
     """Descending singular values of a float64 matrix.
 
-    Tall matrices (n > 2d, the usual nodes x channels case) go through the d x d Gram matrix: an order of
-    magnitude faster than an SVD of the n x d matrix, and singular values below ~1e-8 * sigma_max are
-    round-off either way (they change the effective rank by < 1e-5). Others use LAPACK's SVD.
+    Tall matrices (n > 2d, the usual nodes x channels case) go through the d x d Gram matrix, much cheaper than an
+    SVD of the n x d matrix; singular values below ~1e-8 * sigma_max are round-off either way (they change the
+    effective rank by < 1e-5). Others use LAPACK's SVD.
     """
     n, d = x64.shape
     if n > 2 * d:
@@ -99,7 +99,8 @@ def singular_values(x: Tensor, center: bool = False, normalize: str | None = "ma
 
 
 def effective_rank_from_singular_values(sigma: Tensor) -> float:
-    """exp(H(p)), p_k = sigma_k / sum(sigma), with 0 log 0 = 0; 0.0 for an all-zero spectrum."""
+    """exp(H(p)), p_k = sigma_k / sum(sigma), with 0 log 0 = 0; 0.0 for an all-zero spectrum.
+    Test oracle of the batched ``graphnorm.analysis.collapse._ranks`` (kept separate on purpose)."""
     total = float(sigma.sum())
     if total <= 0:
         return 0.0
@@ -122,30 +123,21 @@ def effective_rank(x: Tensor, center: bool = False) -> float:
     return effective_rank_from_singular_values(_singular_values_f64(x64))
 
 
-def stable_rank_from_singular_values(sigma: Tensor) -> float:
-    """sum sigma_k^2 / sigma_1^2; 0.0 for an all-zero spectrum."""
-    top = float(sigma.max()) if sigma.numel() else 0.0
-    if top <= 0:
-        return 0.0
-    return float(sigma.square().sum() / (top * top))
-
-
-def numerical_rank(x: Tensor) -> float:
+def stable_rank(x: Tensor) -> float:
     """Stable (numerical) rank ||X||_F^2 / ||X||_2^2 (Rudelson & Vershynin 2007; used for collapse by
-    e.g. Guo et al. 2023, ContraNorm). Lies in [1, rank(X)]; zero matrix: 0.0.
+    e.g. Guo et al. 2023, ContraNorm). Lies in [1, rank(X)]; zero matrix: 0.0. The probe records it as metric
+    ``stable_rank``. Test oracle of the batched ``graphnorm.analysis.collapse._ranks`` (kept separate on purpose).
     """
-    x64 = as_float64(x, "numerical_rank")
+    x64 = as_float64(x, "stable_rank")
     frobenius_sq = float(x64.square().sum())
     if frobenius_sq == 0:
         return 0.0
     return frobenius_sq / float(_singular_values_f64(x64)[0]) ** 2
 
 
-stable_rank = numerical_rank
-
-
 def _unit_rows(x64: Tensor) -> tuple[Tensor, Tensor]:
-    """Unit-normalized non-zero rows and the boolean mask of non-zero rows."""
+    """Unit-normalized non-zero rows and the boolean mask of non-zero rows.
+    Test oracle of the batched ``graphnorm.analysis.collapse._unit_rows`` (kept separate on purpose)."""
     norms = x64.norm(dim=1)
     nonzero = norms > 0
     return x64[nonzero] / norms[nonzero, None], nonzero
@@ -167,21 +159,6 @@ def mean_cosine_similarity(x: Tensor) -> float:
     return float((total.dot(total) - m) / (m * (m - 1)))
 
 
-def _check_edge_index(edge_index: Tensor, num_rows: int, name: str) -> Tensor:
-    if not isinstance(edge_index, Tensor) or edge_index.dim() != 2 or edge_index.size(0) != 2:
-        shape = tuple(edge_index.shape) if isinstance(edge_index, Tensor) else type(edge_index).__name__
-        raise ValueError(f"{name}: edge_index must be a [2, num_edges] tensor, got {shape}")
-    if edge_index.is_floating_point():
-        raise TypeError(f"{name}: edge_index must be an integer tensor, got {edge_index.dtype}")
-    edge_index = edge_index.to("cpu", torch.long)
-    if edge_index.numel() and (int(edge_index.min()) < 0 or int(edge_index.max()) >= num_rows):
-        raise ValueError(
-            f"{name}: edge_index refers to node {int(edge_index.max())} / {int(edge_index.min())} but x has "
-            f"{num_rows} rows"
-        )
-    return edge_index
-
-
 def dirichlet_energy(x: Tensor, edge_index: Tensor, normalized: bool = False) -> float:
     """Dirichlet energy of Rusch, Bronstein & Mishra (2023), "A survey on oversmoothing in GNNs", Def. 3.2:
 
@@ -190,10 +167,12 @@ def dirichlet_energy(x: Tensor, edge_index: Tensor, normalized: bool = False) ->
     N(i) read from ``edge_index`` as given (an undirected graph stored with both directions counts each pair
     twice, exactly as the double sum does). Oversmoothing is E -> 0 (exponentially in depth).
     ``normalized=True`` evaluates it on X / ||X||_F, which removes the trivial decay from shrinking norms and
-    is what the collapse plots use; a zero matrix gives 0.0 either way.
+    is what the collapse plots use; a zero matrix gives 0.0 either way. A malformed ``edge_index`` raises as
+    :func:`graphnorm.checks.check_edge_index` does (``TypeError`` / ``ValueError``).
     """
     x64 = as_float64(x, "dirichlet_energy")
-    edge_index = _check_edge_index(edge_index, x64.size(0), "dirichlet_energy")
+    check_edge_index(edge_index, x64.size(0), where="dirichlet_energy")
+    edge_index = edge_index.to("cpu", torch.long)
     if normalized:
         frobenius = x64.norm()
         if frobenius == 0:
@@ -214,13 +193,15 @@ def mad(x: Tensor, edge_index: Tensor | None = None) -> float:
     Difference from the reference code: it averages only the *non-zero* distances, so under collapse (most
     D_ij = 0) it divides by a tiny count and reads high; here every target pair counts in the denominator, so
     MAD -> 0 as rows align. Zero rows have no direction and are excluded (pairs touching them dropped).
-    NaN when no pair remains. Range [0, 2].
+    NaN when no pair remains. Range [0, 2]. A malformed ``edge_index`` raises as
+    :func:`graphnorm.checks.check_edge_index` does (``TypeError`` / ``ValueError``).
     """
     x64 = as_float64(x, "mad")
     if edge_index is None:
         mean_cos = mean_cosine_similarity(x64)
         return 1.0 - mean_cos if not math.isnan(mean_cos) else math.nan
-    edge_index = _check_edge_index(edge_index, x64.size(0), "mad")
+    check_edge_index(edge_index, x64.size(0), where="mad")
+    edge_index = edge_index.to("cpu", torch.long)
     norms = x64.norm(dim=1)
     source, target = edge_index
     keep = (source != target) & (norms[source] > 0) & (norms[target] > 0)

@@ -2,15 +2,11 @@
 
 Wolfe 1976, "Finding the nearest point in a polytope", Math. Programming 11: an active-set method, finite in exact
 arithmetic, for the point p* of conv{u_i} closest to the origin. Each major cycle finds the row most violating the
-optimality condition <p, u_i> >= ||p||^2 (one O(n d) product), adds it to the corral, and runs minor cycles: project
-onto the affine hull of the corral (a small (k+1) x (k+1) bordered solve) and, while that point leaves the simplex,
-step back to its boundary and drop the rows whose weight vanished. It stops on the bounds in degrees of
-:mod:`graphnorm.analysis.cone` (see its docstring), which turns p* into the cone angle.
-
-Why compiled: a cone needs a few major cycles of a handful of small operations each; as NumPy calls their per-call
-overhead cost more than the arithmetic (the 128 cones of a 64-layer Cora probe: 96 ms driven from Python, a third of
-the probe). Here the whole solver is one call. The functions are compiled on first use (10-25 s) and cached beside
-this file (``__pycache__``), so later processes load them in about half a second.
+optimality condition <p, u_i> >= ||p||^2 (one O(n d) product), adds it to the corral, and runs minor cycles
+(:func:`_minor_cycles`). It stops on the bounds in degrees of :func:`graphnorm.analysis.cone.cone_from_unit_rows`,
+which turns p* into the cone angle. Compiled because a cone needs many small operations, whose per-call overhead as
+NumPy calls would cost more than their arithmetic; the functions are compiled on first use (a one-time wait) and
+cached beside this file (``__pycache__``). Entry point: :func:`wolfe_min_norm_point`.
 """
 
 from __future__ import annotations
@@ -136,7 +132,7 @@ def wolfe_min_norm_point(
     """Min-norm point of conv(points) for unit rows [n, d] (C-contiguous) with sum ``points_sum``; returns
     (p, certified upper bound in degrees, lower bound, major cycles).
 
-    Speed: the O(n d) search for the most violating row dominates, so each major cycle searches only a
+    Working set: the O(n d) search for the most violating row dominates, so each major cycle searches only a
     working set of rows (at first the ``working_size`` pointing furthest from the mean direction, and the start).
     When the stop criterion holds on the working set, all rows are checked once; violators join the working set and
     the iteration continues from the same state. Only the all-rows check yields the returned (certified) upper bound.

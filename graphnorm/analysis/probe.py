@@ -1,49 +1,9 @@
 """CollapseProbe: the collapse metrics of the representation after every layer of a model, as a tidy table.
 
-Any ``nn.Module`` that contains graphnorm norms works as it is: ``CollapseProbe(model).probe(data)``.
-
-Which layers. By default every graphnorm norm of the model (an instance of a class in the norm registry,
-:mod:`graphnorm.norms`, e.g. built with ``build_norm``), in module order (``model.named_modules()``), named by its
-attribute path (``norms.0``), measured on the rows leaving it (``at="output"``, the default) or entering it
-(``at="input"``). Only the outermost norm of a nesting counts (a SepNorm, not its token and node norms). A norm the
-forward pass does not call is left out. Two ways to watch other layers:
-
-* a model may define ``collapse_layers() -> [(name, module)]`` (optional; graphnorm's models do: DeepGCN's blocks and
-  classifier, GCNII's input, Graphormer's layer outputs);
-* ``layers=`` given to the probe (modules or (name, module) pairs) overrides both, e.g. ``layers=model.convs`` for
-  PyG's ``GCN``, which has no graphnorm norm.
-
-Which rows. Graphnorm norms are called as ``norm(x, batch=, batch_size=, edge_index=, token_mask=)``, so the probe
-reads the keywords of every (outermost) norm call of the same forward pass: ``token_mask`` marks graph-token rows
-(reported as ``rows="token"``), ``batch`` the graph of each row (per-graph statistics), ``edge_index`` the edges of
-the edge metrics. A watched layer with n output rows takes the keywords of the latest norm call on n rows before its
-output (for a watched norm, its own call), else of the first one after it (a layer before the first norm, e.g. an
-input embedding). A keyword the norm did not get (or got as ``None``) is taken from ``data`` (``data.batch``,
-``data.edge_index``) when the rows are ``data``'s nodes; a layer on n rows with no norm call on n rows in the pass
-is measured over ``data``'s nodes (an error if n is not their number). So a PyG model needs nothing more, and a
-model with extra rows (DeepGCN's virtual nodes, Graphormer's graph token) is described by its norms' calls.
-
-How it works. Hooks on the watched layers (and pre-hooks on the norms, for their keywords) see each layer during one
-forward pass in eval mode under ``torch.no_grad()`` on one thread (the model's train/eval mode is restored
-afterwards, also on error). When a layer's rows form one graph (no ``batch``, no token rows) and its context is
-known when it returns, the hook measures it at once with :class:`graphnorm.analysis.collapse.LayerStream`, while the
-output is still in cache, and keeps only a small summary (a d x d Gram matrix, the unit-row sum, both cones, the edge
-metrics); the spectra (one batched eigendecomposition of the stacked Gram matrices) and the records are then computed
-for all layers together. So the forward reuses its buffers instead of holding 64 layer outputs. Otherwise (batches of
-graphs, token rows, a layer before the first norm call) a copy of the output is kept and
-:func:`graphnorm.analysis.collapse.collapse_records_layers` measures the layers that share rows (layers of equal
-width stacked). Either way the records equal :func:`~graphnorm.analysis.collapse.collapse_records` called per layer.
-
-How the model is called. By default as the trainer calls it, by :func:`graphnorm.models.forward_adapter`: PyG's
-way, ``model(data.x, data.edge_index[, batch=data.batch][, batch_size=data.num_graphs])``, passing ``batch`` (and
-``batch_size``) only when ``data`` has a batch vector and the model's ``forward`` takes that keyword (its signature is
-read once); a model registered with ``inputs="graphormer"`` gets its whole batch, ``model(data)``. Any other call:
-``forward=callable(model, data)``, e.g. ``forward=lambda model, data: model(data)``.
-
-Graph-level data. Pass a fixed evaluation sample as one PyG ``Batch`` (see :func:`evaluation_sample`: the same
-graphs, in the same order, for every model and epoch, so numbers are comparable). Metrics are computed per graph
-on its own rows and summarized as mean and std over the sample's graphs, plus the "pooled" variant over all node
-rows together; token rows are one set across graphs. See :mod:`graphnorm.analysis.collapse`.
+Any ``nn.Module`` that contains graphnorm norms works as it is: ``CollapseProbe(model).probe(data)``; the class
+docstring says which layers and rows it measures and how it calls the model. :func:`probe_records` is the one call a
+training run makes, :func:`evaluation_sample` the fixed graph sample of a graph-level probe. The metrics are
+computed by :mod:`graphnorm.analysis.collapse` (definitions in :mod:`graphnorm.analysis.metrics`).
 """
 
 from __future__ import annotations
@@ -149,6 +109,7 @@ def _norm_context(module: nn.Module, args: tuple, kwargs: dict) -> RowContext:
 
 
 def _same_context(first: RowContext, second: RowContext) -> bool:
+    """Whether two contexts describe the same rows: the same (or equal) batch, token mask and edges."""
     for key in CONTEXT_KEYS:
         a, b = first[key], second[key]
         if a is b:
@@ -159,6 +120,7 @@ def _same_context(first: RowContext, second: RowContext) -> bool:
 
 
 def _one_graph(context: RowContext) -> bool:
+    """Whether the rows form one graph: no batch vector and no token rows."""
     token_mask = context["token_mask"]
     return context["batch"] is None and (token_mask is None or not bool(token_mask.any()))
 
@@ -189,6 +151,7 @@ class _Pass:
     pending: dict[int, tuple[Tensor, int]] = field(default_factory=dict)  # position -> (output, norm calls before)
 
     def on_norm_call(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
+        """Record the rows and keywords of one norm call (a forward pre-hook)."""
         rows = _first_tensor(args if args else tuple(kwargs.values())).size(0)
         context = _norm_context(module, args, kwargs)
         self.norm_calls.append((rows, context))
@@ -254,7 +217,30 @@ class _Pass:
 
 
 class CollapseProbe:
-    """Collapse metrics after every watched layer of ``model`` (see the module docstring).
+    """Collapse metrics after every watched layer of ``model``.
+
+    Which layers: ``layers`` if given; else ``model.collapse_layers()`` when the model has it (graphnorm's models
+    do); else every graphnorm norm of the model (an instance of a registered norm class), in module order, named by
+    its attribute path (``norms.0``), only the outermost of a nesting (a SepNorm, not its inner norms), leaving out
+    a norm the forward pass does not call.
+
+    Which rows: graphnorm norms are called as ``norm(x, batch=, batch_size=, edge_index=, token_mask=)``, so the
+    probe reads the keywords of every (outermost) norm call of the pass: ``token_mask`` marks graph-token rows
+    (``rows="token"``), ``batch`` the graph of each row (per-graph statistics), ``edge_index`` the edges of the edge
+    metrics. A watched layer with n output rows takes the keywords of the latest norm call on n rows before its
+    output (for a watched norm, its own call), else of the first one after it (e.g. an input embedding). A keyword
+    the norm did not get is taken from ``data`` (``data.batch``, ``data.edge_index``) when the rows are ``data``'s
+    nodes; a layer on n rows with no norm call on n rows is measured over ``data``'s nodes (an error if n is not
+    their number). So a PyG model needs nothing more, and extra rows (DeepGCN's virtual nodes, Graphormer's graph
+    token) are described by the norms' calls.
+
+    How: one forward pass in eval mode under ``torch.no_grad()`` on one thread, with hooks on the watched layers
+    and pre-hooks on the norms (the model's mode is restored afterwards, also on error). A layer whose rows form one
+    graph is measured in its hook by a :class:`~graphnorm.analysis.collapse.LayerStream` while its output is in
+    cache, keeping only a small summary; other layers are copied and measured together by
+    :func:`~graphnorm.analysis.collapse.collapse_records_layers`. Either way the records equal
+    :func:`~graphnorm.analysis.collapse.collapse_records` called per layer. Graph-level data is one PyG ``Batch``
+    (:func:`evaluation_sample`): per-graph mean and std, the pooled rows, and token rows as one set.
 
     Args:
         model: any ``nn.Module`` containing graphnorm norms, or one with ``collapse_layers()``, or any module with
@@ -262,7 +248,9 @@ class CollapseProbe:
         layers: modules to watch, or (name, module) pairs; default ``model.collapse_layers()`` when the model has
             it, else every (outermost) graphnorm norm in module order.
         forward: ``forward(model, data)`` running the model; default :func:`graphnorm.models.forward_adapter`'s
-            call, as the trainer's (``TypeError`` here when the model's forward does not fit it).
+            call, as the trainer's: ``model(data.x, data.edge_index[, batch=][, batch_size=])``, or ``model(data)``
+            for a model registered with ``inputs="graphormer"`` (``TypeError`` here when the model's forward fits
+            neither; then pass e.g. ``forward=lambda model, data: model(data)``).
         at: ``"output"`` (default) measures the rows a watched layer returns, ``"input"`` the rows it receives
             (its first tensor argument).
         num_singular_values: normalized spectrum entries stored as metrics ``sv_000``... (0: none).
@@ -336,6 +324,7 @@ class CollapseProbe:
         return run
 
     def _watch(self, module: nn.Module, position: int, run: _Pass) -> torch.utils.hooks.RemovableHandle:
+        """The hook handing layer ``position``'s output (or input, ``at="input"``) to ``run``."""
         resolve_now = not self._norms  # no norm call will describe the rows: they are data's nodes
 
         def on_input(_module: nn.Module, args: tuple, kwargs: dict) -> None:

@@ -1,17 +1,14 @@
-"""The benchmark datasets behind one loader: ``load_dataset(name, root=None, split=None) -> GraphTask``.
+"""The benchmark datasets, registered for :func:`graphnorm.data.load_dataset` (``name, root=None, split=None``).
 
 * ``cora``, ``citeseer``: PyG ``Planetoid``, public split (node classification, accuracy).
-* ``actor``, ``cornell``, ``texas``, ``wisconsin``: heterophilic node classification (PyG ``Actor`` / ``WebKB``),
-  10 standard geom-gcn splits, one chosen by ``split`` (default 0); see :mod:`graphnorm.data.heterophilic`.
+* ``actor``, ``cornell``, ``texas``, ``wisconsin``: heterophilic node classification, 10 standard splits
+  (:mod:`graphnorm.data.heterophilic`).
 * ``zinc``: PyG ``ZINC(subset=True)``, 10000/1000/1000 graphs (graph regression, MAE).
-* ``molhiv``: OGB ``PygGraphPropPredDataset('ogbg-molhiv')``, scaffold split, ROC-AUC by OGB's ``Evaluator``.
-* ``smiles``: your own molecules from a CSV (``load_dataset("smiles", path=..., target_columns=[...])``), featurized
-  like OGB's molecule datasets; see :mod:`graphnorm.data.smiles` for its keywords.
+* ``molhiv``: OGB ``ogbg-molhiv``, scaffold split, ROC-AUC by OGB's ``Evaluator``.
+* ``smiles``: your own molecules from a CSV, featurized like OGB's (:mod:`graphnorm.data.smiles`).
 
-Root: the ``root`` argument, else ``$GRAPHNORM_DATA``, else the user cache (:func:`resolve_root`). Missing raw files
-are copied from ``$GRAPHNORM_DATA_MIRROR`` first (:func:`seed_from_mirror`); only then do the loaders try to download.
-Copying and processing run under a per-dataset file lock; a processing attempt that fails deletes the files it wrote
-under ``processed/``, and processed files that cannot be read are reported with the folder to delete.
+Each is read from the data root (:mod:`graphnorm.data.root`: the ``root`` argument, ``$GRAPHNORM_DATA`` or the user
+cache), its raw files first copied from ``$GRAPHNORM_DATA_MIRROR`` when missing; only then do the loaders download.
 """
 
 from __future__ import annotations
@@ -58,6 +55,7 @@ class DatasetNotFoundError(FileNotFoundError):
 @register_dataset("cora", level="node", task_type="multiclass", metric="acc")
 @register_dataset("citeseer", level="node", task_type="multiclass", metric="acc")
 def _load_planetoid(spec: DatasetSpec, root: Path) -> GraphTask:
+    """Cora or CiteSeer (PyG ``Planetoid``) with the public split's masks."""
     from torch_geometric.datasets import Planetoid
 
     name = spec.name
@@ -70,6 +68,7 @@ def _load_planetoid(spec: DatasetSpec, root: Path) -> GraphTask:
 
 @register_dataset("zinc", level="graph", task_type="regression", metric="mae", features="zinc")
 def _load_zinc(spec: DatasetSpec, root: Path) -> GraphTask:
+    """ZINC's 12k-molecule subset (PyG ``ZINC(subset=True)``), train / val / test as published."""
     from torch_geometric.datasets import ZINC
 
     required = [f"raw/{split}.{ext}" for split in ("train", "val", "test") for ext in ("pickle", "index")]
@@ -85,6 +84,11 @@ def _load_zinc(spec: DatasetSpec, root: Path) -> GraphTask:
 
 @register_dataset("molhiv", level="graph", task_type="binary", metric="rocauc", features="ogb")
 def _load_molhiv(spec: DatasetSpec, root: Path) -> GraphTask:
+    """ogbg-molhiv with OGB's scaffold split and ``Evaluator``.
+
+    Raises:
+        DatasetNotFoundError: the dataset folder exists without ogb's release file (ogb would ask a question).
+    """
     from ogb.graphproppred import Evaluator, PygGraphPropPredDataset
 
     relative = "ogb/ogbg_molhiv"
@@ -115,8 +119,21 @@ def _load_molhiv(spec: DatasetSpec, root: Path) -> GraphTask:
 
 
 def _prepare(name: str, root: Path, relative: str, required: list[str], construct):
-    """Under the dataset's lock: copy missing raw files from the mirror, then run the loader (which processes them
-    the first time). A failure is reported as one clear error, and leaves no partial processed file behind."""
+    """Under the dataset's file lock, copy missing raw files from the mirror, then ``construct()`` the dataset (PyG
+    and ogb process the raw files the first time). A failed attempt deletes the processed files it wrote.
+
+    Args:
+        name: the dataset's registry name (for messages).
+        root: the data root.
+        relative: the dataset's folder under ``root``.
+        required: the raw files (relative to that folder) the loader needs.
+        construct: builds the PyG / ogb dataset.
+
+    Raises:
+        DatasetNotFoundError: required raw files are missing and the download failed.
+        DataRootError: the root is unwritable or full, or processed files already there cannot be read (damaged, or
+            from another library version; the message names the folder to delete).
+    """
     with dataset_lock(root, relative):
         seed_from_mirror(root, relative, required)
         folder = root / relative
@@ -146,6 +163,7 @@ def _prepare(name: str, root: Path, relative: str, required: list[str], construc
 
 
 def _processed_files(folder: Path) -> list[Path]:
+    """The files in every ``processed/`` folder under ``folder``."""
     return [path for path in folder.glob("**/processed/*") if path.is_file()] if folder.exists() else []
 
 

@@ -1,23 +1,11 @@
-"""Graphormer preprocessing: shortest-path distances, edge paths, degrees, and the padded batch collate.
+"""Graphormer's inputs: shortest-path distances, edge paths and degrees per graph, and the padded batch collate.
 
-Follows Ying et al. 2021, "Do Transformers Really Perform Bad for Graph Representation?" and the data
+Follows Ying et al., "Do Transformers Really Perform Bad for Graph Representation?" (NeurIPS 2021) and the data
 pipeline of microsoft/Graphormer (``algos.pyx``, ``wrapper.py``, ``collator.py``), written anew:
-
-* :class:`GraphormerPreprocess` (a PyG ``BaseTransform``, usable as ``transform`` or ``pre_transform``) adds per
-  graph, computed once by batched breadth-first search and vectorized path recovery:
-
-  - ``spatial_pos``  ``[n * n]`` long: hop distance from ``i`` to ``j`` at ``i * n + j``, ``-1`` when unreachable;
-  - ``edge_path``    ``[n * n, multi_hop_max_dist]`` long: ids (columns of ``edge_index``) of the first
-    ``multi_hop_max_dist`` edges of one shortest path ``i -> j``, in order from ``i``; ``-1`` past the path's end;
-  - ``in_degree`` / ``out_degree`` ``[n]`` long.
-
-  The pair tensors are stored flat (``[n * n, ...]``) so that PyG's ``InMemoryDataset`` can concatenate and slice
-  them like node features; :func:`collate_graphormer` reshapes them to ``[n, n]``.
-* :func:`preprocess_dataset` runs the transform over a whole dataset once and caches the result next to it
-  (``torch.save`` of plain tensors, loaded with ``weights_only=True``).
-* :func:`collate_graphormer` turns a list of preprocessed ``Data`` into a :class:`GraphormerBatch`: node-major
-  features, the dense per-pair inputs of the attention bias, and the row layout (one virtual graph token row
-  followed by the node rows of each graph) that the model and the norms use.
+:class:`GraphormerPreprocess` adds the per-graph tensors (a PyG transform; :func:`shortest_paths_padded` computes
+them for many graphs at once), :func:`preprocess_dataset` runs it over a dataset once and caches the result, and
+:func:`collate_graphormer` turns preprocessed graphs into a :class:`GraphormerBatch`: the dense per-pair inputs of
+the attention bias and the row layout (:mod:`graphnorm.data.token_rows`) that the model and the norms use.
 """
 
 from __future__ import annotations
@@ -34,7 +22,7 @@ from torch import Tensor
 from torch_geometric.data import Data
 from torch_geometric.transforms import BaseTransform
 
-from graphnorm.data.checks import check_edge_index
+from graphnorm.checks import check_edge_index
 from graphnorm.data.token_rows import token_row_layout
 from graphnorm.files import atomic_write
 
@@ -127,12 +115,26 @@ def shortest_paths(edge_index: Tensor, num_nodes: int, multi_hop_max_dist: int) 
 
 
 class GraphormerPreprocess(BaseTransform):
-    """Add ``spatial_pos``, ``edge_path``, ``in_degree`` and ``out_degree`` to a graph (see the module docs).
+    """Add Graphormer's per-graph inputs to a ``Data`` (a PyG ``BaseTransform``: as ``transform`` or
+    ``pre_transform``), computed by batched breadth-first search and vectorized path recovery:
+
+    - ``spatial_pos`` ``[n * n]`` long: hop distance from ``i`` to ``j`` at ``i * n + j``, ``-1`` when unreachable;
+    - ``edge_path`` ``[n * n, multi_hop_max_dist]`` long: ids (columns of ``edge_index``) of the first
+      ``multi_hop_max_dist`` edges of one shortest path ``i -> j``, in order from ``i``; ``-1`` past the path's end;
+    - ``in_degree`` / ``out_degree`` ``[n]`` long.
+
+    The pair tensors are flat so that PyG's ``InMemoryDataset`` can concatenate and slice them like node features;
+    :func:`collate_graphormer` reshapes them to ``[n, n]``.
 
     Args:
         multi_hop_max_dist: number of path edges kept per pair (the edge encoding's hops).
         max_nodes: graphs with more nodes raise ``ValueError`` (the dense ``[n, n]`` inputs grow quadratically);
             ``None`` for no limit. Use :func:`filter_max_nodes` to drop them explicitly, with a count.
+
+    Raises:
+        ValueError: ``multi_hop_max_dist`` or ``max_nodes`` is not a positive integer; when called, a graph without
+            nodes, with a malformed ``edge_index``, or above ``max_nodes``.
+        TypeError: ``edge_index`` is not an integer tensor.
     """
 
     def __init__(self, multi_hop_max_dist: int = 5, max_nodes: int | None = None) -> None:
@@ -172,8 +174,8 @@ class GraphormerPreprocess(BaseTransform):
 
         ``pairs_per_chunk`` bounds ``chunk_size * N**2`` (memory of a chunk's padded ``[B, N, N]`` tensors).
         """
-        # Thousands of tiny tensor ops: intra-op threads only add dispatch cost (measured on 2 cores: 4.5 s CPU
-        # single-threaded vs 20-80 s with 2 threads for ZINC train), so run single-threaded and restore.
+        # Thousands of tiny tensor ops: intra-op threads only add dispatch and wake-up cost (several times the CPU
+        # time of one thread), so run single-threaded and restore.
         threads = torch.get_num_threads()
         torch.set_num_threads(1)
         try:
@@ -336,13 +338,16 @@ class GraphormerBatch:
 
     @property
     def num_graphs(self) -> int:
+        """``B``, the graphs in the batch."""
         return self.position_mask.size(0)
 
     @property
     def max_nodes(self) -> int:
+        """``N``, the most nodes in one of the batch's graphs."""
         return self.spatial_pos.size(1)
 
     def to(self, device: torch.device | str) -> GraphormerBatch:
+        """A copy with every tensor on ``device``."""
         moved = {
             f.name: (getattr(self, f.name).to(device) if getattr(self, f.name) is not None else None)
             for f in fields(self)

@@ -36,14 +36,18 @@ def required_raw_files(name: str) -> list[str]:
 
 
 def register_heterophilic(name: str) -> None:
+    """Register ``name`` (actor | cornell | texas | wisconsin) with :func:`load_heterophilic` as its loader."""
     register_dataset(name, level="node", task_type="multiclass", metric="acc", num_splits=NUM_HETEROPHILIC_SPLITS)(
         load_heterophilic
     )
 
 
 def load_heterophilic(spec: DatasetSpec, root: Path, split: int | None = None) -> GraphTask:
-    """Load ``spec.name`` (actor | cornell | texas | wisconsin) with the masks of standard split ``split`` (None:
-    0)."""
+    """``spec.name`` (actor | cornell | texas | wisconsin) with the 1-D masks of standard split ``split`` (None: 0).
+
+    Raises:
+        ValueError: ``split`` is not an integer in ``[0, 9]``.
+    """
     from torch_geometric.datasets import Actor, WebKB
 
     name = spec.name

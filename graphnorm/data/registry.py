@@ -1,7 +1,7 @@
 """One registry for every dataset: ``register_dataset(name, ...)`` on a loader, ``load_dataset(name)`` by name.
 
 Each dataset declares what the rest of the package needs to know about it in one :class:`DatasetSpec`: its level
-(node or graph), task type, metric (and so whether higher is better: :data:`graphnorm.data.metrics.METRICS`), the
+(node or graph), task type, metric (and so whether higher is better: :data:`graphnorm.data.scoring.METRICS`), the
 kind of its node features (``None``: float features; ``"zinc"``/``"ogb"``: categorical atom and bond features) and
 how many standard splits it has, and optionally its ``identity``: what a run's id hashes of its options, for a
 dataset whose options point at data that can change (a user's CSV: its content, not its path). Config validation,
@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from graphnorm.data.metrics import get_metric, metric_names
+from graphnorm.checks import check_choice
 from graphnorm.data.root import resolve_root
+from graphnorm.data.scoring import get_metric, metric_names
 from graphnorm.data.task import GraphTask, check_finite
 
 LEVELS = ("node", "graph")
@@ -47,6 +48,7 @@ class DatasetSpec:
 
     @property
     def higher_is_better(self) -> bool | None:
+        """Whether a larger value of the metric is better (None while the loader chooses the metric)."""
         return None if self.metric is None else get_metric(self.metric).higher_is_better
 
     def options(self) -> list[str]:
@@ -82,20 +84,24 @@ def register_dataset(
     identity: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator: register a loader ``loader(spec, root, **options) -> GraphTask`` under a lower-case ``name``.
+
+    ``level``, ``task_type``, ``metric``, ``features`` and ``num_splits`` are the :class:`DatasetSpec` fields;
     ``check_options(**options)``: optional validation of the options, run by config validation before loading;
-    ``identity(options)``: optional, what the run id hashes in place of the options (:class:`DatasetSpec`)."""
+    ``identity(options)``: optional, what the run id hashes in place of the options.
+
+    Raises:
+        ValueError: ``name`` is not lower-case or is taken by another loader, a field is not one of its choices, or
+            ``num_splits`` is not a positive integer.
+    """
     if not isinstance(name, str) or not name or name != name.lower():
         raise ValueError(f"dataset names are non-empty lower-case strings, got {name!r}")
-    if level not in LEVELS:
-        raise ValueError(f"level must be one of {LEVELS}, got {level!r}")
-    if task_type is not None and task_type not in TASK_TYPES:
-        raise ValueError(f"task_type must be one of {TASK_TYPES} or None, got {task_type!r}")
-    if metric is not None and metric not in metric_names():
-        raise ValueError(f"metric must be one of {', '.join(metric_names())} or None, got {metric!r}")
-    if features not in FEATURE_KINDS:
-        raise ValueError(f"features must be one of {FEATURE_KINDS}, got {features!r}")
+    where = f"dataset {name!r}"
+    check_choice(level, LEVELS, "level", where)
+    check_choice(task_type, (*TASK_TYPES, None), "task_type", where)
+    check_choice(metric, (*metric_names(), None), "metric", where)
+    check_choice(features, FEATURE_KINDS, "features", where)
     if not isinstance(num_splits, int) or num_splits < 1:
-        raise ValueError(f"num_splits must be a positive integer, got {num_splits!r}")
+        raise ValueError(f"{where}: num_splits must be a positive integer, got {num_splits!r}")
 
     def decorator(loader: Callable[..., Any]) -> Callable[..., Any]:
         if name in _DATASETS and _DATASETS[name].loader is not loader:
@@ -121,6 +127,7 @@ def dataset_spec(name: str) -> DatasetSpec:
 
 
 def datasets_with_splits() -> list[str]:
+    """Sorted names of the datasets with several standard splits."""
     return [name for name in available_datasets() if _DATASETS[name].num_splits > 1]
 
 
@@ -128,8 +135,15 @@ def load_dataset(
     name: str, root: str | Path | None = None, split: int | str | None = None, **options: Any
 ) -> GraphTask:
     """Load ``name`` with its standard split (for a dataset with several, number ``split``; None: split 0).
-    ``options``: the dataset's own keywords (:meth:`DatasetSpec.options`); a dataset whose loader takes a ``split``
-    keyword of its own (the SMILES CSV's split rule) gets ``split`` there."""
+
+    ``root``: the data root (:func:`graphnorm.data.root.resolve_root`). ``options``: the dataset's own keywords
+    (:meth:`DatasetSpec.options`); a dataset whose loader takes a ``split`` keyword of its own (the SMILES CSV's split
+    rule) gets ``split`` there.
+
+    Raises:
+        ValueError: an unknown dataset or option, a ``split`` for a dataset with one, or non-finite features or
+            targets (:func:`graphnorm.data.task.check_finite`).
+    """
     spec = dataset_spec(name)
     valid = spec.options()
     if split is not None and "split" in valid:

@@ -1,20 +1,11 @@
 """Where datasets live: the data root, and seeding it from an offline mirror.
 
 The root comes from the ``root`` argument, else ``$GRAPHNORM_DATA``, else ``~/.cache/graphnorm/data``
-(``$XDG_CACHE_HOME`` respected). With internet, the standard loaders download into it as usual.
-
-Offline machines can point ``$GRAPHNORM_DATA_MIRROR`` at a read-only folder laid out exactly as the
-loaders expect (``Planetoid/Cora/raw``, ``ZINC/raw``, ``ogb/ogbg_molhiv``...). Missing dataset folders
-are copied from it into the writable root before loading, so the loaders' ``processed/`` files are never
-written into the mirror.
-
-Trust: only raw input files are copied from a mirror, never ``processed/`` folders or ``.pt`` files, so every
-file that PyG or ogb ``torch.load`` s is made locally (PyG retries a processed file with ``weights_only=False``
-and always loads ``pre_transform.pt`` that way). The raw files of Planetoid and ZINC are pickles themselves, so the
-mirror must still be trusted, and so must the root: processed files found there are unpickled.
-
-Two processes preparing one dataset at once take turns (:func:`dataset_lock`), and each file copied from the
-mirror appears whole or not at all.
+(:func:`resolve_root`). With internet, the standard loaders download into it as usual. Offline machines can point
+``$GRAPHNORM_DATA_MIRROR`` at a read-only folder laid out as the loaders expect (``Planetoid/Cora/raw``,
+``ZINC/raw``, ``ogb/ogbg_molhiv``...): missing raw files are copied from it into the writable root before loading
+(:func:`seed_from_mirror`), so the loaders' ``processed/`` files are never written into the mirror. Two processes
+preparing one dataset at once take turns (:func:`dataset_lock`).
 """
 
 from __future__ import annotations
@@ -38,12 +29,17 @@ class DataRootError(OSError):
 
 
 def default_root() -> Path:
+    """``$XDG_CACHE_HOME/graphnorm/data``, ``~/.cache/graphnorm/data`` without it."""
     cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(cache) / "graphnorm" / "data"
 
 
 def resolve_root(root: str | os.PathLike | None = None) -> Path:
-    """The data root: ``root`` argument, else ``$GRAPHNORM_DATA``, else the user cache directory."""
+    """The data root, created if missing: ``root`` argument, else ``$GRAPHNORM_DATA``, else :func:`default_root`.
+
+    Raises:
+        DataRootError: the path is not a directory or cannot be created.
+    """
     path = Path(root) if root is not None else Path(os.environ.get(ENV_ROOT) or default_root())
     path = path.expanduser().resolve()
     try:
@@ -55,6 +51,7 @@ def resolve_root(root: str | os.PathLike | None = None) -> Path:
 
 
 def _root_advice(root: str | os.PathLike | None) -> str:
+    """Where the root came from, and how to choose another, for an error message."""
     source = "the root argument" if root is not None else f"${ENV_ROOT}" if os.environ.get(ENV_ROOT) else "the default"
     return f"it comes from {source}: set ${ENV_ROOT} (or data_root) to a writable directory"
 
@@ -74,9 +71,8 @@ def unwritable_root_error(root: Path, doing: str, error: OSError) -> DataRootErr
 def dataset_lock(root: Path, relative: str) -> Iterator[None]:
     """Hold an exclusive lock on dataset ``relative`` under ``root`` while it is copied and processed.
 
-    Two processes preparing one dataset at once would otherwise read each other's half-written files (measured: 6
-    of 10 simultaneous first loads of Cora failed). A root where the lock file cannot be created is read-only, so
-    nobody writes there and nothing needs guarding.
+    Two processes preparing one dataset at once would otherwise read each other's half-written files. A root where
+    the lock file cannot be created is read-only, so nobody writes there and nothing needs guarding.
     """
     with contextlib.ExitStack() as stack:
         try:
@@ -100,7 +96,8 @@ def mirror_root() -> Path | None:
 
 
 def _make_writable(path: Path) -> None:
-    # Mirrors are often read-only; the loaders must be able to write processed/ next to raw/.
+    """Add the owner's write (and read, and for folders search) permission to ``path`` and everything under it: a
+    copy keeps a read-only mirror's modes, and the loaders must write ``processed/`` next to ``raw/``."""
     for dirpath, dirnames, filenames in os.walk(path):
         for name in [*dirnames, *filenames]:
             p = Path(dirpath) / name
@@ -122,8 +119,17 @@ def _copy_whole(source: str, target: str) -> None:
 def seed_from_mirror(root: Path, relative: str, required: list[str]) -> bool:
     """Copy the raw files of ``mirror/relative`` into ``root/relative`` when files in ``required`` are missing there.
 
-    ``required`` are paths relative to ``root/relative``. Returns True if a copy was made. ``processed/`` folders and
-    ``.pt`` files are never copied (see the module docs). Call it under :func:`dataset_lock`.
+    ``required`` are paths relative to ``root/relative``. Returns True if a copy was made. Call it under
+    :func:`dataset_lock`; each file appears whole or not at all.
+
+    Trust: ``processed/`` folders and ``.pt`` files are never copied, so every file that PyG or ogb ``torch.load`` s
+    is made locally (PyG retries a processed file with ``weights_only=False`` and always loads ``pre_transform.pt``
+    that way). The raw files of Planetoid and ZINC are pickles themselves, so the mirror must still be trusted, and
+    so must the root: processed files found there are unpickled.
+
+    Raises:
+        DataRootError: the root is not writable or is full.
+        FileNotFoundError: ``$GRAPHNORM_DATA_MIRROR`` is not a directory.
     """
     target = root / relative
     if all((target / r).exists() for r in required):

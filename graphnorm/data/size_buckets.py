@@ -1,22 +1,9 @@
 """Shuffled mini-batches of similar-sized graphs, for models that pad every graph of a batch to the largest one.
 
-Graphormer's attention and attention bias are dense per batch, ``[B, heads, T, T]`` with ``T = 1 + max nodes``: a
-batch of ZINC molecules drawn uniformly pads to ~34 positions for a mean of ~23 nodes. Grouping graphs of similar
-size ("bucketing", as length-grouped batches in NLP) cuts the padding: on ZINC with windows of 40 batches the mean
-``T`` falls from 33.9 to 23.5 and a Graphormer-slim training step takes 0.78x the time (measured interleaved on
-2 CPU cores).
-
-Each epoch:
-
-1. a random permutation of all graphs (drawn from ``generator``),
-2. cut into windows of ``bucket_batches * batch_size`` graphs, each window sorted by graph size (stable) and cut
-   into batches,
-3. the batches of all windows in a random order (drawn from ``generator``).
-
-Every graph is in exactly one batch per epoch; only the last window can leave a batch smaller than ``batch_size``.
-Larger windows pad less but make a batch's graphs more alike (of one size range), so keep them a small fraction of
-the epoch. ``bucket_batches=1`` is plain shuffling. All randomness comes from ``generator``, which a checkpoint
-saves, so a resumed run draws the same batches.
+Graphormer's attention and attention bias are dense per batch, ``[B, heads, T, T]`` with ``T = 1 + max nodes``, so a
+uniformly drawn batch of ZINC molecules computes at the size of its largest molecule, well above the mean. Grouping
+graphs of similar size ("bucketing", as length-grouped batches in NLP) cuts the padding, and with it the time of a
+training step: :class:`SizeBucketBatchSampler`.
 """
 
 from __future__ import annotations
@@ -28,14 +15,28 @@ from torch.utils.data import Sampler
 
 
 class SizeBucketBatchSampler(Sampler[list[int]]):
-    """Batches of dataset indices grouped by graph size (see the module docs); a ``batch_sampler`` for
-    ``torch.utils.data.DataLoader``.
+    """Batches of dataset indices grouped by graph size; a ``batch_sampler`` for ``torch.utils.data.DataLoader``.
+
+    Each epoch:
+
+    1. a random permutation of all graphs (drawn from ``generator``),
+    2. cut into windows of ``bucket_batches * batch_size`` graphs, each window sorted by graph size (stable) and cut
+       into batches,
+    3. the batches of all windows in a random order (drawn from ``generator``).
+
+    Every graph is in exactly one batch per epoch; only the last window can leave a batch smaller than
+    ``batch_size``. Larger windows pad less but make a batch's graphs more alike (of one size range), so keep them a
+    small fraction of the epoch. All randomness comes from ``generator``, which a checkpoint saves, so a resumed run
+    draws the same batches.
 
     Args:
         sizes: size of every graph (e.g. node counts), in dataset order.
         batch_size: graphs per batch.
         bucket_batches: batches per size-sorted window (``1``: no grouping).
         generator: source of the permutations (the run's seeded generator).
+
+    Raises:
+        ValueError: ``sizes`` is empty, or ``batch_size`` or ``bucket_batches`` is not a positive integer.
     """
 
     def __init__(self, sizes: Sequence[int], batch_size: int, bucket_batches: int, generator: torch.Generator) -> None:

@@ -1,30 +1,11 @@
 """Your own molecules: a graph-level dataset from a CSV file of SMILES strings and target columns.
 
 ``load_dataset("smiles", path="mols.csv", smiles_column="smiles", target_columns=["a", "b"], task="classification",
-split="scaffold")`` featurizes every SMILES with OGB's own ``ogb.utils.smiles2graph`` (RDKit), so each graph is laid
-out exactly as an ``ogbg-mol*`` graph: ``x`` ``[N, 9]`` and ``edge_attr`` ``[E, 3]`` int64 (OGB's atom and bond
-feature columns, ``atom_encoder="ogb"``), both bond directions in ``edge_index``; ``y`` is float32 ``[1, T]`` with NaN
-for a blank cell (a missing label, left out of the loss and the metric).
-
-Splits (indices into the valid molecules, in file order):
-
-* ``scaffold``: Bemis-Murcko scaffolds (RDKit, chirality included), as OGB and MoleculeNet (deepchem) split: scaffold
-  sets sorted by size, largest first (ties: the set whose first molecule comes later, as deepchem sorts), each set
-  goes whole to train
-  while train stays within 80%, else to valid while train+valid stay within 90%, else to test. Deterministic.
-* ``random``: a permutation seeded by ``split_seed``, 80/10/10.
-* any other value names a column holding ``train``, ``valid`` (or ``val``) or ``test`` per row.
-
-Invalid SMILES (RDKit cannot parse them, or no atoms) are never dropped silently: ``invalid="error"`` (default) stops
-with one line naming the CSV line numbers; ``invalid="skip"`` leaves them out with a warning naming them, and the
-run's record counts them (``invalid_smiles_skipped``).
-
-Cache: the processed graphs and splits are saved (tensors and plain lists only, loaded with ``weights_only=True``,
-written atomically) under ``<data root>/smiles/<file stem>-<sha256 of the file>-<hash of the options>/``, so an
-edited file, or other options, are processed afresh.
-
-Run id: a run's id hashes the CSV's sha256 in place of its path (:func:`run_identity`, the dataset's declared
-``identity``), so editing the file in place makes a new run, and the same file elsewhere is the same run.
+split="scaffold")`` (:func:`load_smiles`) featurizes every SMILES with OGB's own ``ogb.utils.smiles2graph`` (RDKit),
+so each graph is laid out exactly as an ``ogbg-mol*`` graph (:func:`smiles_graph`). The processed graphs and splits
+are cached under ``<data root>/smiles/<file stem>-<sha256 of the file>-<hash of the options>/``, so an edited file,
+or other options, are processed afresh (:func:`read_cache`); a run's id hashes the file's content in place of its
+path (:func:`run_identity`).
 """
 
 from __future__ import annotations
@@ -47,6 +28,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data, InMemoryDataset
 
+from graphnorm.checks import check_choice
 from graphnorm.data.datasets import GraphTask
 from graphnorm.data.registry import DatasetSpec, register_dataset
 from graphnorm.data.root import dataset_lock
@@ -174,7 +156,12 @@ def scaffold_of(smiles: str) -> str:
 
 # --- splits -----------------------------------------------------------------------------------------------------
 def scaffold_split(smiles: list[str]) -> dict[str, list[int]]:
-    """OGB/MoleculeNet scaffold split of ``smiles`` (all valid) into train/valid/test index lists (80/10/10)."""
+    """OGB/MoleculeNet scaffold split of ``smiles`` (all valid) into train/valid/test index lists (80/10/10).
+
+    Bemis-Murcko scaffold sets (:func:`scaffold_of`), sorted by size, largest first (ties: the set whose first molecule
+    comes later, as deepchem sorts); each set goes whole to train while train stays within 80%, else to valid while
+    train + valid stay within 90%, else to test. Deterministic.
+    """
     groups: dict[str, list[int]] = defaultdict(list)
     for index, molecule in enumerate(smiles):
         groups[scaffold_of(molecule)].append(index)
@@ -240,7 +227,30 @@ def load_smiles(
     invalid: str = "error",
     split_seed: int = 0,
 ) -> GraphTask:
-    """The ``smiles`` dataset of :func:`graphnorm.data.load_dataset`: see the module docstring."""
+    """The ``smiles`` dataset of :func:`graphnorm.data.load_dataset`: one graph per valid row, with OGB's atom and
+    bond feature columns (``x`` ``[N, 9]``, ``edge_attr`` ``[E, 3]`` int64, ``atom_encoder="ogb"``), both bond
+    directions in ``edge_index``, and ``y`` float32 ``[1, T]``, NaN for a blank cell (a missing label, left out of the
+    loss and the metric).
+
+    Args:
+        spec: the registry's declaration of ``smiles``.
+        root: the data root.
+        path: the CSV file (gzipped when it ends in ``.gz``).
+        smiles_column: the column of SMILES strings.
+        target_columns: the target columns, one output each.
+        task: ``"classification"`` (targets 0, 1 or blank; ROC-AUC) or ``"regression"`` (MAE).
+        split: ``"scaffold"`` (:func:`scaffold_split`, deterministic), ``"random"`` (80/10/10, seeded by
+            ``split_seed``), or the name of a column holding ``train``, ``valid`` (or ``val``) or ``test`` per row.
+        invalid: for SMILES that RDKit cannot parse (or without atoms), never dropped silently: ``"error"`` stops
+            with one line naming their CSV lines; ``"skip"`` leaves them out with a warning naming them, and the
+            run's record counts them (``invalid_smiles_skipped``).
+        split_seed: the seed of ``split="random"``.
+
+    Raises:
+        FileNotFoundError: no file at ``path``.
+        InvalidSmilesError: invalid SMILES with ``invalid="error"``.
+        ValueError: a bad option, a missing column, a bad target or split cell, no valid molecule, or an empty split.
+    """
     options = check_options(path, smiles_column, target_columns, task, split, invalid, split_seed)
     file = csv_file(path)
     raw = file.read_bytes()
@@ -332,10 +342,8 @@ def check_options(
         raise ValueError("smiles_column and target_columns must be column names (strings)")
     if len(set(target_columns)) != len(target_columns) or smiles_column in target_columns:
         raise ValueError(f"target_columns {list(target_columns)} repeat a column or name the SMILES column")
-    if task not in TASKS:
-        raise ValueError(f"task must be one of {', '.join(TASKS)}; got {task!r}")
-    if invalid not in INVALID_CHOICES:
-        raise ValueError(f"invalid must be one of {', '.join(INVALID_CHOICES)}; got {invalid!r}")
+    check_choice(task, TASKS, "task")
+    check_choice(invalid, INVALID_CHOICES, "invalid")
     if not isinstance(split, str) or not split:
         raise ValueError(f"split must be 'scaffold', 'random' or the name of a split column; got {split!r}")
     if not isinstance(split_seed, int) or isinstance(split_seed, bool):
@@ -401,7 +409,8 @@ def report_invalid(file: Path, column: str, lines: list[int], invalid: str) -> N
 
 # --- cache ------------------------------------------------------------------------------------------------------
 def read_cache(cache: Path, digest: str, options: dict[str, Any]) -> dict[str, Any] | None:
-    """The cached payload, or None when it is absent, unreadable or made from other content or options."""
+    """The cached payload, or None when it is absent, unreadable (with a warning) or made from other content or
+    options. Tensors and plain lists only, loaded with ``weights_only=True``."""
     if not cache.exists():
         return None
     try:
@@ -415,7 +424,8 @@ def read_cache(cache: Path, digest: str, options: dict[str, Any]) -> dict[str, A
 
 
 def write_cache(cache: Path, payload: dict[str, Any]) -> None:
-    """``torch.save`` atomically; a cache that cannot be written is skipped with a warning."""
+    """``torch.save`` atomically (:func:`graphnorm.files.atomic_write`); a cache that cannot be written is skipped
+    with a warning."""
     try:
         cache.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(cache, lambda handle: torch.save(payload, handle))

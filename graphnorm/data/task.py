@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data, Dataset
 
-from graphnorm.data.metrics import get_metric
+from graphnorm.data.scoring import get_metric
 
 ZINC_NUM_BOND_TYPES = 4  # NONE, SINGLE, DOUBLE, TRIPLE
 
@@ -60,6 +60,7 @@ class GraphTask:
 
     @property
     def higher_is_better(self) -> bool:
+        """Whether a larger value of the task's metric is better."""
         return get_metric(self.metric).higher_is_better
 
     def __repr__(self) -> str:
@@ -102,6 +103,8 @@ def check_finite(task: GraphTask) -> None:
 
 
 def _reject_non_finite(tensor: Tensor, what: str, nan_ok: bool = False) -> None:
+    """``ValueError`` naming ``what`` and counting the NaN / inf entries of a floating-point ``tensor`` (NaN allowed
+    with ``nan_ok``)."""
     if nan_ok and tensor.is_floating_point():
         tensor = tensor.nan_to_num(nan=0.0, posinf=math.inf, neginf=-math.inf)
     if tensor.is_floating_point() and not torch.isfinite(tensor).all():

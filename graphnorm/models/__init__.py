@@ -1,11 +1,15 @@
 """Models: one file per model, each registered by name (:func:`register_model`); :func:`build_model` builds one for
-a task. Importing this package registers the built-in models: gcn, gat, gcnii, gin, graphormer."""
+a task. Importing this package registers the built-in models: gcn, gat, gcnii, gin, graphormer.
+
+Start with :mod:`graphnorm.models.gcn` (DeepGCN); what the message-passing models share is in
+:mod:`~graphnorm.models.inputs`, :mod:`~graphnorm.models.readout` and :mod:`~graphnorm.models.initialization`, and
+the registry and forward convention in :mod:`~graphnorm.models.registry`."""
 
 from graphnorm.models.gat import DeepGAT
 from graphnorm.models.gcn import DeepGCN, GCNBlock
 from graphnorm.models.gcnii import GCNII, GCNIIBlock
 from graphnorm.models.gin import GIN, GINBlock
-from graphnorm.models.graphormer import Graphormer, graphormer_optimizer, graphormer_slim, polynomial_optimizer
+from graphnorm.models.graphormer import Graphormer, graphormer_slim
 from graphnorm.models.registry import (
     ModelSpec,
     available_models,
@@ -29,10 +33,8 @@ __all__ = [
     "available_models",
     "build_model",
     "forward_adapter",
-    "graphormer_optimizer",
     "graphormer_slim",
     "model_outputs",
     "model_spec",
-    "polynomial_optimizer",
     "register_model",
 ]

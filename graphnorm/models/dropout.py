@@ -1,17 +1,9 @@
-"""Dropout whose Bernoulli mask costs a third of the random draws on CPU.
+"""Dropout whose Bernoulli mask costs a third of the random draws on CPU: :func:`fast_dropout` and its module
+:class:`FastDropout`, with ``F.dropout``'s distribution (the keep probability rounded to a multiple of ``2^-16``).
 
-:math:`y = x \\odot m / q` with :math:`m_i \\sim \\text{Bernoulli}(q)` independently, :math:`q = 1 - p`
-(Srivastava et al., JMLR 2014, https://jmlr.org/papers/v15/srivastava14a.html): the distribution of
-``F.dropout``, drawn differently. PyTorch's CPU generator (a serial Mersenne twister) produces one number per mask
-entry, and on a 2-core machine that serial draw was ~15% of a Graphormer-slim training step (37 masks of ~174k
-entries per step, ~0.8 ms each, while the second core waits). Here one 64-bit draw (``random_`` on ``int64``:
-63 uniform bits) gives three uniform 16-bit numbers, and entry ``i`` is kept when its number is at least
-``round(p * 2^16)``: the keep probability is ``p`` rounded to a multiple of ``2^-16`` (``p = 0.1``: 0.899994
-instead of 0.9), and the scale is ``1 / q`` for that exact ``q``, so ``E[y] = x``.
-
-The draws come from the default (or a given) generator, so a seed fixes them; the stream differs from
-``F.dropout``'s. Off the CPU (where the device's own dropout is fast) and on big-endian hosts this is
-``F.dropout``.
+PyTorch's CPU generator (a serial Mersenne twister) draws one number per mask entry, which is a noticeable share of a
+Graphormer training step on a small machine while the other cores wait; :func:`keep_mask` gets three mask entries
+from each 64-bit draw. Graphormer (:mod:`graphnorm.models.graphormer`) uses it.
 """
 
 from __future__ import annotations
@@ -31,7 +23,11 @@ _LEVELS = 1 << 16  # a 16-bit number per mask entry
 def keep_mask(
     shape: torch.Size | tuple[int, ...], drop_levels: int, generator: torch.Generator | None = None
 ) -> Tensor:
-    """Boolean CPU mask of ``shape``, each entry True with probability ``1 - drop_levels / 2^16``, independently."""
+    """Boolean CPU mask of ``shape``, each entry True with probability ``1 - drop_levels / 2^16``, independently.
+
+    One 64-bit draw (``random_`` on ``int64``: 63 uniform bits) gives three uniform 16-bit numbers, and an entry is
+    kept when its number is at least ``drop_levels``. Little-endian hosts only (see :func:`fast_dropout`).
+    """
     count = math.prod(shape)
     words = torch.empty((count + 2) // 3, dtype=torch.int64).random_(generator=generator)  # [0, 2^63)
     # Little-endian: an int64 viewed as four int16 is low .. high; the highest holds bit 63, always 0: skipped.
@@ -40,7 +36,15 @@ def keep_mask(
 
 
 def fast_dropout(x: Tensor, p: float, training: bool = True, generator: torch.Generator | None = None) -> Tensor:
-    """``F.dropout(x, p, training)`` in distribution (``p`` rounded to a multiple of ``2^-16``); see the module."""
+    """``F.dropout(x, p, training)`` in distribution, with the mask of :func:`keep_mask`.
+
+    :math:`y = x \\odot m / q` with :math:`m_i \\sim \\text{Bernoulli}(q)` independently, :math:`q = 1 - p`
+    (Srivastava et al., JMLR 2014, https://jmlr.org/papers/v15/srivastava14a.html). The drop probability is ``p``
+    rounded to a multiple of ``2^-16`` (``p = 0.1``: keep probability 0.899994 instead of 0.9) and the scale is
+    ``1 / q`` for that exact ``q``, so ``E[y] = x``. The draws come from the default (or a given) generator, so a seed
+    fixes them; the stream differs from ``F.dropout``'s. Off the CPU (where the device's own dropout is fast) and on
+    big-endian hosts this is ``F.dropout``. ``ValueError`` for ``p`` outside [0, 1].
+    """
     if not 0.0 <= p <= 1.0:
         raise ValueError(f"dropout probability must be in [0, 1], got {p}")
     if not training or p == 0.0:

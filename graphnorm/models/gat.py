@@ -1,36 +1,9 @@
-"""A deep GAT (Veličković et al., ICLR 2018) with a pluggable norm per layer: DeepGCN with attention convolutions.
+"""DeepGAT: a deep GAT (Veličković et al., ICLR 2018) with a pluggable norm per layer, DeepGCN with attention.
 
 :class:`DeepGAT` is :class:`~graphnorm.models.gcn.DeepGCN` with every ``GCNConv`` replaced by PyG's ``GATConv``, so
-everything else is DeepGCN's and behaves the same: the block layout and the two layer orders, the norm after each
-hidden convolution (optionally followed by the shared LayerNorm), residuals, node- and graph-level readouts, the
-virtual node and its ``token_mask``, the atom encoders, the sparse-input dropout, the input checks, and the probe
-layers (``collapse_layers``), which the trainer and :class:`~graphnorm.analysis.CollapseProbe` use unchanged.
-
-Convolutions:
-
-* hidden layers: ``GATConv(width, hidden_channels // heads, heads=heads, concat=True)``, the heads concatenated
-  back to ``hidden_channels`` (the GAT paper, PyG's ``GAT``, the PairNorm/ContraNorm ``GraphAttConv``); with
-  ``concat=False`` each head is ``hidden_channels`` wide and the heads are averaged;
-* node-level classifier: ``GATConv(width, out_channels, heads=output_heads, concat=False)`` (heads averaged; the
-  PairNorm/ContraNorm code uses 1 head, PyG's ``GAT`` uses ``heads``).
-
-Attention runs over each row's neighbours and itself. The self loops are added once per forward in
-:meth:`DeepGAT.graph_rows` (``GATConv(add_self_loops=False)``), not in every layer as a default ``GATConv`` does;
-the attention weights replace the fixed normalized adjacency, so DeepGCN's ``adjacency`` option has no meaning here
-and ``DeepGAT`` has none. ``attention_dropout`` drops attention coefficients during training (default: ``dropout``,
-as PyG's ``GAT`` and the PairNorm/ContraNorm code do). Deep models may need it at 0: with dropout 0.6 both before
-every convolution and on every layer's attention, no norm lets a GAT of 8 or more layers learn Cora (results page,
-study ``cora_gat_attention_dropout``). The activation is DeepGCN's ReLU by default; ``activation="elu"`` is the GAT
-paper's and the PairNorm/ContraNorm ``DeepGAT``'s.
-
-Initialization: ``GATConv``'s own by default (Glorot weights and attention vectors, zero bias). ``init="kipf"`` and
-``attention_init="zeros"`` start every layer as the plain mean over a node and its neighbours with DeepGCN's Kipf
-weights, i.e. as the row-adjacency DeepGCN of the ContraNorm protocol, and the attention is learned from there. At
-32 layers (ContraNorm, step 0, seed 0) the loss gradient at the first layer's output is ~260x that at the last
-with Glorot attention, ~9x with zero attention (the row-adjacency GCN: ~15x); with Glorot attention no norm lets
-that model learn Cora. The GAT protocol preset uses both, and ELU: with ReLU its 32-layer ContraNorm GAT ends at
-0.36 on Cora, with ELU at 0.67 (3 seeds each; results page, studies ``cora_gat_relu`` and
-``cora_gat_contranorm_protocol``).
+everything else is DeepGCN's and behaves the same: the block layout and layer orders, the norms and the shared
+LayerNorm, residuals, readouts, the virtual node, the atom encoders, the input checks and the probed layers. Read
+:mod:`graphnorm.models.gcn` for those, and :class:`DeepGAT` for the attention options.
 """
 
 from __future__ import annotations
@@ -41,7 +14,9 @@ from torch import Tensor, nn
 from torch_geometric.nn import GATConv
 from torch_geometric.utils import add_self_loops
 
-from graphnorm.models.gcn import INITS, DeepGCN, check_choice, kipf_init
+from graphnorm.checks import check_choice
+from graphnorm.models.gcn import DeepGCN
+from graphnorm.models.initialization import INITS, kipf_init
 from graphnorm.models.registry import register_model
 
 ATTENTION_INITS = ("glorot", "zeros")
@@ -73,14 +48,24 @@ def check_gat_config(config: Any) -> None:
     },
 )
 class DeepGAT(DeepGCN):
-    """Deep GAT with a norm per hidden layer; see the module docstring and :class:`DeepGCN` for the layout.
+    """Deep GAT with a norm per hidden layer; :class:`DeepGCN` describes the layout.
 
-    Args (besides DeepGCN's, which mean the same; there is no ``adjacency``):
+    Convolutions: the hidden layers' ``GATConv(width, hidden_channels // heads, heads=heads, concat=True)``
+    concatenate their heads back to ``hidden_channels`` (the GAT paper, PyG's ``GAT``, the PairNorm/ContraNorm
+    ``GraphAttConv``); with ``concat=False`` each head is ``hidden_channels`` wide and the heads are averaged. The
+    node-level classifier is ``GATConv(width, out_channels, heads=output_heads, concat=False)`` (heads averaged; the
+    PairNorm/ContraNorm code uses 1 head, PyG's ``GAT`` uses ``heads``). Attention runs over each row's neighbours
+    and itself; the attention weights replace the fixed normalized adjacency, so there is no ``adjacency``.
+
+    Args (besides DeepGCN's, which mean the same):
         num_heads: attention heads of every hidden layer (``hidden_channels`` must be divisible by it when ``concat``).
         concat: concatenate the hidden heads (each ``hidden_channels // heads`` wide) or average them (each
             ``hidden_channels`` wide).
         output_heads: heads of the node-level classifier, averaged.
-        attention_dropout: dropout on the attention coefficients in training; ``None``: the same as ``dropout``.
+        attention_dropout: dropout on the attention coefficients in training; ``None``: the same as ``dropout`` (as
+            PyG's ``GAT`` and the PairNorm/ContraNorm code). Deep models may need 0: with dropout 0.6 both before
+            every convolution and on every layer's attention, no norm lets a GAT of 8 or more layers learn Cora
+            (results page, study ``cora_gat_attention_dropout``).
         negative_slope: LeakyReLU slope of the attention scores (GAT: 0.2).
         init: linear weights and bias. ``"glorot"``: ``GATConv``'s own (Glorot weights, zero bias); ``"kipf"``:
             uniform in :math:`\\pm 1/\\sqrt{\\text{width}}`, ``width`` the layer's output width (heads concatenated),
@@ -88,9 +73,14 @@ class DeepGAT(DeepGCN):
         attention_init: attention vectors. ``"glorot"``: ``GATConv``'s own; ``"zeros"``: every attention score
             starts at 0, so each layer starts as the plain mean over a node and its neighbours (DeepGCN with
             ``adjacency="row"``) and learns to weigh them from there. With ``init="kipf"`` the model at step 0 is
-            the row-adjacency DeepGCN of the ContraNorm protocol; with ``activation="elu"`` this is what lets a
-            32-layer GAT learn Cora under that protocol (results page, study ``cora_gat_contranorm_protocol``).
-        activation: ``"relu"`` (DeepGCN's) or ``"elu"`` (the GAT paper's).
+            the row-adjacency DeepGCN of the ContraNorm protocol. With Glorot attention the loss gradient of a deep
+            GAT at initialization is far larger at the first layer's output than at the last, and no norm lets a
+            32-layer GAT learn Cora under that protocol; with zero attention the gradients are spread about as in
+            the row-adjacency GCN. The GAT protocol preset uses both, with ``activation="elu"`` (results page,
+            study ``cora_gat_contranorm_protocol``).
+        activation: ``"relu"`` (DeepGCN's) or ``"elu"`` (the GAT paper's, PairNorm's and ContraNorm's ``DeepGAT``);
+            with ReLU the 32-layer ContraNorm GAT of that protocol learns Cora much worse (results page, study
+            ``cora_gat_relu``).
     """
 
     def __init__(
@@ -130,8 +120,8 @@ class DeepGAT(DeepGCN):
             raise ValueError(f"attention_dropout must be in [0, 1) or None, got {attention_dropout}")
         if not negative_slope >= 0.0:
             raise ValueError(f"negative_slope must be >= 0, got {negative_slope}")
-        check_choice("init", init, INITS)
-        check_choice("attention_init", attention_init, ATTENTION_INITS)
+        check_choice(init, INITS, "init")
+        check_choice(attention_init, ATTENTION_INITS, "attention_init")
         # DeepGCN builds and checks everything (input layer, norms, blocks, head); its GCNConvs are swapped below.
         super().__init__(
             in_channels,
@@ -184,6 +174,8 @@ class DeepGAT(DeepGCN):
         )
 
     def _normalized_adjacency(self, edge_index: Tensor, num_rows: int) -> tuple[Tensor, None]:
-        """Every row's edges plus its self loop, and no weights: ``GATConv`` computes its own (``edge_attr=None``)."""
+        """Every row's edges plus its self loop, and no weights: ``GATConv`` computes its own (``edge_attr=None``).
+        The self loops are added once per forward here (``GATConv(add_self_loops=False)``), not in every layer as a
+        default ``GATConv`` does."""
         index, _ = add_self_loops(edge_index, num_nodes=num_rows)  # edge_index comes without self loops
         return index, None

@@ -1,198 +1,41 @@
-"""The deep GCN of the oversmoothing papers, with a pluggable norm per layer.
+"""DeepGCN: the deep GCN of the oversmoothing papers, with a pluggable norm after every hidden convolution.
 
-Forward signature (PyG style): ``model(x, edge_index, batch=None, batch_size=None) -> Tensor``.
-
-* Node level (``readout=None``): ``num_layers`` GCN convolutions; the first ``num_layers - 1`` are hidden blocks
-  (conv, norm, [shared LayerNorm], ReLU, dropout) and the last conv is the classifier (no norm, no activation).
-  Output ``[num_nodes, out_channels]``.
-* Graph level (``readout="mean"|"sum"|"virtual"``): all ``num_layers`` convs are hidden blocks, then the readout
-  and a linear head. Output ``[num_graphs, out_channels]``. ``mean``/``sum`` pool the *node rows only* (the virtual
-  node is left out of the pool); ``virtual`` reads each graph's virtual-node row.
-
-Adjacency (computed once per forward, shared by every layer; GCNConv runs with ``normalize=False``):
-
-* ``"sym"``: :math:`\\hat A = D^{-1/2}(A+I)D^{-1/2}` (Kipf & Welling, 2017).
-* ``"row"``: :math:`\\hat A = D^{-1}(A+I)`, i.e. each node averages itself and its neighbours (the PairNorm and
-  ContraNorm code).
-
-Virtual node (``virtual_node=True``): one extra row per graph, placed *first* among its graph's rows so ``batch``
-stays sorted, linked in both directions to every node of its graph and starting from a learned vector. Its rows
-are the ``token_mask`` given to every norm (so SepNorm works in a GCN too).
-
-Norms are always called as ``norm(x, batch=, batch_size=, edge_index=, token_mask=)``; ``edge_index`` is the
-graph's edge_index *without* self loops (with the virtual-node edges when there is one): ContraNorm uses it to
-exclude neighbours from its negatives.
-
-Probed layers (``graphnorm.analysis.CollapseProbe``): :meth:`DeepGCN.collapse_layers` (the probe's optional
-attribute) lists the modules whose forward output is the representation after each layer, all over the same rows
-(node rows plus virtual-node rows): ``input`` (the atom encoder output, only when there is an encoder), then
-``layer1 .. layerL`` (each :class:`GCNBlock`, after norm and activation; the node-level ``layerL`` is the classifier
-output). The probe reads their ``batch``, ``token_mask`` and ``edge_index`` from the keywords the norms receive.
+:class:`DeepGCN` stacks :class:`GCNBlock` layers over the rows of one forward (the nodes, plus one virtual-node row
+per graph when asked) and ends in the classifier convolution (node level) or a readout and a linear head (graph
+level). :class:`~graphnorm.models.gat.DeepGAT` is the same model with attention convolutions. What the
+message-passing models share is in :mod:`graphnorm.models.inputs` (rows, input layer, argument checks),
+:mod:`graphnorm.models.readout` and :mod:`graphnorm.models.initialization`; models are built by name through
+:mod:`graphnorm.models.registry`.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch_geometric.nn import GCNConv, global_add_pool, global_mean_pool
+from torch_geometric.nn import GCNConv
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from torch_geometric.utils import add_remaining_self_loops, degree, remove_self_loops
 
-from graphnorm.data.checks import check_edge_index
+from graphnorm.checks import check_choice, check_edge_index
 from graphnorm.data.token_rows import token_row_layout
+from graphnorm.models.initialization import INITS, kipf_init
+from graphnorm.models.inputs import (
+    GraphRows,
+    InputLayer,
+    check_encoder_and_norm,
+    check_node_features,
+    check_sizes,
+    dropout_nonzeros,
+)
+from graphnorm.models.readout import graph_level_batch, pool_graphs
 from graphnorm.models.registry import register_model
 from graphnorm.norms import build_norm
 
 ADJACENCIES = ("sym", "row")
 LAYER_ORDERS = ("conv-norm-act-dropout", "dropout-conv-norm-act")
-READOUTS = (None, "mean", "sum", "virtual")
-ATOM_ENCODERS = (None, "zinc", "ogb")
-INITS = ("glorot", "kipf")
+READOUTS = ("mean", "sum", "virtual")  # graph level; None: node level
 ACTIVATIONS = {"relu": F.relu, "elu": F.elu}
-
-
-@dataclass
-class GraphRows:
-    """The rows every layer works on, and their graph structure, computed once per forward.
-
-    With a virtual node the rows are the original nodes plus one token row per graph; otherwise the nodes.
-    """
-
-    num_rows: int
-    node_rows: Tensor | None  # [num_nodes] row index of each original node (None: rows are the nodes)
-    token_rows: Tensor | None  # [num_graphs] row index of each graph's virtual node
-    batch: Tensor | None  # [num_rows] graph id per row (None: one graph without a batch vector)
-    batch_size: int | None
-    token_mask: Tensor | None  # [num_rows] bool, True on virtual-node rows
-    edge_index: Tensor  # [2, E'] without self loops: handed to the norms
-    propagation_index: Tensor  # [2, E' + num_rows] with self loops
-    propagation_weight: Tensor  # [E' + num_rows] normalized adjacency entries
-
-
-class InputLayer(nn.Module):
-    """Atom encoder (if any) and virtual-node rows. Output ``[num_rows, width]``: layer 0 for the probe."""
-
-    def __init__(self, in_channels: int, hidden_channels: int, atom_encoder: str | None, virtual_node: bool) -> None:
-        super().__init__()
-        self.atom_encoder = atom_encoder
-        if atom_encoder == "zinc":
-            self.encoder = nn.Embedding(in_channels, hidden_channels)  # in_channels = number of atom types
-        elif atom_encoder == "ogb":
-            from ogb.graphproppred.mol_encoder import AtomEncoder
-
-            self.encoder = AtomEncoder(hidden_channels)  # 9 categorical OGB atom features, summed embeddings
-        else:
-            self.encoder = None
-        self.out_channels = in_channels if self.encoder is None else hidden_channels
-        # The virtual node starts from a learned vector at the input width of the first conv.
-        self.virtual_embedding = nn.Parameter(torch.zeros(1, self.out_channels)) if virtual_node else None
-
-    def forward(self, x: Tensor, rows: GraphRows) -> Tensor:
-        if self.atom_encoder == "zinc":
-            x = self.encoder(x.view(-1))  # [N, 1] atom types -> [N, hidden]
-        elif self.atom_encoder == "ogb":
-            x = self.encoder(x)  # [N, 9] -> [N, hidden]
-        if rows.node_rows is None:
-            return x
-        out = x.new_empty(rows.num_rows, x.size(1))  # [N + num_graphs, width]
-        out[rows.node_rows] = x
-        out[rows.token_rows] = self.virtual_embedding.to(x.dtype).expand(rows.token_rows.numel(), -1)
-        return out
-
-
-def check_sizes(
-    in_channels: int, hidden_channels: int, out_channels: int, num_layers: int, dropout: float, layers: str
-) -> None:
-    """``ValueError`` for a width or depth that is not a positive integer, or a dropout outside [0, 1)."""
-    for value, name in ((in_channels, "in_channels"), (hidden_channels, "hidden_channels")):
-        if not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    if not isinstance(out_channels, int) or out_channels < 1:
-        raise ValueError(f"out_channels must be a positive integer, got {out_channels!r}")
-    if not isinstance(num_layers, int) or num_layers < 1:
-        raise ValueError(f"num_layers (number of {layers}) must be >= 1, got {num_layers!r}")
-    if not 0.0 <= dropout < 1.0:
-        raise ValueError(f"dropout must be in [0, 1), got {dropout}")
-
-
-def kipf_init(conv: nn.Module) -> None:
-    """``conv.lin.weight`` and ``conv.bias`` uniform in :math:`\\pm 1/\\sqrt{\\text{out}}`, ``out`` the width of the
-    layer's output (all heads of a concatenating ``GATConv``): Kipf & Welling's GraphConv initialization."""
-    bound = 1.0 / math.sqrt(conv.lin.weight.size(0))  # [out, in]
-    nn.init.uniform_(conv.lin.weight, -bound, bound)
-    nn.init.uniform_(conv.bias, -bound, bound)
-
-
-def check_choice(name: str, value: object, choices: tuple) -> None:
-    """``ValueError`` naming ``name`` and its ``choices`` when ``value`` is not one of them."""
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
-
-
-def check_encoder_and_norm(
-    in_channels: int, atom_encoder: str | None, norm: str | nn.Module, norm_kwargs: dict | None
-) -> dict:
-    """The GCN-family checks of the atom encoder and the norm arguments; returns ``norm_kwargs`` as a dict."""
-    check_choice("atom_encoder", atom_encoder, ATOM_ENCODERS)
-    if atom_encoder == "ogb" and in_channels != 9:
-        raise ValueError(f"atom_encoder='ogb' expects the 9 OGB atom columns, got in_channels={in_channels}")
-    norm_kwargs = dict(norm_kwargs or {})
-    if isinstance(norm, nn.Module) and norm_kwargs:
-        raise ValueError("norm_kwargs given together with an already-built norm module")
-    return norm_kwargs
-
-
-def check_node_features(x: Tensor, in_channels: int, atom_encoder: str | None) -> None:
-    """``ValueError`` unless ``x`` fits the input: float ``[N, in_channels]`` (dense or sparse) without an atom
-    encoder, integer atom types ``[N, 1]`` for ``"zinc"``, the 9 integer OGB atom columns for ``"ogb"``."""
-    if x.is_sparse and atom_encoder is not None:
-        raise ValueError("sparse x is for raw float features, not atom ids; pass x.to_dense()")
-    if atom_encoder is None:
-        if not x.is_floating_point() or x.dim() != 2 or x.size(1) != in_channels:
-            raise ValueError(f"x must be float [num_nodes, {in_channels}], got {x.dtype} {tuple(x.shape)}")
-    elif atom_encoder == "zinc":
-        if x.is_floating_point() or x.dim() not in (1, 2) or (x.dim() == 2 and x.size(1) != 1):
-            raise ValueError(f"atom_encoder='zinc' needs integer atom types [num_nodes, 1], got {tuple(x.shape)}")
-    elif x.is_floating_point() or x.dim() != 2 or x.size(1) != 9:
-        raise ValueError(f"atom_encoder='ogb' needs integer features [num_nodes, 9], got {tuple(x.shape)}")
-
-
-def graph_level_batch(readout: str | None, batch: Tensor | None, edge_index: Tensor, num_nodes: int) -> Tensor | None:
-    """``batch`` as given; a graph-level model (``readout`` set) called without one reads all rows as one graph."""
-    if readout is not None and batch is None:
-        return edge_index.new_zeros(num_nodes)
-    return batch
-
-
-def pool_graphs(h: Tensor, batch: Tensor, batch_size: int | None, readout: str) -> Tensor:
-    """The ``"mean"`` or ``"sum"`` readout of the rows of each graph: ``[N, C] -> [num_graphs, C]``."""
-    pool = global_mean_pool if readout == "mean" else global_add_pool
-    return pool(h, batch, batch_size)
-
-
-def dropout_nonzeros(x: Tensor, p: float, training: bool) -> Tensor:
-    """``F.dropout`` that draws a Bernoulli only for the nonzero entries of ``x``.
-
-    Same distribution as ``F.dropout(x, p, training)`` (a zero entry stays zero whatever its draw), but on sparse
-    bag-of-words features (Cora: 1.3% nonzero) it draws ~75x fewer random numbers: the dense draw over the
-    2708 x 1433 input was over half of a deep Cora run's time. It consumes a different random stream. A coalesced
-    sparse COO ``x`` (values in row-major order, the order of ``nonzero()``) gets the same draws and stays sparse.
-    """
-    if not training or p == 0.0:
-        return x
-    if x.is_sparse:  # sparse COO features (node-level training hands them over): draw for the stored values
-        values = x.values()
-        keep = torch.empty_like(values).bernoulli_(1.0 - p)
-        return torch.sparse_coo_tensor(
-            x.indices(), values * keep / (1.0 - p), x.shape, is_coalesced=True, check_invariants=False
-        )
-    index = x.nonzero(as_tuple=True)
-    keep = torch.empty(index[0].numel(), dtype=x.dtype, device=x.device).bernoulli_(1.0 - p)
-    return torch.zeros_like(x).index_put(index, x[index] * keep / (1.0 - p))
 
 
 class GCNBlock(nn.Module):
@@ -201,7 +44,10 @@ class GCNBlock(nn.Module):
     ``order="conv-norm-act-dropout"``: conv -> norm -> [shared LayerNorm] -> act -> dropout.
     ``order="dropout-conv-norm-act"``: dropout -> conv -> norm -> [shared LayerNorm] -> act (Kipf, PairNorm and
     ContraNorm code). ``is_output``: conv only (the classifier), with the dropout before it in the second order.
-    ``activation``: ``"relu"`` or ``"elu"``.
+    ``activation``: ``"relu"`` or ``"elu"``. The conv runs with ``normalize=False`` on the adjacency of
+    :class:`~graphnorm.models.inputs.GraphRows`. The norm is called as every graphnorm norm is,
+    ``norm(x, batch=, batch_size=, edge_index=, token_mask=)``, with the graph's ``edge_index`` without self loops
+    (ContraNorm leaves neighbours out of its negatives) and the virtual-node rows as ``token_mask`` (for SepNorm).
     """
 
     def __init__(
@@ -258,7 +104,14 @@ class GCNBlock(nn.Module):
     },
 )
 class DeepGCN(nn.Module):
-    """Deep GCN with a norm per hidden layer; see the module docstring for the layer layout and conventions.
+    """Deep GCN with a norm per hidden layer: ``model(x, edge_index, batch=None, batch_size=None) -> Tensor``.
+
+    * Node level (``readout=None``): ``num_layers`` GCN convolutions; the first ``num_layers - 1`` are hidden blocks
+      (:class:`GCNBlock`) and the last conv is the classifier (no norm, no activation). Output
+      ``[num_nodes, out_channels]``.
+    * Graph level (``readout`` set): all ``num_layers`` convs are hidden blocks, then the readout and a linear head.
+      Output ``[num_graphs, out_channels]``. ``"mean"`` / ``"sum"`` pool the node rows only (not the virtual node);
+      ``"virtual"`` reads each graph's virtual-node row.
 
     Args:
         in_channels: feature width (float features), or atom vocabulary size (``atom_encoder="zinc"``), or the 9
@@ -266,17 +119,20 @@ class DeepGCN(nn.Module):
         num_layers: number of graph convolutions (>= 1).
         norm: registry name or an ``nn.Module`` (deep-copied per layer); ``norm_kwargs`` go to ``build_norm``.
         residual: add the block input to its output where the widths agree (hidden -> hidden).
-        adjacency: ``"sym"`` or ``"row"``.
+        adjacency: the normalized adjacency every layer propagates with, computed once per forward: ``"sym"``
+            :math:`D^{-1/2}(A+I)D^{-1/2}` (Kipf & Welling, 2017) or ``"row"`` :math:`D^{-1}(A+I)`, each node
+            averaging itself and its neighbours (the PairNorm and ContraNorm code).
         layer_order: ``"conv-norm-act-dropout"`` or ``"dropout-conv-norm-act"``.
         shared_layernorm: one ``nn.LayerNorm(hidden)`` shared by all hidden blocks, after the norm (ContraNorm).
         readout: ``None`` (node level) or ``"mean"``/``"sum"``/``"virtual"`` (graph level).
-        virtual_node: add a virtual node per graph (graph level only).
+        virtual_node: add a virtual node per graph (graph level only): one extra row per graph, linked both ways to
+            every node of its graph (:meth:`graph_rows`).
         atom_encoder: ``None``, ``"zinc"`` (``nn.Embedding``) or ``"ogb"`` (OGB ``AtomEncoder``). GCNConv does not
             use bond features, so no bond encoder.
         init: conv weights. ``"glorot"``: PyG's ``GCNConv`` default (Glorot-uniform weights, zero bias).
             ``"kipf"``: weights and bias uniform in :math:`\\pm 1/\\sqrt{\\text{out}}`, the ``GraphConv`` of Kipf &
             Welling's, PairNorm's and ContraNorm's code. The ContraNorm protocol needs it: with Glorot, PairNorm
-            at 2 layers lands 4-5 points lower (69.2 vs 73.9 over 5 seeds, official 73.2).
+            at 2 layers on Cora falls clearly short of the published accuracy.
         activation: the hidden blocks' ``"relu"`` (GCN) or ``"elu"`` (the GAT paper, PairNorm's and ContraNorm's
             ``DeepGAT``).
     """
@@ -302,11 +158,11 @@ class DeepGCN(nn.Module):
     ) -> None:
         super().__init__()
         check_sizes(in_channels, hidden_channels, out_channels, num_layers, dropout, "convs")
-        check_choice("adjacency", adjacency, ADJACENCIES)
-        check_choice("layer_order", layer_order, LAYER_ORDERS)
-        check_choice("readout", readout, READOUTS)
-        check_choice("init", init, INITS)
-        check_choice("activation", activation, tuple(ACTIVATIONS))
+        check_choice(adjacency, ADJACENCIES, "adjacency")
+        check_choice(layer_order, LAYER_ORDERS, "layer_order")
+        check_choice(readout, (None, *READOUTS), "readout")
+        check_choice(init, INITS, "init")
+        check_choice(activation, ACTIVATIONS, "activation")
         norm_kwargs = check_encoder_and_norm(in_channels, atom_encoder, norm, norm_kwargs)
         if virtual_node and readout is None:
             raise ValueError("virtual_node=True is for graph-level models: also set readout")
@@ -343,16 +199,16 @@ class DeepGCN(nn.Module):
                                    input_features=raw_features and num_hidden == 0))  # fmt: skip
         self.blocks = nn.ModuleList(blocks)
         if init == "kipf":
-            self._kipf_init()
-
-    def _kipf_init(self) -> None:
-        """Conv weights and bias uniform in :math:`\\pm 1/\\sqrt{\\text{out}}` (Kipf & Welling's GraphConv)."""
-        for block in self.blocks:
-            kipf_init(block.conv)
+            for block in self.blocks:
+                kipf_init(block.conv)
 
     # --- structure -------------------------------------------------------------------------------------------
     def graph_rows(self, edge_index: Tensor, num_nodes: int, batch: Tensor | None, batch_size: int | None) -> GraphRows:
-        """Rows (nodes [+ virtual nodes]), their batch/token_mask, and the normalized adjacency with self loops."""
+        """Rows (nodes [+ virtual nodes]), their batch/token_mask, and the normalized adjacency with self loops.
+
+        A virtual node is one extra row per graph, placed first among its graph's rows (so ``batch`` stays sorted),
+        linked in both directions to every node of its graph; its rows are the ``token_mask`` the norms get.
+        ``edge_index`` of the result is without self loops, with the virtual-node edges."""
         check_edge_index(edge_index, num_nodes, batch)
         edge_index, _ = remove_self_loops(edge_index)
         node_rows = token_rows = token_mask = None
@@ -383,6 +239,7 @@ class DeepGCN(nn.Module):
         )
 
     def _normalized_adjacency(self, edge_index: Tensor, num_rows: int) -> tuple[Tensor, Tensor]:
+        """The ``adjacency`` with self loops as (index, weight): ``"sym"`` or ``"row"`` (see the class docstring)."""
         if self.adjacency == "sym":
             return gcn_norm(edge_index, None, num_rows, add_self_loops=True)  # D^-1/2 (A+I) D^-1/2
         index, _ = add_remaining_self_loops(edge_index, num_nodes=num_rows)
@@ -406,6 +263,8 @@ class DeepGCN(nn.Module):
         return self.head(self._pool(h, rows, batch, batch_size))  # [num_graphs, hidden] -> [num_graphs, out]
 
     def _pool(self, h: Tensor, rows: GraphRows, batch: Tensor, batch_size: int | None) -> Tensor:
+        """The readout ``[num_rows, hidden] -> [num_graphs, hidden]``: each graph's virtual-node row, or the mean / sum
+        of its node rows."""
         if self.readout == "virtual":
             return h[rows.token_rows]
         if rows.node_rows is not None:
@@ -414,13 +273,19 @@ class DeepGCN(nn.Module):
         return pool_graphs(h, batch, size, self.readout)
 
     def _check_input(self, x: Tensor) -> None:
+        """``ValueError`` for node features that do not fit (:func:`~graphnorm.models.inputs.check_node_features`),
+        or sparse features with a virtual node."""
         if x.is_sparse and self.virtual_node:
             raise ValueError("sparse x is for raw float features without a virtual node; pass x.to_dense()")
         check_node_features(x, self.in_channels, self.input_layer.atom_encoder)
 
     # --- probed layers ---------------------------------------------------------------------------------------
     def collapse_layers(self) -> list[tuple[str, nn.Module]]:
-        """Modules whose forward output is the representation after each layer, all over the same rows."""
+        """Modules whose forward output is the representation after each layer, all over the same rows (node rows
+        plus virtual-node rows), for :class:`graphnorm.analysis.CollapseProbe`: ``input`` (the atom encoder output,
+        only when there is an encoder), then ``layer1 .. layerL`` (each :class:`GCNBlock`, after norm and
+        activation; at node level ``layerL`` is the classifier output). The probe reads their ``batch``,
+        ``token_mask`` and ``edge_index`` from the keywords the norms receive."""
         layers: list[tuple[str, nn.Module]] = []
         if self.input_layer.encoder is not None:
             layers.append(("input", self.input_layer))

@@ -1,35 +1,9 @@
 """GCNII (Chen et al., ICML 2020, "Simple and Deep Graph Convolutional Networks"), with a pluggable norm per layer.
 
-Forward signature (PyG style, as :class:`~graphnorm.models.gcn.DeepGCN`):
-``model(x, edge_index, batch=None, batch_size=None) -> Tensor``.
-
-Layout (the authors' code, ``chennnM/GCNII`` ``model.py``, and PyG's ``examples/gcn2_cora.py``)::
-
-    h0 = ReLU(Linear(dropout(x)))                                   # "input": the initial representation
-    h  = ReLU(norm(GCN2Conv_l(dropout(h), h0)))   for l = 1 .. L    # "layer1" .. "layerL"
-    out = Linear(dropout(h))                                        # node level
-    out = Linear(dropout(readout(h)))                               # graph level (readout "mean" | "sum")
-
-Each :class:`~torch_geometric.nn.GCN2Conv` computes, with :math:`\\hat P = D^{-1/2}(A+I)D^{-1/2}` and
-:math:`\\beta_l = \\log(\\lambda / l + 1)` (``theta`` is the paper's :math:`\\lambda`):
-
-* GCNII (``shared_weights=True``): :math:`((1-\\alpha)\\hat P h + \\alpha h_0)((1-\\beta_l) I + \\beta_l W_l)`,
-  the initial residual (:math:`\\alpha h_0`) and the identity mapping (:math:`(1-\\beta_l) I`);
-* GCNII* (``shared_weights=False``): :math:`(1-\\alpha)\\hat P h((1-\\beta_l) I + \\beta_l W_l) +
-  \\alpha h_0((1-\\beta_l) I + \\beta_l W'_l)`, separate weights for the propagated and the initial part. PyG's
-  form; the authors' code concatenates :math:`[\\hat P h, h_0]` before one weight, which is the same function with
-  the weights rescaled by :math:`1-\\alpha` and :math:`\\alpha`.
-
-The norm (default ``"none"``, the paper) sits after each conv, before the ReLU, and is called as in DeepGCN:
-``norm(x, batch=, batch_size=, edge_index=, token_mask=None)`` with ``edge_index`` without self loops.
-
-Weight decay per parameter group (the paper: 0.01 on the conv weights, 5e-4 on the dense layers):
-:meth:`GCNII.parameter_groups` is the optional model method :func:`graphnorm.train.build_optimizer` uses.
-
-Probed layers (``graphnorm.analysis.CollapseProbe``): :meth:`GCNII.collapse_layers` (the probe's optional
-attribute) lists ``input`` (h0, after the input Linear and ReLU) and ``layer1 .. layerL`` (each :class:`GCNIIBlock`,
-after norm and ReLU), all over the node rows; the probe reads their ``batch`` and ``edge_index`` from the keywords
-the norms receive (``"none"`` included: it is a registered norm too).
+:class:`GCNII` (GCNII and GCNII*) has its own fixed layer, :class:`GCNIIBlock` (initial residual and identity mapping
+around PyG's ``GCN2Conv``); :func:`check_gcnii_config` rejects the DeepGCN layer options a run config could set for
+it. The input layer, argument checks and readout it shares with the other message-passing models are in
+:mod:`graphnorm.models.inputs` and :mod:`graphnorm.models.readout`.
 """
 
 from __future__ import annotations
@@ -44,18 +18,16 @@ from torch_geometric.nn import GCN2Conv
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from torch_geometric.utils import remove_self_loops, to_torch_csr_tensor
 
-from graphnorm.data.checks import check_edge_index
-from graphnorm.models.gcn import (
+from graphnorm.checks import check_choice, check_edge_index
+from graphnorm.models.inputs import (
     GraphRows,
     InputLayer,
-    check_choice,
     check_encoder_and_norm,
     check_node_features,
     check_sizes,
     dropout_nonzeros,
-    graph_level_batch,
-    pool_graphs,
 )
+from graphnorm.models.readout import graph_level_batch, pool_graphs
 from graphnorm.models.registry import register_model
 from graphnorm.norms import build_norm
 
@@ -64,8 +36,8 @@ READOUTS = (None, "mean", "sum")
 
 def csr_adjacency(index: Tensor, weight: Tensor, num_rows: int) -> Tensor:
     """The propagation matrix as sparse CSR ``[num_rows, num_rows]``, row ``i`` = target ``i`` of ``index``
-    (PyG's ``adj_t``). Its product is ~1.5x faster on CPU than PyG's gather/scatter over edges, forward and
-    backward. torch's one-time "beta" and "invariant checks" notes about sparse CSR are silenced here."""
+    (PyG's ``adj_t``). Its product is cheaper on CPU than PyG's gather/scatter over edges, forward and backward.
+    torch's one-time "beta" and "invariant checks" notes about sparse CSR are silenced here."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta", category=UserWarning)
         warnings.filterwarnings("ignore", message="Sparse invariant checks are implicitly", category=UserWarning)
@@ -91,7 +63,21 @@ class GCNIIInput(nn.Module):
 
 
 class GCNIIBlock(nn.Module):
-    """One GCNII layer: dropout -> GCN2Conv(h, h0) -> norm -> ReLU. Its output is what the probe hooks."""
+    """One GCNII layer: dropout -> GCN2Conv(h, h0) -> norm -> ReLU. Its output is what the probe hooks.
+
+    ``GCN2Conv`` computes, with :math:`\\hat P = D^{-1/2}(A+I)D^{-1/2}` and :math:`\\beta_l = \\log(\\lambda / l + 1)`
+    (``theta`` is the paper's :math:`\\lambda`, ``layer`` is :math:`l`):
+
+    * GCNII (``shared_weights=True``): :math:`((1-\\alpha)\\hat P h + \\alpha h_0)((1-\\beta_l) I + \\beta_l W_l)`,
+      the initial residual (:math:`\\alpha h_0`) and the identity mapping (:math:`(1-\\beta_l) I`);
+    * GCNII* (``shared_weights=False``): :math:`(1-\\alpha)\\hat P h((1-\\beta_l) I + \\beta_l W_l) +
+      \\alpha h_0((1-\\beta_l) I + \\beta_l W'_l)`, separate weights for the propagated and the initial part. PyG's
+      form; the authors' code concatenates :math:`[\\hat P h, h_0]` before one weight, which is the same function
+      with the weights rescaled by :math:`1-\\alpha` and :math:`\\alpha`.
+
+    The norm (default ``"none"``, the paper) is called as in DeepGCN, ``norm(x, batch=, batch_size=, edge_index=,
+    token_mask=None)`` with ``edge_index`` without self loops.
+    """
 
     def __init__(
         self,
@@ -139,7 +125,15 @@ def check_gcnii_config(config: Any) -> None:
     last_layer="the last GCNII layer (after norm and ReLU, before the output Linear)",
 )
 class GCNII(nn.Module):
-    """GCNII / GCNII* with a norm per layer; see the module docstring for the layout and the layer formula.
+    """GCNII / GCNII* with a norm per layer: ``model(x, edge_index, batch=None, batch_size=None) -> Tensor``.
+
+    Layout (the authors' code, ``chennnM/GCNII`` ``model.py``, and PyG's ``examples/gcn2_cora.py``); the layer
+    formula is :class:`GCNIIBlock`'s::
+
+        h0 = ReLU(Linear(dropout(x)))                                   # "input": the initial representation
+        h  = ReLU(norm(GCN2Conv_l(dropout(h), h0)))   for l = 1 .. L    # "layer1" .. "layerL"
+        out = Linear(dropout(h))                                        # node level
+        out = Linear(dropout(readout(h)))                               # graph level (readout "mean" | "sum")
 
     Args:
         in_channels: feature width (float features), or atom vocabulary size (``atom_encoder="zinc"``), or the 9
@@ -151,8 +145,8 @@ class GCNII(nn.Module):
         alpha: initial-residual weight :math:`\\alpha` (paper: 0.1 on Cora).
         theta: the paper's :math:`\\lambda` in :math:`\\beta_l = \\log(\\lambda/l + 1)` (paper: 0.5 on Cora).
         shared_weights: ``True`` GCNII, ``False`` GCNII* (separate weights for the initial residual).
-        conv_weight_decay: weight decay of the conv weights in :meth:`parameter_groups` (paper: 0.01); ``None``:
-            the optimizer's weight decay for every parameter.
+        conv_weight_decay: weight decay of the conv weights in :meth:`parameter_groups` (paper: 0.01 on the conv
+            weights, 5e-4 on the dense layers); ``None``: the optimizer's weight decay for every parameter.
         readout: ``None`` (node level) or ``"mean"``/``"sum"`` (graph level: pool, dropout, Linear head).
         atom_encoder: ``None``, ``"zinc"`` or ``"ogb"``, as in DeepGCN (then the input Linear maps the embedding).
     """
@@ -181,7 +175,7 @@ class GCNII(nn.Module):
             raise ValueError(f"theta (the paper's lambda) must be > 0, got {theta}")
         if conv_weight_decay is not None and not conv_weight_decay >= 0.0:
             raise ValueError(f"conv_weight_decay must be >= 0 or None, got {conv_weight_decay}")
-        check_choice("readout", readout, READOUTS)
+        check_choice(readout, READOUTS, "readout")
         norm_kwargs = check_encoder_and_norm(in_channels, atom_encoder, norm, norm_kwargs)
 
         self.in_channels = in_channels
@@ -236,7 +230,8 @@ class GCNII(nn.Module):
 
     def parameter_groups(self, weight_decay: float) -> list[dict]:
         """Optimizer parameter groups: the conv weights with ``conv_weight_decay``, everything else (input and
-        output Linear, encoders, norms) with ``weight_decay``. One group when ``conv_weight_decay`` is ``None``."""
+        output Linear, encoders, norms) with ``weight_decay``. One group when ``conv_weight_decay`` is ``None``.
+        The optional model method the trainer's ``build_optimizer`` uses."""
         if self.conv_weight_decay is None:
             return [{"params": list(self.parameters()), "weight_decay": weight_decay}]
         conv_params = [p for block in self.blocks for p in block.conv.parameters()]
@@ -265,9 +260,13 @@ class GCNII(nn.Module):
         return self.head(F.dropout(h, self.dropout, self.training))
 
     def _check_input(self, x: Tensor) -> None:
+        """``ValueError`` for node features that do not fit (:func:`~graphnorm.models.inputs.check_node_features`)."""
         check_node_features(x, self.in_channels, self.input_block.encoder.atom_encoder)
 
     # --- probed layers ---------------------------------------------------------------------------------------
     def collapse_layers(self) -> list[tuple[str, nn.Module]]:
-        """Modules whose forward output is the representation after each layer, all over the node rows."""
+        """Modules whose forward output is the representation after each layer, all over the node rows, for
+        :class:`graphnorm.analysis.CollapseProbe`: ``input`` (h0, after the input Linear and ReLU) and
+        ``layer1 .. layerL`` (each :class:`GCNIIBlock`, after norm and ReLU). The probe reads their ``batch`` and
+        ``edge_index`` from the keywords the norms receive (``"none"`` included: it is a registered norm too)."""
         return [("input", self.input_block)] + [(f"layer{i}", block) for i, block in enumerate(self.blocks, start=1)]

@@ -1,47 +1,11 @@
-"""GIN (Xu et al., ICLR 2019, "How Powerful are Graph Neural Networks?", https://arxiv.org/abs/1810.00826) with
-OGB's bond features and virtual node (Hu et al., NeurIPS 2020, "Open Graph Benchmark",
-https://arxiv.org/abs/2005.00687; ``snap-stanford/ogb`` ``examples/graphproppred/mol/conv.py`` and ``gnn.py``), with
-a pluggable norm after each convolution.
+"""GIN (Xu et al., ICLR 2019, https://arxiv.org/abs/1810.00826) with OGB's bond features and virtual node (Hu et
+al., NeurIPS 2020, https://arxiv.org/abs/2005.00687), with a pluggable norm after each convolution.
 
-Forward signature (PyG style): ``model(x, edge_index, batch=None, batch_size=None, edge_attr=None) -> Tensor``.
-
-Layer :math:`l = 1 .. L` (``GINBlock``), with :math:`e_{ji}` the bond embedding of edge :math:`j \\to i` (a
-separate bond encoder per layer, as OGB) and :math:`v_g` the virtual node of graph :math:`g` (``virtual_node=True``)::
-
-    h_in  = h + v[batch]                                                   # virtual node: added to its graph's rows
-    m_i   = sum_{j -> i} ReLU(h_in_j + e_ji)                               # PyG GINEConv (GINConv without bonds)
-    h     = dropout(act(norm(MLP((1 + eps_l) h_in_i + m_i))))              # act: ReLU except after the last layer
-    v     = dropout(MLP_v(sum_{i in g} h_in_i + v_g))                      # after every layer but the last
-
-with ``MLP = Linear(w, 2d) -> BatchNorm -> ReLU -> Linear(2d, d)`` (``w``: the layer's input width, ``d`` =
-``hidden_channels``), a trainable :math:`\\epsilon_l` starting at 0, ``MLP_v = Linear(d, 2d) -> BatchNorm -> ReLU ->
-Linear(2d, d) -> BatchNorm -> ReLU`` and :math:`v` starting from a learned vector initialized to zero. The output
-is the last layer's rows (OGB's ``JK="last"``), then at graph level the ``readout`` (``"mean"``, OGB's default, or
-``"sum"``) and a linear head; at node level a linear head per node. ``residual=True`` adds ``h_in`` to each layer's
-output and the old ``v`` to each new one (OGB's ``residual``).
-
-OGB's ogbg-molhiv setting is 5 layers, ``hidden_channels=300``, ``dropout=0.5``, ``norm="batchnorm"`` (the
-constructor's default), ``readout="mean"``, ``atom_encoder="ogb"`` (OGB's ``AtomEncoder`` and one ``BondEncoder`` per
-layer); its reported test ROC-AUC with the virtual node is 77.07 +- 1.49. On ZINC (``atom_encoder="zinc"``) atoms
-and bond types are ``nn.Embedding`` rows, as in the GCN. Without an atom encoder (float features, e.g. Cora) or with
-``bond_encoder=False`` the layers are PyG's ``GINConv`` (message :math:`h_j`, no bond term).
-
-Where ours differs from OGB's code, and why:
-
-* The norm after each convolution is any registered norm (``build_norm``), called as every graphnorm norm is:
-  ``norm(x, batch=, batch_size=, edge_index=, token_mask=None)``; OGB's is ``torch.nn.BatchNorm1d``, which equals
-  ``norm="batchnorm"`` (the same statistics and running estimates).
-* The BatchNorms inside the MLPs are PyG's ``BatchNorm(allow_single_element=True)``: ``BatchNorm1d`` except that a
-  training batch of a single row (one graph's virtual node, a one-atom batch) is normalized with the running
-  statistics instead of raising.
-* The virtual node is OGB's: a vector added to its graph's rows, not a row of the node matrix, so the norms never see
-  token rows (``sepnorm`` cannot run; ``readout="virtual"`` does not exist). ``DeepGCN``'s virtual node is a row.
-* OGB needs at least 2 layers; one layer is allowed here (no virtual-node update then). OGB's ``JK="sum"`` and its
-  other poolings are left out.
-
-Probed layers (``graphnorm.analysis.CollapseProbe``): :meth:`GIN.collapse_layers` lists ``input`` (the atom
-encoder output, when there is one) and ``layer1 .. layerL`` (each ``GINBlock``'s output), all over the node rows;
-the probe reads their ``batch`` and ``edge_index`` from the keywords the norms receive.
+:class:`GIN` stacks :class:`GINBlock` layers (bond encoder, GINEConv or GINConv, norm, activation, dropout) with an
+optional :class:`VirtualNode`, as OGB's ``examples/graphproppred/mol`` code does; its class docstring gives the layer
+formula and where it differs from OGB's code. :func:`check_gin_config` rejects what its OGB-style virtual node
+cannot do. The input layer, argument checks and readout it shares with the other message-passing models are in
+:mod:`graphnorm.models.inputs` and :mod:`graphnorm.models.readout`.
 """
 
 from __future__ import annotations
@@ -55,17 +19,10 @@ from torch import Tensor, nn
 from torch_geometric.nn import GINConv, GINEConv, global_add_pool
 from torch_geometric.nn.norm import BatchNorm as PyGBatchNorm
 
-from graphnorm.data.checks import check_edge_index
+from graphnorm.checks import check_choice, check_edge_index
 from graphnorm.data.task import ZINC_NUM_BOND_TYPES
-from graphnorm.models.gcn import (
-    InputLayer,
-    check_choice,
-    check_encoder_and_norm,
-    check_node_features,
-    check_sizes,
-    graph_level_batch,
-    pool_graphs,
-)
+from graphnorm.models.inputs import InputLayer, check_encoder_and_norm, check_node_features, check_sizes
+from graphnorm.models.readout import graph_level_batch, pool_graphs
 from graphnorm.models.registry import register_model
 from graphnorm.norms import build_norm
 
@@ -74,7 +31,7 @@ NODE_ROWS_ONLY = SimpleNamespace(node_rows=None)  # what InputLayer reads of its
 
 
 class AtomInput(InputLayer):
-    """The GCN's atom encoder (ZINC ``nn.Embedding``, OGB ``AtomEncoder``, or none for float features) over the node
+    """The shared atom encoder (ZINC ``nn.Embedding``, OGB ``AtomEncoder``, or none for float features) over the node
     rows alone. Output ``[N, width]``: the probe's ``input`` layer."""
 
     def __init__(self, in_channels: int, hidden_channels: int, atom_encoder: str | None) -> None:
@@ -86,7 +43,9 @@ class AtomInput(InputLayer):
 
 def two_layer_mlp(in_channels: int, hidden_channels: int, output_norm: bool) -> nn.Sequential:
     """OGB's MLPs: ``Linear(in, 2d) -> BatchNorm -> ReLU -> Linear(2d, d)`` (the GIN update), followed by
-    ``BatchNorm -> ReLU`` when ``output_norm`` (the virtual-node update)."""
+    ``BatchNorm -> ReLU`` when ``output_norm`` (the virtual-node update). The BatchNorms are PyG's
+    ``BatchNorm(allow_single_element=True)``: ``BatchNorm1d`` except that a training batch of a single row (one
+    graph's virtual node, a one-atom batch) is normalized with the running statistics instead of raising."""
     layers: list[nn.Module] = [
         nn.Linear(in_channels, 2 * hidden_channels),
         PyGBatchNorm(2 * hidden_channels, allow_single_element=True),
@@ -113,7 +72,8 @@ def build_bond_encoder(atom_encoder: str | None, hidden_channels: int, bond_feat
 
 class GINBlock(nn.Module):
     """One GIN layer: [bond encoder ->] GINEConv / GINConv -> norm -> [ReLU] -> dropout [-> + input]. Its forward
-    output is the representation after the layer (the probe hooks it)."""
+    output is the representation after the layer (the probe hooks it). The norm is called as every graphnorm norm
+    is, ``norm(x, batch=, batch_size=, edge_index=, token_mask=None)``."""
 
     def __init__(
         self,
@@ -151,7 +111,8 @@ class GINBlock(nn.Module):
 
 class VirtualNode(nn.Module):
     """OGB's virtual node: one learned start vector (zero at init), added to every row of its graph before each
-    layer and updated after each layer but the last by ``MLP_v(sum of the graph's layer-input rows + v)``."""
+    layer and updated after each layer but the last by ``MLP_v(sum of the graph's layer-input rows + v)``. It is a
+    vector, not a row of the node matrix (DeepGCN's virtual node is a row), so the norms never see token rows."""
 
     def __init__(self, hidden_channels: int, num_updates: int, dropout: float, residual: bool) -> None:
         super().__init__()
@@ -161,9 +122,11 @@ class VirtualNode(nn.Module):
         self.residual = residual
 
     def initial(self, batch_size: int) -> Tensor:
+        """Every graph's virtual node before the first layer: the start vector."""
         return self.start.expand(batch_size, -1)  # [num_graphs, hidden]
 
     def update(self, index: int, v: Tensor, layer_input: Tensor, batch: Tensor, batch_size: int) -> Tensor:
+        """The virtual nodes after layer ``index``: ``MLP_v`` of each graph's summed layer-input rows plus ``v``."""
         pooled = global_add_pool(layer_input, batch, batch_size) + v
         new = F.dropout(self.mlps[index](pooled), self.dropout, self.training)
         return v + new if self.residual else new
@@ -183,7 +146,26 @@ def check_gin_config(config: Any) -> None:
 
 @register_model("gin", check_config=check_gin_config, virtual_node_rows=False)  # OGB's virtual node: no row
 class GIN(nn.Module):
-    """GIN with OGB's bond features and optional virtual node; see the module docstring for the layer formula.
+    """GIN with OGB's bond features and optional virtual node:
+    ``model(x, edge_index, batch=None, batch_size=None, edge_attr=None) -> Tensor``.
+
+    Layer :math:`l = 1 .. L` (:class:`GINBlock`), with :math:`e_{ji}` the bond embedding of edge :math:`j \\to i` (a
+    separate bond encoder per layer, as OGB) and :math:`v_g` the virtual node of graph :math:`g`
+    (:class:`VirtualNode`)::
+
+        h_in  = h + v[batch]                                         # virtual node: added to its graph's rows
+        m_i   = sum_{j -> i} ReLU(h_in_j + e_ji)                     # PyG GINEConv (GINConv without bonds)
+        h     = dropout(act(norm(MLP((1 + eps_l) h_in_i + m_i))))    # act: ReLU except after the last layer
+        v     = dropout(MLP_v(sum_{i in g} h_in_i + v_g))            # after every layer but the last
+
+    with the MLPs of :func:`two_layer_mlp` and a trainable :math:`\\epsilon_l` starting at 0. The output is the last
+    layer's rows (OGB's ``JK="last"``), then the readout and a linear head (graph level) or a linear head per node.
+
+    OGB's ogbg-molhiv setting is 5 layers, ``hidden_channels=300``, ``dropout=0.5``, ``norm="batchnorm"``,
+    ``readout="mean"``, ``atom_encoder="ogb"``; OGB reports a test ROC-AUC of 77.07 +- 1.49 with the virtual node
+    (Hu et al., 2020). Where ours differs from OGB's code: the norm is any registered norm (OGB's ``BatchNorm1d``
+    equals ``norm="batchnorm"``); one layer is allowed (OGB needs 2); OGB's ``JK="sum"`` and other poolings are left
+    out.
 
     Args:
         in_channels: feature width (float features), or atom vocabulary size (``atom_encoder="zinc"``), or the 9
@@ -193,11 +175,12 @@ class GIN(nn.Module):
             ``build_norm``. Default ``"batchnorm"`` (OGB).
         readout: ``None`` (node level) or ``"mean"`` / ``"sum"`` (graph level).
         virtual_node: OGB's virtual node (graph level only).
-        residual: OGB's residual connections (layer input added to each layer's output and virtual node).
+        residual: OGB's residual connections (``h_in`` added to each layer's output, the old ``v`` to the new one).
         atom_encoder: ``None``, ``"zinc"`` (``nn.Embedding``) or ``"ogb"`` (OGB ``AtomEncoder``).
         bond_feature_dims: values per bond feature column (from the task; the ZINC bond-type count).
-        bond_encoder: embed the task's bond features into each message (OGB); ``False``, or a task without
-            categorical features: PyG's ``GINConv`` without edge features.
+        bond_encoder: embed the task's bond features into each message (OGB's ``BondEncoder``; ZINC's bond types
+            as ``nn.Embedding`` rows); ``False``, or a task without categorical features (e.g. Cora's float
+            features): PyG's ``GINConv`` without edge features.
     """
 
     def __init__(
@@ -218,7 +201,7 @@ class GIN(nn.Module):
     ) -> None:
         super().__init__()
         check_sizes(in_channels, hidden_channels, out_channels, num_layers, dropout, "convs")
-        check_choice("readout", readout, READOUTS)
+        check_choice(readout, READOUTS, "readout")
         norm_kwargs = check_encoder_and_norm(in_channels, atom_encoder, norm, norm_kwargs)
         if virtual_node and readout is None:
             raise ValueError("virtual_node=True is for graph-level models: also set readout")
@@ -276,6 +259,8 @@ class GIN(nn.Module):
         return self.head(h)
 
     def _check_inputs(self, x: Tensor, edge_index: Tensor, batch: Tensor | None, edge_attr: Tensor | None) -> None:
+        """``ValueError`` (``TypeError`` for a non-integer ``edge_index``) for inputs that do not fit: sparse or
+        misshapen ``x``, a bad ``edge_index`` or ``batch``, missing or misshapen bond features when bonds are used."""
         if x.is_sparse:
             raise ValueError("model 'gin' takes dense x; pass x.to_dense()")
         check_node_features(x, self.in_channels, self.input_layer.atom_encoder)
@@ -293,7 +278,10 @@ class GIN(nn.Module):
             )
 
     def collapse_layers(self) -> list[tuple[str, nn.Module]]:
-        """Modules whose forward output is the representation after each layer, all over the node rows."""
+        """Modules whose forward output is the representation after each layer, all over the node rows, for
+        :class:`graphnorm.analysis.CollapseProbe`: ``input`` (the atom encoder output, when there is one) and
+        ``layer1 .. layerL`` (each :class:`GINBlock`'s output). The probe reads their ``batch`` and ``edge_index``
+        from the keywords the norms receive."""
         layers: list[tuple[str, nn.Module]] = []
         if self.input_layer.encoder is not None:
             layers.append(("input", self.input_layer))

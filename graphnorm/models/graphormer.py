@@ -3,20 +3,14 @@
 Written after the paper and microsoft/Graphormer (``graphormer_layers.py``, ``graphormer_graph_encoder*.py``):
 
 * centrality encoding: learned in- and out-degree embeddings added to the atom embeddings (sum over feature columns);
-* spatial encoding: a learned per-head attention bias from the shortest-path distance of each node pair
-  (distances clipped to ``max_distance``, unreachable pairs their own index);
-* edge encoding ("multi_hop"): per-head bias = mean over the first ``multi_hop_max_dist`` hops of a shortest path of
-  (embedded edge features @ a learned ``[heads, heads]`` matrix per hop); edge features embedded per column to
-  ``heads`` values and averaged over columns, as the original;
+* spatial and edge encodings: a learned per-head attention bias from each node pair's shortest-path distance and from
+  the edges along that path (:class:`GraphAttentionBias`);
 * a virtual graph token prepended to every graph, attending to and attended by all nodes through its own learned
   per-head "virtual distance" bias; the prediction head reads it out;
 * pre-LN encoder layers (the paper's; post-LN optional) whose norms come from the registry.
 
-Rows: the residual stream is kept node-major, ``[R, hidden]`` with ``R`` = token + node rows of every graph (graph
-by graph, token first; see :class:`graphnorm.data.graphormer_preprocess.GraphormerBatch`). Every norm is called on
-these rows as ``norm(x, batch=row_batch, batch_size=num_graphs, edge_index=row_edge_index, token_mask=token_mask)``,
-so padding never enters a statistic and ``sepnorm`` can treat token rows apart. Only attention goes through the
-padded dense layout ``[B, T = 1 + max_nodes, ...]``, with padded keys masked out.
+How rows and norms meet: :class:`Graphormer`; its optimizer recipe:
+:func:`graphnorm.train.schedules.polynomial_optimizer`.
 """
 
 from __future__ import annotations
@@ -61,6 +55,8 @@ class FeatureEmbedding(nn.Module):
         self.register_buffer("sizes", torch.tensor(self.feature_dims, dtype=torch.long), persistent=False)
 
     def forward(self, features: Tensor) -> Tensor:
+        """Embeddings ``[rows, out_channels]``; ``ValueError`` / ``TypeError`` for a wrong shape, float features or a
+        value outside its column's range."""
         if features.dim() == 1:
             features = features.unsqueeze(-1)
         if features.dim() != 2 or features.size(1) != len(self.feature_dims):
@@ -84,7 +80,14 @@ class FeatureEmbedding(nn.Module):
 
 class GraphAttentionBias(nn.Module):
     """The per-head attention bias ``[B, heads, T, T]``: spatial + edge encodings, the token's virtual distance,
-    and ``-inf`` on padded keys."""
+    and ``-inf`` on padded keys.
+
+    * spatial encoding: a learned per-head bias from the shortest-path distance of each node pair (distances clipped
+      to ``max_distance``, unreachable pairs their own index);
+    * edge encoding ("multi_hop"): per-head bias = mean over the first ``multi_hop_max_dist`` hops of a shortest path
+      of (embedded edge features @ a learned ``[heads, heads]`` matrix per hop); edge features embedded per column to
+      ``heads`` values and averaged over columns, as the original.
+    """
 
     def __init__(
         self, num_heads: int, max_distance: int, bond_feature_dims: Sequence[int] | None, multi_hop_max_dist: int
@@ -110,7 +113,7 @@ class GraphAttentionBias(nn.Module):
         num_edges = edge_values.size(0)
         # Hop k of a path adds edge_values[e] @ hop_weight[k]: tabulate that for every (hop, edge), plus one zero row
         # for "no edge", then add up each path's rows hop by hop with index_select, whose backward is an index_add
-        # (advanced indexing's and embedding_bag's backwards sort the indices: ~10% of a training step).
+        # (advanced indexing's and embedding_bag's backwards sort the indices, a large share of a training step).
         hop_values = torch.einsum("eh,khg->keg", edge_values, self.hop_weight[:hops])  # [hops, E, heads]
         table = torch.cat(
             [hop_values.reshape(hops * num_edges, self.num_heads), hop_values.new_zeros(1, self.num_heads)]
@@ -124,6 +127,8 @@ class GraphAttentionBias(nn.Module):
         return path_bias.view(*rows.shape[:-1], self.num_heads) / path_length.unsqueeze(-1)
 
     def forward(self, batch: GraphormerBatch) -> Tensor:
+        """The bias ``[B, heads, T, T]`` of ``batch``; ``ValueError`` for a batch with edges but no ``edge_attr``
+        when the bias has an edge encoding."""
         num_graphs, max_nodes = batch.num_graphs, batch.max_nodes
         spatial_pos = batch.spatial_pos  # [B, N, N], -1 unreachable
         spatial_index = torch.where(spatial_pos < 0, self.max_distance + 1, spatial_pos.clamp(max=self.max_distance))
@@ -179,6 +184,8 @@ class GraphormerLayer(nn.Module):
         self.tap = RepresentationTap()
 
     def attention(self, rows: Tensor, bias: Tensor, batch: GraphormerBatch) -> Tensor:
+        """Multi-head ``softmax(q k^T / sqrt(d) + bias) v`` of the rows ``[R, hidden]``, through the padded layout and
+        back; the output projection of each row ``[R, hidden]``."""
         num_graphs, positions = bias.size(0), bias.size(-1)
         qkv = self.qkv(rows)  # [R, 3 * hidden]
         dense = qkv.new_zeros(num_graphs * positions, qkv.size(1)).index_copy(0, batch.dense_index, qkv)
@@ -186,7 +193,8 @@ class GraphormerLayer(nn.Module):
         batched_heads = num_graphs * self.num_heads
         # each [B * heads, T, head_channels]
         query, key, value = dense.permute(2, 0, 3, 1, 4).reshape(3, batched_heads, positions, self.head_channels)
-        # softmax(q k^T / sqrt(d) + bias) v written out: on CPU, SDPA's checks of a float mask cost ~10% of a step.
+        # softmax(q k^T / sqrt(d) + bias) v written out: on CPU, SDPA's checks of a float mask are a sizeable share of
+        # a step.
         scores = torch.baddbmm(
             bias.reshape(batched_heads, positions, positions),
             query,
@@ -200,9 +208,11 @@ class GraphormerLayer(nn.Module):
         return self.out_proj(attended.index_select(0, batch.dense_index))  # [R, hidden]; padded positions dropped
 
     def feed_forward(self, rows: Tensor) -> Tensor:
+        """``fc2(dropout(gelu(fc1(rows))))``."""
         return self.fc2(self.activation_dropout(F.gelu(self.fc1(rows))))
 
     def forward(self, rows: Tensor, bias: Tensor, batch: GraphormerBatch, norm_args: dict[str, Any]) -> Tensor:
+        """The layer's output rows ``[R, hidden]`` (pre- or post-LN), seen by the collapse probe's tap."""
         if self.pre_ln:
             rows = rows + self.dropout(self.attention(self.attention_norm(rows, **norm_args), bias, batch))
             rows = rows + self.dropout(self.feed_forward(self.ffn_norm(rows, **norm_args)))
@@ -262,6 +272,12 @@ def check_arguments(atom_feature_dims: Sequence[int] | None, sizes: dict[str, An
 class Graphormer(nn.Module):
     """Graphormer for graph-level prediction from the virtual graph token (see the module docs).
 
+    Rows: the residual stream is kept node-major, ``[R, hidden]`` with ``R`` = token + node rows of every graph (graph
+    by graph, token first; see :class:`graphnorm.data.graphormer_preprocess.GraphormerBatch`). Every norm is called on
+    these rows as ``norm(x, batch=row_batch, batch_size=num_graphs, edge_index=row_edge_index, token_mask=token_mask)``,
+    so padding never enters a statistic and ``sepnorm`` can treat token rows apart. Only attention goes through the
+    padded dense layout ``[B, T = 1 + max_nodes, ...]``, with padded keys masked out.
+
     Args:
         num_layers, hidden_channels, num_heads, ffn_channels: encoder size (``hidden_channels % num_heads == 0``;
             ``ffn_channels`` None: ``hidden_channels``).
@@ -282,8 +298,8 @@ class Graphormer(nn.Module):
             ``"pytorch"`` (PyTorch's defaults for every ``nn.Linear`` and ``nn.Embedding`` (Kaiming-uniform weights;
             N(0, 1) embeddings, the attention-bias tables included) and a N(0, 1) graph token; the attention-bias
             scalars stay at N(0, 0.02)). Not in the paper: with LayerNorm at every position, the original init starts
-            the graph-token rows nearly equal across graphs (the graph-dependent part a few percent), and on
-            ogbg-molhiv they collapse to one direction within ~50 steps; see the results page.
+            the graph-token rows nearly equal across graphs, and on ogbg-molhiv they collapse to one direction within
+            the first optimizer steps (results page: ``analysis/README.md``).
     """
 
     def __init__(
@@ -390,6 +406,12 @@ class Graphormer(nn.Module):
                     module.reset_parameters()
             nn.init.normal_(self.graph_token, std=1.0)
 
+    def attention_bias_parameters(self) -> list[nn.Parameter]:
+        """The attention-bias tables (:class:`GraphAttentionBias`: spatial and edge encodings, virtual distance): the
+        parameters whose learning rate ``attention_bias_lr_scale`` scales
+        (:func:`graphnorm.train.schedules.polynomial_optimizer`)."""
+        return list(self.attention_bias.parameters())
+
     def collapse_layers(self) -> list[tuple[str, nn.Module]]:
         """``(name, module)`` whose forward outputs are the representations ``[R, hidden]`` (token rows included):
         the input embedding, then the output of every layer (before the final norm)."""
@@ -447,66 +469,3 @@ def graphormer_slim(out_channels: int = 1, **overrides: Any) -> Graphormer:
     )
     arguments.update(overrides)
     return Graphormer(**arguments)
-
-
-def graphormer_optimizer(
-    model: nn.Module,
-    lr: float = 2e-4,
-    weight_decay: float = 0.01,
-    warmup_steps: int = 40_000,
-    total_steps: int = 400_000,
-    end_lr: float = 1e-9,
-    power: float = 1.0,
-    attention_bias_lr_scale: float = 1.0,
-) -> tuple[torch.optim.AdamW, torch.optim.lr_scheduler.LambdaLR]:
-    """The Graphormer recipe: AdamW (betas 0.9/0.999, eps 1e-8, decoupled weight decay on all parameters as fairseq
-    does) with linear warmup to ``lr`` over ``warmup_steps`` updates, then polynomial decay to ``end_lr`` at
-    ``total_steps`` (``power`` 1: linear). Defaults are the paper's ZINC settings. Call ``scheduler.step()`` after
-    every ``optimizer.step()``; clip gradients to norm 5.0 before it (``torch.nn.utils.clip_grad_norm_``).
-
-    ``attention_bias_lr_scale`` (not in the paper; 1 keeps its optimizer) multiplies the learning rate of the
-    attention-bias tables (:class:`GraphAttentionBias`: spatial and edge encodings, virtual distance) for short
-    budgets. Those entries are added to the attention logits as they are and start at N(0, 0.02): attention becomes
-    local only once they reach magnitudes of a few units, and Adam moves a parameter by about ``lr`` per step, so at
-    ``lr`` 5e-4 that takes ~10k steps (the paper trains 400k; the 60-minute CPU run of ZINC has ~16k). Their weight
-    decay is divided by the same factor, so the decoupled decay per step (``lr * weight_decay``) stays that of all
-    parameters.
-    """
-    if lr <= 0 or end_lr < 0 or end_lr > lr:
-        raise ValueError(f"need 0 <= end_lr <= lr and lr > 0, got lr={lr}, end_lr={end_lr}")
-    if warmup_steps < 0 or total_steps <= warmup_steps:
-        raise ValueError(f"need 0 <= warmup_steps < total_steps, got {warmup_steps} and {total_steps}")
-    if weight_decay < 0:
-        raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
-    if not attention_bias_lr_scale > 0:
-        raise ValueError(f"attention_bias_lr_scale must be > 0, got {attention_bias_lr_scale}")
-    if attention_bias_lr_scale == 1.0:  # one group, as the paper (and optimizer checkpoints written before the option)
-        groups = [{"params": list(model.parameters())}]
-    else:
-        bias_modules = [m for m in model.modules() if isinstance(m, GraphAttentionBias)]
-        bias_ids = {id(p) for m in bias_modules for p in m.parameters()}
-        if not bias_ids:
-            raise ValueError("attention_bias_lr_scale needs a model with a GraphAttentionBias (a Graphormer)")
-        groups = [
-            {"params": [p for p in model.parameters() if id(p) not in bias_ids]},
-            {
-                "params": [p for p in model.parameters() if id(p) in bias_ids],
-                "lr": lr * attention_bias_lr_scale,
-                "weight_decay": weight_decay / attention_bias_lr_scale,
-            },
-        ]
-    optimizer = torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=weight_decay)
-
-    def lr_factor(step: int) -> float:
-        if step < warmup_steps:
-            return (step + 1) / warmup_steps  # the first update already moves
-        if step >= total_steps:
-            return end_lr / lr
-        remaining = 1.0 - (step - warmup_steps) / (total_steps - warmup_steps)
-        return (end_lr + (lr - end_lr) * remaining**power) / lr
-
-    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor)
-
-
-# The recipe's schedule is not Graphormer's alone: the trainer's scheduler='polynomial' uses it for any model.
-polynomial_optimizer = graphormer_optimizer

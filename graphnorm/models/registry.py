@@ -1,41 +1,9 @@
 """One registry for every model: build a model by name for a task, as norms are built by name.
 
-Usage::
-
-    from graphnorm.models import available_models, build_model, register_model
-
-    @register_model("sage")
-    class Sage(nn.Module):
-        def __init__(self, in_channels: int, out_channels: int, hidden_channels: int = 64, norm: str = "none"): ...
-        def forward(self, x, edge_index, batch=None): ...
-
-    model = build_model("sage", task, hidden_channels=32, norm="pairnorm")
-
-A model may also declare what it asks of a run config, in its own file, through its registration:
-``check_config(config)`` raises a one-line ``ValueError`` for a combination of ``RunConfig`` keys the model cannot run
-(config validation calls it for that model); ``token_rows=True`` says it always hands its norms graph-token rows
-(else a run has them only through ``virtual_node`` at graph level: :meth:`ModelSpec.has_token_rows`, unless
-``virtual_node_rows=False`` says its virtual node is no row of the norms' input, as OGB's GIN); ``own_keys``
-maps ``RunConfig`` keys only this model uses to the error another model's run that sets them gets.
-
-A model is built from the task's description, never from a run config: :func:`build_model` fills the constructor's
-*task keywords* (:data:`TASK_KEYWORDS`: ``in_channels``, ``out_channels``, ``atom_encoder``, ``atom_feature_dims``,
-``bond_feature_dims``) from the task, each only when the constructor has a parameter of that name; every other
-keyword is checked against the constructor's signature (unknown: ``ValueError`` listing the valid ones).
-
-The forward convention (:func:`forward_adapter`, the one adapter from a batch to a model call, used by the trainer,
-``predict`` and :class:`graphnorm.analysis.CollapseProbe`):
-
-* ``inputs="pyg"`` (the default): PyG's ``model(x, edge_index[, batch=][, batch_size=])``, returning
-  ``[num_nodes, out]`` at node level or ``[num_graphs, out]`` at graph level. ``batch`` (the batch vector, ``None``
-  for one graph), ``batch_size`` (the number of graphs) and ``edge_attr`` (edge features, e.g. OGB's bond features)
-  go only to a forward that takes them (by name, or ``**kwargs``), and only when the batch has them, unless the
-  forward requires them. So ``forward(x, edge_index)``, ``forward(x, edge_index, batch=None)`` and
-  ``forward(x, edge_index, batch)`` all work at either level. A forward
-  that needs anything else gets a ``TypeError`` naming its signature;
-* ``inputs="graphormer"``: ``model(batch)`` on the padded, preprocessed batches of
-  :mod:`graphnorm.data.graphormer_loaders` (shortest paths, edge paths, degrees), for any instance of a class
-  registered so.
+:func:`register_model` registers a model class (what it asks of a run config included), :func:`build_model` builds
+one from the task's description and the model's own keywords, and :func:`forward_adapter` is the one adapter from a
+batch to a model call (used by the trainer, ``predict`` and :class:`graphnorm.analysis.CollapseProbe`). The built-in
+models register themselves in their own files (:mod:`graphnorm.models`).
 """
 
 from __future__ import annotations
@@ -47,6 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from torch import Tensor, nn
+
+from graphnorm.checks import check_choice
 
 INPUTS = ("pyg", "graphormer")
 LEVELS = ("node", "graph")
@@ -69,7 +39,7 @@ TASK_KEYWORDS = ("in_channels", "out_channels", "atom_encoder", "atom_feature_di
 @dataclass(frozen=True)
 class ModelSpec:
     """A registered model: its factory (a class or function), the levels it predicts at, its input kind and its
-    declared config rules (module docstring). ``config`` below is a :class:`graphnorm.config.RunConfig`."""
+    declared config rules (:func:`register_model`). ``config`` below is a :class:`graphnorm.config.RunConfig`."""
 
     name: str
     factory: Callable[..., nn.Module]
@@ -88,6 +58,7 @@ class ModelSpec:
         return self.token_rows or virtual_rows
 
     def parameters(self) -> dict[str, inspect.Parameter]:
+        """The constructor's (or factory function's) named parameters, without ``self``, ``*args``, ``**kwargs``."""
         target = self.factory.__init__ if inspect.isclass(self.factory) else self.factory
         parameters = dict(inspect.signature(target).parameters)
         parameters.pop("self", None)
@@ -112,14 +83,33 @@ def register_model(
     virtual_node_rows: bool = True,
     last_layer: str | Mapping[str, str] | None = None,
 ) -> Callable[[Callable[..., nn.Module]], Callable[..., nn.Module]]:
-    """Decorator: register a model class (or a function returning a module) under a lower-case ``name``.
-    ``levels``: the task levels it predicts at; ``inputs``: how it is called; ``check_config``, ``token_rows``,
-    ``own_keys``, ``virtual_node_rows``: what it asks of a run config (see the module docstring); ``last_layer``:
-    what the collapse probe's last layer of the model is, for reports (one text, or one per level)."""
+    """Decorator: register a model class (or a function returning a module) under a lower-case ``name``::
+
+        @register_model("sage")
+        class Sage(nn.Module):
+            def __init__(self, in_channels: int, out_channels: int, hidden_channels: int = 64, norm: str = "none"): ...
+            def forward(self, x, edge_index, batch=None): ...
+
+        model = build_model("sage", task, hidden_channels=32, norm="pairnorm")
+
+    Args:
+        levels: the task levels it predicts at (``"node"``, ``"graph"``).
+        inputs: how it is called (:func:`forward_adapter`): ``"pyg"`` or ``"graphormer"``.
+        check_config: ``check_config(config)`` raises a one-line ``ValueError`` for a combination of ``RunConfig``
+            keys the model cannot run (config validation calls it for that model).
+        token_rows: the model always hands its norms graph-token rows (else a run has them only through
+            ``virtual_node`` at graph level: :meth:`ModelSpec.has_token_rows`).
+        own_keys: ``RunConfig`` keys only this model uses, mapped to the error that another model's run setting
+            them gets.
+        virtual_node_rows: ``False`` when the model's virtual node is no row of the norms' input (OGB's GIN).
+        last_layer: what the collapse probe's last layer of the model is, for reports (one text, or one per level).
+
+    Raises:
+        ValueError: a name that is not lower case or is taken by another factory, an unknown ``inputs`` or level.
+    """
     if not isinstance(name, str) or name != name.lower() or not name:
         raise ValueError(f"model names are non-empty lower-case strings, got {name!r}")
-    if inputs not in INPUTS:
-        raise ValueError(f"inputs must be one of {INPUTS}, got {inputs!r}")
+    check_choice(inputs, INPUTS, "inputs")
     if not levels or any(level not in LEVELS for level in levels):
         raise ValueError(f"levels must be a non-empty subset of {LEVELS}, got {levels!r}")
 
@@ -170,8 +160,12 @@ def check_model_keywords(name: str, keywords: dict[str, Any]) -> None:
 
 def build_model(name: str, task: Any, **kwargs: Any) -> nn.Module:
     """Model ``name`` for ``task`` (anything with ``level``, ``num_features``, ``num_outputs``, ``atom_encoder``,
-    ``atom_feature_dims``, ``bond_feature_dims``, e.g. a :class:`graphnorm.data.GraphTask`); ``kwargs`` are the
-    model's own keywords, checked against its signature."""
+    ``atom_feature_dims``, ``bond_feature_dims``, e.g. a :class:`graphnorm.data.GraphTask`).
+
+    A model is built from the task's description, never from a run config: the constructor's task keywords
+    (:data:`TASK_KEYWORDS`) are filled from the task, each only when the constructor has a parameter of that name.
+    ``kwargs`` are the model's own keywords, checked against its signature (:func:`check_model_keywords`:
+    ``ValueError`` listing the valid ones)."""
     spec = model_spec(name)
     if task.level not in spec.levels:
         raise ValueError(f"model {spec.name!r} predicts at the {'/'.join(spec.levels)} level; the task is {task.level}")
@@ -187,8 +181,22 @@ _ADAPTERS: weakref.WeakKeyDictionary[type, ForwardCall] = weakref.WeakKeyDiction
 
 
 def forward_adapter(model: nn.Module) -> ForwardCall:
-    """``call(model, data)``: ``model`` run on a batch by the forward convention (module docstring); the forward's
-    signature is read once per model class. ``TypeError`` naming the signature when the forward does not follow it."""
+    """``call(model, data)``: ``model`` run on a batch by the forward convention; the forward's signature is read
+    once per model class.
+
+    * ``inputs="pyg"`` (the default): PyG's ``model(x, edge_index[, batch=][, batch_size=])``, returning
+      ``[num_nodes, out]`` at node level or ``[num_graphs, out]`` at graph level. ``batch`` (the batch vector,
+      ``None`` for one graph), ``batch_size`` (the number of graphs) and ``edge_attr`` (edge features, e.g. OGB's
+      bond features) go only to a forward that takes them (by name, or ``**kwargs``), and only when the batch has
+      them, unless the forward requires them. So ``forward(x, edge_index)``, ``forward(x, edge_index, batch=None)``
+      and ``forward(x, edge_index, batch)`` all work at either level.
+    * ``inputs="graphormer"``: ``model(batch)`` on the padded, preprocessed batches of
+      :mod:`graphnorm.data.graphormer_preprocess` (shortest paths, edge paths, degrees), for any instance of a class
+      registered so.
+
+    Raises:
+        TypeError: naming the signature, when the forward does not follow the convention.
+    """
     own_forward = "forward" in vars(model)  # an instance-level forward: not the class's
     if not own_forward and type(model) in _ADAPTERS:
         return _ADAPTERS[type(model)]
@@ -212,6 +220,7 @@ def _takes_whole_batch(model: nn.Module) -> bool:
 
 
 def _whole_batch_call(model: nn.Module, data: Any) -> Any:
+    """The call of a model registered with ``inputs="graphormer"``: the whole batch."""
     return model(data)
 
 

@@ -1,22 +1,15 @@
-"""Normalization layers for GNNs and graph transformers, each per graph inside mini-batches.
+"""Normalization layers for GNNs and graph transformers, created by name.
 
-Every norm is an ``nn.Module`` with
-``forward(x, batch=None, batch_size=None, edge_index=None, token_mask=None) -> Tensor`` over node-major
-features ``x`` of shape ``[num_nodes, channels]``; arguments a norm does not need are ignored.
-Create them by name with :func:`build_norm`; :func:`available_norms` lists the names.
+Every norm is an ``nn.Module`` with ``forward(x, batch=None, batch_size=None, edge_index=None, token_mask=None)`` over
+node-major features ``x`` ``[num_nodes, channels]``, returning a tensor of ``x``'s shape and dtype; arguments a norm
+does not need are ignored. Statistics over several nodes are taken per graph of a mini-batch (BatchNorm and
+DiffGroupNorm: over the whole batch). Create norms with :func:`build_norm`; :func:`available_norms` lists the names.
 
-Dtypes: the output has ``x``'s dtype. float16 / bfloat16 input is computed in float32 (as ``F.layer_norm`` does:
-half-precision sums of squares overflow past 65504 or keep 8 bits) and only the result is rounded, so it matches
-the float32 output to about the dtype's rounding (``tests/test_half_precision.py`` states the bound). Parameters and
-running statistics take part in that compute dtype whatever their own, so a float32 norm accepts half input and a
-``.half()`` norm accepts half or float32 input; float32 and float64 input are computed in their own dtype.
-
-Inputs: ``batch`` must be an integer tensor ``[num_nodes]`` (``TypeError`` / ``ValueError`` otherwise); norms that
-gather per-graph statistics also reject negative ids and ids ``>= batch_size`` (``ValueError``); ids need not be
-sorted. NaN and Inf in ``x`` are not checked (that would synchronize the device at every layer): they propagate to
-the outputs that depend on them (the row, the graph or its channel, or the batch, depending on the norm), and so
-do entries whose squares overflow the compute dtype (above ~1e154 in float64, ~1e19 in float32) in the norms that
-square them.
+One module per norm; next to them, :mod:`~graphnorm.norms.registry` (names to classes),
+:mod:`~graphnorm.norms.precision` (half-precision input is computed in float32), :mod:`~graphnorm.norms.input_checks`
+(what ``x``, ``batch`` and ``token_mask`` must be), :mod:`~graphnorm.norms.reductions` and
+:mod:`~graphnorm.norms.chunked_ops` (per-graph statistics) and :mod:`~graphnorm.norms.parameters` (gain and bias,
+and the base that loads checkpoints keyed as a wrapped PyG module).
 """
 
 from graphnorm.norms.ada_norm import AdaNorm

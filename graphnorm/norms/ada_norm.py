@@ -6,28 +6,34 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from graphnorm.checks import check_positive
+from graphnorm.norms.input_checks import check_norm_inputs
+from graphnorm.norms.precision import upcast
 from graphnorm.norms.registry import register_norm
-from graphnorm.norms.utils import check_batch, check_features, check_positive, upcast
 
 
 @register_norm("adanorm")
 class AdaNorm(nn.Module):
-    r"""AdaNorm per node, from `"Understanding and Improving Layer Normalization"
+    r"""AdaNorm, per node, from `"Understanding and Improving Layer Normalization"
     <https://arxiv.org/abs/1911.07013>`_ (Xu et al., NeurIPS 2019), Eq. (11)-(12):
 
     .. math::
         \mathbf{y}_i = \frac{\mathbf{x}_i - \mu_i}{\sigma_i}, \qquad
         \mathbf{z}_i = C\, \big[\mathbf{1} - k\,\mathbf{y}_i\big]_{\text{detach}} \odot \mathbf{y}_i
 
-    with :math:`\mu_i, \sigma_i` the mean and standard deviation over the channels of node :math:`i`, and the factor
-    :math:`(1 - k\mathbf{y})` treated as a constant in back-propagation (the paper's gradient-stability argument).
-    Defaults ``C=2.0``, ``k=0.1`` (the paper recommends :math:`k = 1/10`). No gain or bias.
+    with :math:`\mu_i, \sigma_i` the mean and standard deviation over the channels of node :math:`i`; the factor
+    :math:`(1 - k\mathbf{y})` is a constant in back-propagation (the paper's gradient-stability argument). No gain or
+    bias. Unlike the authors' code (https://github.com/lancopku/AdaNorm: unbiased std, ``eps`` added to it),
+    :math:`\sigma = \sqrt{\sigma^2_{pop} + \epsilon}` with the population variance, as in the paper and LayerNorm.
 
-    Differences from the authors' code (https://github.com/lancopku/AdaNorm): there :math:`\sigma` is the
-    *unbiased* std and ``eps`` is added to it; here :math:`\sigma = \sqrt{\sigma^2_{pop} + \epsilon}` with the
-    population variance, as in the paper's definition and in LayerNorm.
+    Args:
+        channels: features per node.
+        C: the scale :math:`C` (default 2.0).
+        k: :math:`k \ge 0` (default 0.1, the paper's recommended :math:`1/10`).
+        eps: added to the variance (default 1e-5).
 
-    float16 / bfloat16 input is computed in float32 and returned in its own dtype.
+    Raises:
+        ValueError: ``C`` or ``eps`` is not a finite number > 0, or ``k`` is negative.
     """
 
     def __init__(self, channels: int, C: float = 2.0, k: float = 0.1, eps: float = 1e-5) -> None:
@@ -47,8 +53,7 @@ class AdaNorm(nn.Module):
         edge_index: Tensor | None = None,
         token_mask: Tensor | None = None,
     ) -> Tensor:
-        check_features(x, self.channels, "adanorm")
-        check_batch(x, batch, "adanorm")
+        check_norm_inputs(x, batch, batch_size, self.channels, "adanorm")
         if x.size(0) == 0:
             return x.clone()
         wide = upcast(x)  # float32 for half precision: the product below would otherwise round in half

@@ -5,14 +5,16 @@ from __future__ import annotations
 from torch import Tensor, nn
 from torch_geometric.nn.norm import BatchNorm as PyGBatchNorm
 
+from graphnorm.checks import check_positive
+from graphnorm.norms.input_checks import check_norm_inputs
+from graphnorm.norms.precision import call_in_dtype, upcast
 from graphnorm.norms.registry import register_norm
-from graphnorm.norms.utils import call_in_dtype, check_batch, check_features, check_positive, upcast
 
 
 @register_norm("batchnorm")
 class BatchNorm(nn.Module):
     r"""Batch normalization over every node of the mini-batch, from `"Batch Normalization: Accelerating Deep
-    Network Training by Reducing Internal Covariate Shift" <https://arxiv.org/abs/1502.03167>`_:
+    Network Training by Reducing Internal Covariate Shift" <https://arxiv.org/abs/1502.03167>`_ (Ioffe & Szegedy, 2015):
 
     .. math::
         \mathbf{x}'_{i} = \boldsymbol\gamma \odot \frac{\mathbf{x}_i - \boldsymbol\mu_{\mathcal{B}}}
@@ -20,17 +22,22 @@ class BatchNorm(nn.Module):
         \qquad \boldsymbol\mu_{\mathcal{B}} = \frac{1}{N}\sum_{j=1}^{N} \mathbf{x}_j,\;
         \boldsymbol\sigma^2_{\mathcal{B}} = \frac{1}{N}\sum_{j=1}^{N} (\mathbf{x}_j - \boldsymbol\mu_{\mathcal{B}})^2
 
-    over all :math:`N` rows of the batch (the one norm here whose statistics span graphs). Training mode uses the
-    batch statistics and updates running estimates (unbiased variance, ``momentum``); eval mode uses the running
-    estimates. Wraps :class:`torch_geometric.nn.norm.BatchNorm`.
+    over all :math:`N` rows of the batch (the statistics span graphs). Training mode uses the batch statistics and
+    updates running estimates (unbiased variance); eval mode uses the running estimates. Wraps
+    :class:`torch_geometric.nn.norm.BatchNorm`. A training batch of one row has no batch variance (e.g. the token rows
+    of :class:`SepNorm` when a batch holds one graph): that row is normalized with the running statistics, which stay
+    unchanged, as in eval mode (PyG's ``allow_single_element``). An empty input leaves the running statistics alone.
+    Updated running statistics are stored back in the module's dtype.
 
-    A training batch with a single row has no batch variance (torch raises "Expected more than 1 value per
-    channel"); this layer then normalizes that row with the running statistics and leaves them unchanged, exactly
-    as in eval mode (PyG's ``allow_single_element``). This happens e.g. to the graph-token rows of :class:`SepNorm`
-    when a batch holds one graph. An empty input returns an empty tensor and does not touch the running statistics.
+    Args:
+        channels: features per node.
+        eps: added to the variance (default 1e-5).
+        momentum: weight of a new batch in the running estimates, in ``[0, 1]`` (default 0.1).
+        affine: learn the gain :math:`\boldsymbol\gamma` (init 1) and bias :math:`\boldsymbol\beta` (init 0)
+            (default True).
 
-    float16 / bfloat16 input is normalized in float32 (parameters and running statistics too, whatever their
-    dtype; updated running statistics are stored back in the module's dtype) and returned in its own dtype.
+    Raises:
+        ValueError: ``eps`` is not a finite number > 0, or ``momentum`` is outside ``[0, 1]``.
     """
 
     def __init__(self, channels: int, eps: float = 1e-5, momentum: float = 0.1, affine: bool = True) -> None:
@@ -54,8 +61,7 @@ class BatchNorm(nn.Module):
         edge_index: Tensor | None = None,
         token_mask: Tensor | None = None,
     ) -> Tensor:
-        check_features(x, self.channels, "batchnorm")
-        check_batch(x, batch, "batchnorm")
+        check_norm_inputs(x, batch, batch_size, self.channels, "batchnorm")
         if x.size(0) == 0:
             return x.clone()
         wide = upcast(x)

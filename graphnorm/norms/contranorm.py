@@ -1,4 +1,10 @@
-"""ContraNorm (Guo et al., ICLR 2023), per graph and in memory linear in the number of nodes."""
+"""ContraNorm (Guo et al., ICLR 2023), per graph and in memory linear in the number of nodes.
+
+:class:`ContraNorm` subtracts from each node a softmax-weighted mean of its graph's negatives, ``P x``, computed by one
+of three exact kernels: padded dense blocks for runs of small graphs (:func:`_dense_negative_mix`, plain autograd),
+a streaming row-block kernel for one large graph (:class:`_StreamingNegativeMix`), and, when the excluded pairs are
+symmetric, one on half of the tiles (:mod:`graphnorm.norms.contranorm_symmetric`).
+"""
 
 from __future__ import annotations
 
@@ -11,30 +17,27 @@ from torch import Tensor, nn
 from torch.autograd.function import FunctionCtx, once_differentiable
 from torch_geometric.utils import to_dense_batch
 
+from graphnorm.checks import check_edge_index, check_positive
 from graphnorm.norms import contranorm_symmetric
+from graphnorm.norms.input_checks import check_norm_inputs
+from graphnorm.norms.precision import cast, upcast
 from graphnorm.norms.registry import register_norm
-from graphnorm.norms.utils import cast, check_batch, check_features, check_graph_ids, upcast
 
 # Graphs with at most this many nodes go through padded dense blocks [graphs, max_nodes, max_nodes] (plain autograd,
-# a handful of batched ops for a whole mini-batch of molecules); larger ones through the streaming row-block kernel,
-# whose per-graph Python loop would dominate for many small graphs. Both are exact; the cut only moves time.
+# a handful of batched ops for a whole mini-batch of molecules); larger ones through the streaming kernels, whose
+# per-graph Python loop would dominate for many small graphs. Both are exact; the cut only moves time.
 DENSE_MAX_NODES = 256
-# Padded dense chunks hold at most this many similarity entries (graphs * max_nodes^2): ~16 MB per float32 tensor.
+# Padded dense chunks hold at most this many similarity entries (graphs * max_nodes^2): 16 MB per float32 tensor.
 DENSE_CHUNK_ELEMENTS = 1 << 22
-# The streaming kernel holds one row block [block_rows, n] at a time (two in backward); block_rows =
-# BLOCK_ELEMENTS // n. 2^22 entries = 16 MB in float32. Larger blocks mean fewer, larger matmuls, and the
-# [n, d]-accumulating products of backward (P^T g, dS^T q) read and write their [n, d] output once per block.
-# Measured forward + backward on a quiet machine, 2 threads, 32 / 16 / 8 / 2 MB blocks: n = 20,000, d = 64:
-# 4.9 / 5.1 / 6.2 / 8.6 s; n = 2708 (Cora), d = 64: 84 / 103 / 103 / 125 ms. One thread at Cora size: within
-# noise of each other (d = 32: 94 / 115 / 95 / 98 ms; d = 64: 154 / 172 / 171 / 151 ms). Extra peak memory at
-# n = 20,000 (benchmark, fresh mmaps): 164-182 MB with 16 MB blocks (three blocks plus a dozen [n, d] tensors and
-# MKL's buffers), 168-351 MB with 32 MB blocks, ~80-90 MB with 8 MB; 16 MB is the fastest size that stays well
-# inside 200 MB. Memory stays linear in n: past n = 2^22 / MIN_BLOCK_ROWS the blocks are MIN_BLOCK_ROWS rows.
+# The streaming kernel holds one row block [block_rows, n] at a time (two in backward), block_rows =
+# BLOCK_ELEMENTS // n: 16 MB in float32. Larger blocks mean fewer, larger matmuls, and backward's [n, d]-accumulating
+# products (P^T g, dS^T q) read and write their output once per block; but peak memory grows with the block (three
+# live at once). Smaller blocks were clearly slower, larger ones barely faster and heavier. Past
+# n = BLOCK_ELEMENTS / MIN_BLOCK_ROWS the blocks are MIN_BLOCK_ROWS rows, so memory stays linear in n.
 BLOCK_ELEMENTS = 1 << 22
 # A graph whose whole n x n fits in this many entries (n <= 1024: 4 MB) is one block, and its P is kept for backward
-# instead of recomputed (saves a matmul, the mask and an exponential). Larger graphs (Cora's 2708 nodes included)
-# recompute, so a deep model's memory stays linear in n: keeping Cora's 29 MB P in each of 31 layers would add
-# ~0.9 GB at 32 layers.
+# instead of recomputed (saves a matmul, the mask and an exponential). Larger graphs recompute, so a deep model's
+# memory stays linear in n (Cora's P, 2708^2 float32 entries = 29 MB, kept in each of 31 layers would add 0.9 GB).
 SINGLE_BLOCK_ELEMENTS = 1 << 20
 MIN_BLOCK_ROWS = 32
 
@@ -196,6 +199,7 @@ def _edge_block_ptr(edge_rows: Tensor | None, bounds: list[int]) -> list[int] | 
 def _block_edges(
     edge_rows: Tensor | None, edge_cols: Tensor | None, edge_ptr: list[int] | None, block: int
 ) -> tuple[Tensor | None, Tensor | None]:
+    """The excluded pairs ``(rows, cols)`` of row block ``block`` (``(None, None)`` for none)."""
     if edge_rows is None or edge_ptr is None:
         return None, None
     lo, hi = edge_ptr[block], edge_ptr[block + 1]
@@ -241,9 +245,9 @@ def _dense_negative_mix(
 
 @register_norm("contranorm")
 class ContraNorm(nn.Module):
-    r"""ContraNorm from `"ContraNorm: A Contrastive Learning Perspective on Oversmoothing and Beyond"
-    <https://arxiv.org/abs/2303.06562>`_ (Guo et al., ICLR 2023), graph version of the official code
-    (``gnn/layers.py``, ``NormLayer`` mode ``'CN'``), computed per graph:
+    r"""ContraNorm, per graph, from `"ContraNorm: A Contrastive Learning Perspective on Oversmoothing and Beyond"
+    <https://arxiv.org/abs/2303.06562>`_ (Guo et al., ICLR 2023), the graph version of the official code
+    (``gnn/layers.py``, ``NormLayer`` mode ``'CN'``):
 
     .. math::
         \hat{\mathbf{x}}_i = \mathbf{x}_i / \|\mathbf{x}_i\|_2, \qquad
@@ -253,32 +257,36 @@ class ContraNorm(nn.Module):
     .. math::
         \mathbf{x}'_i = \mathrm{LayerNorm}\Big((1 + s)\,\mathbf{x}_i - s \sum_{j} P_{ij} \mathbf{x}_j\Big)
 
-    where the negatives :math:`\mathcal{N}^-(i)` are the nodes of node :math:`i`'s graph that are neither
-    :math:`i` nor a neighbour of :math:`i` (pairs ``(edge_index[0], edge_index[1])`` are excluded, as the
-    reference's ``sim[adj[0], adj[1]] = -inf``, whose adjacency carries self-loops).
+    where the negatives :math:`\mathcal{N}^-(i)` are the nodes of node :math:`i`'s graph that are neither :math:`i` nor
+    a neighbour of :math:`i` (pairs ``(edge_index[0], edge_index[1])`` are excluded, as the reference's
+    ``sim[adj[0], adj[1]] = -inf``, whose adjacency carries self-loops). As in the official code, the mixed vectors are
+    the raw features (``x_neg = sim @ x``); only the similarity uses the normalized ones.
 
-    As in the official code, the mixed vectors are the raw features (``x_neg = sim @ x``), not
-    :math:`\hat{\mathbf{x}}`; only the similarity uses the normalized features. The official training scripts always
-    follow the norm with a ``LayerNorm`` (``use_layer_norm``), so ``layer_norm=True`` is the default here.
+    Args:
+        channels: features per node.
+        scale: :math:`s`, any finite number (default 1.0).
+        tau: the temperature :math:`\tau` (default 1.0).
+        exclude_neighbors: the negatives as above (default True); False gives the transformer form, a softmax over all
+            nodes of the graph with the node itself included, and needs no ``edge_index``.
+        identity: the :math:`(1 + s)\,\mathbf{x}_i` term (default True); False gives :math:`\mathbf{x} - sP\mathbf{x}`.
+        layer_norm: the trailing ``LayerNorm(channels)`` (default True: the official training scripts always use it,
+            ``use_layer_norm``).
+        dense_max_nodes: the largest graph computed through padded dense ``n x n`` blocks (``None``:
+            ``DENSE_MAX_NODES``); larger ones go through the streaming kernels. Both are exact: a huge value gives the
+            reference's dense computation (to compare time and memory), 0 streams every graph.
 
-    Options: ``scale`` (:math:`s`), ``tau`` (:math:`\tau`); ``exclude_neighbors=False`` gives the transformer form,
-    a softmax over all nodes of the graph with the node itself included; ``identity=False`` gives
-    :math:`\mathbf{x} - s P\mathbf{x}`; ``layer_norm=False`` drops the trailing ``LayerNorm(channels)``;
-    ``dense_max_nodes`` (``None``: the module's ``DENSE_MAX_NODES`` = 256) is the largest graph computed through
-    padded dense ``n x n`` blocks; larger ones go through the streaming kernel. Both are exact: a huge value gives
-    the reference's dense computation (to compare time and memory), 0 streams every graph.
+    Differences from the reference, on purpose: a node with no negatives (adjacent to every other node, or alone in its
+    graph) gets no repulsive term (:math:`P_{i\cdot} = 0`) where the reference returns NaN; the softmax is per graph in
+    mini-batches (the reference's GIN builds one adjacency over the whole batch, so negatives leak across graphs); and
+    a graph above ``dense_max_nodes`` never materializes its ``n x n`` similarity: a streaming row-block kernel with a
+    recomputing backward keeps memory linear in ``n``, on half of the tiles when the excluded pairs are symmetric
+    (:mod:`~graphnorm.norms.contranorm_symmetric`). Double backward is not supported. Half-precision input is computed
+    in float32 throughout, the LayerNorm included (in half, the softmax sums and ``P x`` would keep 8 or 11 bits).
 
-    Differences from the reference, on purpose: (1) a node with no negatives (adjacent to every other node, or alone
-    in its graph) gets no repulsive term (:math:`P_{i\cdot} = 0`) where the reference returns NaN; (2) the softmax is
-    per graph in mini-batches (the reference's GIN builds one adjacency over the whole batch, so negatives leak across
-    graphs); (3) the ``n x n`` similarity is never materialized for large graphs: a streaming row-block kernel with a
-    recomputing backward keeps memory linear in ``n``; when the excluded pairs are symmetric (undirected edges) it
-    computes half of the ``n x n`` tiles (``contranorm_symmetric.py``, ~1.4x faster); graphs of at most
-    ``DENSE_MAX_NODES`` nodes use padded per-graph dense blocks. Double backward is not supported.
-
-    float16 / bfloat16 input is computed in float32 (similarities, exponentials and the LayerNorm, whose parameters
-    are cast too) and returned in its own dtype: in half, ``exp`` of the shifted logits and the softmax sums would
-    keep 8 or 11 bits and the raw-feature mix ``P x`` rounds likewise.
+    Raises:
+        ValueError: ``tau`` not a finite number > 0, ``scale`` not finite, ``dense_max_nodes`` not a non-negative int;
+            in forward, no ``edge_index`` (with ``exclude_neighbors``), a malformed one, or one joining two graphs.
+        TypeError: ``edge_index`` is not an integer tensor.
     """
 
     def __init__(
@@ -292,8 +300,6 @@ class ContraNorm(nn.Module):
         dense_max_nodes: int | None = None,
     ) -> None:
         super().__init__()
-        if not (isinstance(tau, (int, float)) and math.isfinite(tau) and tau > 0):
-            raise ValueError(f"contranorm: tau must be a positive finite number, got {tau!r}")
         if not (isinstance(scale, (int, float)) and math.isfinite(scale)):
             raise ValueError(f"contranorm: scale must be a finite number, got {scale!r}")
         if dense_max_nodes is not None and (
@@ -303,7 +309,7 @@ class ContraNorm(nn.Module):
         self.channels = channels
         self.dense_max_nodes = dense_max_nodes
         self.scale = float(scale)
-        self.tau = float(tau)
+        self.tau = check_positive(tau, "tau", "contranorm")
         self.exclude_neighbors = bool(exclude_neighbors)
         self.identity = bool(identity)
         self.layer_norm = nn.LayerNorm(channels) if layer_norm else None
@@ -316,20 +322,20 @@ class ContraNorm(nn.Module):
         edge_index: Tensor | None = None,
         token_mask: Tensor | None = None,
     ) -> Tensor:
-        check_features(x, self.channels, "contranorm")
-        check_batch(x, batch, "contranorm")
-        check_graph_ids(batch, batch_size, "contranorm")
+        check_norm_inputs(x, batch, batch_size, self.channels, "contranorm", per_graph=True)
         if self.exclude_neighbors and edge_index is None:
             raise ValueError(
                 "contranorm: exclude_neighbors=True needs edge_index (the negatives are the non-neighbours); "
                 "pass edge_index or build with exclude_neighbors=False for the all-nodes (transformer) form"
             )
-        if edge_index is not None and self.exclude_neighbors:
-            _check_edge_index(edge_index, x.size(0))
+        excluded = None  # the pairs left out of the negatives, as int64 (the index ops below need it)
+        if self.exclude_neighbors:
+            check_edge_index(edge_index, x.size(0), where="contranorm")
+            excluded = edge_index.long()
         if x.size(0) == 0:
             return self._final_norm(x) if self.layer_norm is not None else x.clone()
         wide = upcast(x)
-        mixed = self.negative_mix(wide, batch, edge_index if self.exclude_neighbors else None)
+        mixed = self.negative_mix(wide, batch, excluded)
         base = (1.0 + self.scale) * wide if self.identity else wide
         out = base - self.scale * mixed
         return (self._final_norm(out) if self.layer_norm is not None else out).to(x.dtype)
@@ -498,17 +504,3 @@ def _edges_in_range(
     if lo == hi:
         return None, None
     return edge_rows[lo:hi], edge_cols[lo:hi]
-
-
-def _check_edge_index(edge_index: Tensor, num_nodes: int) -> None:
-    if not isinstance(edge_index, Tensor):
-        raise TypeError(f"contranorm: edge_index must be a torch.Tensor, got {type(edge_index).__name__}")
-    if edge_index.dim() != 2 or edge_index.size(0) != 2:
-        raise ValueError(f"contranorm: edge_index must have shape [2, num_edges], got {tuple(edge_index.shape)}")
-    if edge_index.dtype not in (torch.long, torch.int32):
-        raise TypeError(f"contranorm: edge_index must be an integer tensor, got {edge_index.dtype}")
-    if edge_index.numel() > 0 and (int(edge_index.min()) < 0 or int(edge_index.max()) >= num_nodes):
-        raise ValueError(
-            f"contranorm: edge_index holds node ids outside [0, {num_nodes}) "
-            f"(min {int(edge_index.min())}, max {int(edge_index.max())})"
-        )

@@ -1,23 +1,10 @@
 r"""ContraNorm's negative mix ``P v`` for one graph whose exclusion mask is symmetric, from half of the ``n x n`` tiles.
 
 With every row shifted by the same bound ``1/tau`` (instead of its own maximum), the unnormalized weights
-``E = exp(S - 1/tau)`` are a symmetric matrix whenever the excluded pairs are (the node itself, and an undirected
-edge set, as for Cora and every graph PyG makes undirected). Then ``P = D^-1 E`` with ``D = diag(E 1)``, and one
-tile ``E[I, J]`` (``I <= J``) serves both triangles:
-
-.. math::
-    (E V)_I \mathrel{+}= E_{IJ} V_J, \quad (E V)_J \mathrel{+}= E_{IJ}^\top V_I, \qquad
-    \frac{\partial L}{\partial \hat X} = \tfrac{1}{\tau} (dS + dS^\top) \hat X, \quad
-    (dS + dS^\top)_{IJ} = E_{IJ} \circ (\tilde G_I \tilde V_J^\top + \tilde V_I \tilde G_J^\top)
-
-with ``G~ = [g / d, -delta / d]``, ``V~ = [v, 1]``, ``delta_i = g_i . y_i`` and ``y = P v``. Per unit ``n^2 d``,
-forward + backward cost 5 matmul-units instead of the row-block kernel's 7, and half the exponentials; memory stays
-linear in ``n`` (one tile at a time, recomputed in backward unless the graph is a single tile).
-Bit-for-bit the results differ from the row-block kernel only by float rounding (tests compare both to the dense
-reference).
-
-The fixed shift is safe when no weight can underflow: every kept ``S_ij >= -1/tau``, so ``E_ij >= exp(-2/tau)``,
-which :func:`fits` checks against the dtype's smallest normal number. Rows with no negatives get ``P_i = 0``.
+``E = exp(S - 1/tau)`` form a symmetric matrix whenever the excluded pairs do (the node itself, and an undirected edge
+set, as for Cora and every graph PyG makes undirected), so one tile ``E[I, J]`` (``I <= J``) serves both triangles:
+:class:`SymmetricNegativeMix`. :func:`is_symmetric` and :func:`fits` say when it applies; otherwise ``contranorm.py``
+uses its row-block kernel. The tiles are shared among Python threads (:func:`_tiles_on_threads`).
 """
 
 from __future__ import annotations
@@ -32,8 +19,8 @@ from torch import Tensor
 from torch.autograd.function import FunctionCtx, once_differentiable
 
 # Tiles are [TILE_ROWS, TILE_ROWS]. Smaller tiles cover the triangle more tightly (k tiles per side compute
-# k(k+1)/2 of k^2) and stay in cache; each costs a few Python-level ops. Measured at Cora size: see the README of
-# the benchmarks (experiments/benchmarks/bench_contranorm_model.py).
+# k(k+1)/2 of k^2) and stay in cache, but each costs a few Python-level ops
+# (experiments/benchmarks/bench_contranorm_model.py times the kernel).
 TILE_ROWS = 512
 LOG2_E = 1.0 / math.log(2.0)
 
@@ -53,6 +40,7 @@ def fits(inv_tau: float, dtype: torch.dtype) -> bool:
 
 
 def _tile_bounds(n: int) -> list[int]:
+    """Tile boundaries ``[0, ..., n]``: as few tiles per side as keep each at most ``TILE_ROWS`` rows, evened out."""
     tiles = max(1, math.ceil(n / TILE_ROWS))
     return [round(i * n / tiles) for i in range(tiles + 1)]
 
@@ -85,10 +73,9 @@ def _with_ones(part: Tensor) -> Tensor:
 
 def _queries(x_hat: Tensor, inv_tau: float, rows: slice) -> Tensor:
     """``log2(e) [x_hat / tau, -1/tau]`` of ``rows`` ``[b, d_hat + 1]``: its products with ``[x_hat, 1]`` are
-    ``log2(e) (S - 1/tau)``, whose ``exp2`` is ``E``. Why ``exp2``: on AVX2 torch's ``exp2`` costs about half of
-    ``exp``, and a Cora tile's ``exp`` cost as much as its product (the kernel's forward + backward: 7-8% faster).
-    Built per row block, when a thread's tiles move to a new block, not for the whole graph: the threads' tiles then
-    cost no more memory than a single loop's (5 MB less at n = 20,000, d = 64)."""
+    ``log2(e) (S - 1/tau)``, whose ``exp2`` is ``E``. Why ``exp2``: on CPU torch's ``exp2`` is cheaper than ``exp``,
+    and a tile's exponentials cost about as much as its product. Built per row block, when a thread's tiles move to a
+    new block, not for the whole graph: the threads' tiles then cost no more memory than a single loop's."""
     part = x_hat[rows]
     scale = inv_tau * LOG2_E
     return torch.cat([part * scale, part.new_full((part.size(0), 1), -scale)], dim=1)
@@ -109,8 +96,25 @@ def _tile_weights(queries_i: Tensor, keys: Tensor, bounds: list[int], i: int, j:
 
 
 class SymmetricNegativeMix(torch.autograd.Function):
-    """``P @ v`` for ONE graph with a symmetric exclusion mask (see the module docstring); inputs as
-    ``_StreamingNegativeMix`` in ``contranorm.py``: ``x_hat`` row-normalized, edges global to the graph."""
+    r"""``P @ v`` for ONE graph with a symmetric exclusion mask, inputs as ``_StreamingNegativeMix`` in
+    ``contranorm.py`` (``x_hat`` row-normalized, edges numbered within the graph).
+
+    ``P = D^-1 E`` with ``D = diag(E 1)``, and one upper tile ``E[I, J]`` serves both triangles:
+
+    .. math::
+        (E V)_I \mathrel{+}= E_{IJ} V_J, \quad (E V)_J \mathrel{+}= E_{IJ}^\top V_I, \qquad
+        \frac{\partial L}{\partial \hat X} = \tfrac{1}{\tau} (dS + dS^\top) \hat X, \quad
+        (dS + dS^\top)_{IJ} = E_{IJ} \circ (\tilde G_I \tilde V_J^\top + \tilde V_I \tilde G_J^\top)
+
+    with ``G~ = [g / d, -delta / d]``, ``V~ = [v, 1]``, ``delta_i = g_i . y_i`` and ``y = P v``. Per unit ``n^2 d``,
+    forward + backward cost 5 matmul-units instead of the row-block kernel's 7, and half the exponentials; memory
+    stays linear in ``n`` (one tile at a time, recomputed in backward unless the graph is a single tile). The results
+    differ from the row-block kernel's only by float rounding (tests compare both to the dense reference).
+
+    The fixed shift is safe when no weight can underflow: every kept ``S_ij >= -1/tau``, so
+    ``E_ij >= exp(-2/tau)``, which :func:`fits` checks against the dtype's smallest normal number. Rows with no
+    negatives get ``P_i = 0``.
+    """
 
     @staticmethod
     def forward(
@@ -194,6 +198,7 @@ class SymmetricNegativeMix(torch.autograd.Function):
 
 
 def _upper_tiles(bounds: list[int]) -> list[tuple[int, int]]:
+    """The tiles ``(I, J)`` with ``I <= J``, row by row."""
     tiles = len(bounds) - 1
     return [(i, j) for i in range(tiles) for j in range(i, tiles)]
 
@@ -208,8 +213,8 @@ def _tiles_on_threads(
 
     Why not OpenMP inside each product: an OpenMP team splits every op and waits at a barrier for its slowest thread,
     so when another process takes one of the cores, each of the kernel's thousands of small products waits for a
-    thread that is off the CPU (n = 20,000, 2 threads beside a CPU-bound neighbour: 1.28x the dense reference's
-    speed, 3.6x alone). Here each thread runs its tiles to the end with no barrier between them. Every copy is filled
+    thread that is off the CPU (beside a CPU-bound neighbour the kernel lost most of its lead over the dense
+    reference). Here each thread runs its tiles to the end with no barrier between them. Every copy is filled
     by one thread in a fixed order, so a run gives the same numbers every time for a given thread count (and with
     one thread exactly the single loop it always was); different thread counts differ by float rounding.
     """
@@ -248,7 +253,7 @@ def _thread_pool(workers: int) -> ThreadPoolExecutor:
     """The kernel's worker threads, kept across calls (created again in a forked child, or for more threads).
 
     Kept because a new thread each call costs memory every call: each thread's first products give it its own
-    malloc arena and MKL buffers (~20-40 MB measured at n = 20,000), which a fresh thread would claim again."""
+    malloc arena and MKL buffers (tens of MB for a large graph), which a fresh thread would claim again."""
     global _pool
     if _pool is None or _pool[0] != os.getpid() or _pool[1] < workers:
         if _pool is not None and _pool[0] == os.getpid():

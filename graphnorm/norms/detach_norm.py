@@ -5,24 +5,32 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from graphnorm.checks import check_positive
+from graphnorm.norms.input_checks import check_norm_inputs
+from graphnorm.norms.precision import upcast
+from graphnorm.norms.reductions import row_mean_var
 from graphnorm.norms.registry import register_norm
-from graphnorm.norms.utils import check_batch, check_features, check_positive, row_mean_var, upcast
 
 
 @register_norm("detachnorm")
 class DetachNorm(nn.Module):
-    r"""DetachNorm per node, from `"Understanding and Improving Layer Normalization"
+    r"""DetachNorm, per node, from `"Understanding and Improving Layer Normalization"
     <https://arxiv.org/abs/1911.07013>`_ (Xu et al., NeurIPS 2019): the paper's probe showing that the gradients
-    through the mean and variance matter. Forward equals LayerNorm-simple,
+    through the mean and variance matter. The forward is LayerNorm-simple's,
 
     .. math::
         \mathbf{x}'_i = \frac{\mathbf{x}_i - [\mu_i]_{\text{detach}}}{[\sigma_i]_{\text{detach}}}, \qquad
         \sigma_i = \sqrt{\tfrac{1}{C}\textstyle\sum_c (x_{ic} - \mu_i)^2 + \epsilon},
 
     but :math:`\mu_i` and :math:`\sigma_i` are constants for back-propagation, so
-    :math:`\partial \mathbf{x}'_i / \partial \mathbf{x}_i = I / \sigma_i`.
+    :math:`\partial \mathbf{x}'_i / \partial \mathbf{x}_i = I / \sigma_i`. No gain or bias.
 
-    float16 / bfloat16 input is computed in float32 and returned in its own dtype.
+    Args:
+        channels: features per node.
+        eps: added to the variance (default 1e-5).
+
+    Raises:
+        ValueError: ``eps`` is not a finite number > 0.
     """
 
     def __init__(self, channels: int, eps: float = 1e-5) -> None:
@@ -38,8 +46,7 @@ class DetachNorm(nn.Module):
         edge_index: Tensor | None = None,
         token_mask: Tensor | None = None,
     ) -> Tensor:
-        check_features(x, self.channels, "detachnorm")
-        check_batch(x, batch, "detachnorm")
+        check_norm_inputs(x, batch, batch_size, self.channels, "detachnorm")
         if x.size(0) == 0:
             return x.clone()
         wide = upcast(x)  # float32 for half precision: a half sum of squares overflows past 65504

@@ -6,39 +6,38 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.nn.norm import DiffGroupNorm as PyGDiffGroupNorm
 
+from graphnorm.checks import check_positive
+from graphnorm.norms.input_checks import check_norm_inputs
+from graphnorm.norms.precision import call_in_dtype, cast, compute_dtype, upcast
 from graphnorm.norms.registry import register_norm
-from graphnorm.norms.utils import (
-    call_in_dtype,
-    cast,
-    check_batch,
-    check_features,
-    check_positive,
-    compute_dtype,
-    upcast,
-)
 
 
 @register_norm("diffgroupnorm")
 class DiffGroupNorm(nn.Module):
-    r"""Differentiable group normalization from `"Towards Deeper Graph Neural Networks with Differentiable Group
-    Normalization" <https://arxiv.org/abs/2006.06972>`_ (Zhou et al., NeurIPS 2020). Nodes are softly assigned to
-    :math:`G` groups and each group is batch-normalized separately:
+    r"""Differentiable group normalization, from `"Towards Deeper Graph Neural Networks with Differentiable Group
+    Normalization" <https://arxiv.org/abs/2006.06972>`_ (Zhou et al., NeurIPS 2020): nodes are softly assigned to
+    :math:`G` groups and each group is batch-normalized separately,
 
     .. math::
         \mathbf{S} = \mathrm{softmax}(\mathbf{X}\mathbf{W}) \in \mathbb{R}^{N \times G}, \qquad
         \mathbf{X}' = \mathbf{X} + \lambda \sum_{g=1}^{G} \mathrm{BN}_g\big(\mathbf{S}_{:,g} \odot \mathbf{X}\big)
 
-    where :math:`\mathrm{BN}_g` is a BatchNorm (own :math:`\boldsymbol\gamma_g, \boldsymbol\beta_g`, running
-    statistics) over all :math:`N` rows. Wraps :class:`torch_geometric.nn.norm.DiffGroupNorm`, which matches the
-    paper; ``groups`` and ``lamda`` keep PyG's names.
+    where :math:`\mathrm{BN}_g` is a BatchNorm (own :math:`\boldsymbol\gamma_g, \boldsymbol\beta_g` and running
+    statistics) over all :math:`N` rows: like :class:`BatchNorm`, and as in the paper (which trains on single graphs),
+    the statistics span the whole mini-batch. Wraps :class:`torch_geometric.nn.norm.DiffGroupNorm`, which matches the
+    paper. A single-row training batch is normalized with the running statistics, which stay unchanged (as in eval
+    mode). Updated running statistics are stored back in the module's dtype.
 
-    Like :class:`BatchNorm` (and as in the paper, which trains on single graphs), the group statistics span the
-    whole mini-batch, not one graph. A single-row training batch is normalized with the running statistics, which
-    stay unchanged (as in eval mode), instead of crashing. ``groups`` defaults to 10 (the paper sets it per dataset,
-    about the number of classes); ``lamda`` defaults to PyG's 0.01.
+    Args:
+        channels: features per node.
+        groups: :math:`G` (default 10; the paper sets it per dataset, about the number of classes).
+        lamda: :math:`\lambda \ge 0` (default 0.01, PyG's; PyG's spelling).
+        eps: added to each group's variance (default 1e-5).
+        momentum: weight of a new batch in the running estimates, in ``[0, 1]`` (default 0.1).
 
-    float16 / bfloat16 input is computed in float32 (parameters and running statistics too, whatever their dtype;
-    updated running statistics are stored back in the module's dtype) and returned in its own dtype.
+    Raises:
+        ValueError: ``groups`` is not a positive integer, ``lamda`` is negative, ``eps`` is not a finite number > 0,
+            or ``momentum`` is outside ``[0, 1]``.
     """
 
     def __init__(
@@ -67,8 +66,7 @@ class DiffGroupNorm(nn.Module):
         edge_index: Tensor | None = None,
         token_mask: Tensor | None = None,
     ) -> Tensor:
-        check_features(x, self.channels, "diffgroupnorm")
-        check_batch(x, batch, "diffgroupnorm")
+        check_norm_inputs(x, batch, batch_size, self.channels, "diffgroupnorm")
         if x.size(0) == 0:
             return x.clone()
         wide, dtype = upcast(x), compute_dtype(x)  # float32 for half precision, in every parameter too

@@ -5,61 +5,53 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from graphnorm.checks import check_positive
+from graphnorm.norms.chunked_ops import graph_center_scale, graph_variance
+from graphnorm.norms.input_checks import check_norm_inputs
+from graphnorm.norms.parameters import UnwrappedPyGNorm, register_affine, reset_affine
+from graphnorm.norms.precision import cast, upcast
+from graphnorm.norms.reductions import graph_reduce
 from graphnorm.norms.registry import register_norm
-from graphnorm.norms.utils import (
-    cast,
-    check_batch,
-    check_features,
-    check_graph_ids,
-    check_positive,
-    graph_center_scale,
-    graph_reduce,
-    graph_variance,
-    rename_legacy_keys,
-    reset_affine,
-    upcast,
-)
 
 
 @register_norm("graphnorm")
-class GraphNorm(nn.Module):
-    r"""GraphNorm from `"GraphNorm: A Principled Approach to Accelerating Graph Neural Network Training"
-    <https://arxiv.org/abs/2009.03294>`_ (Cai et al., ICML 2021), per graph :math:`g` and channel :math:`c`:
+class GraphNorm(UnwrappedPyGNorm):
+    r"""GraphNorm, per graph, from `"GraphNorm: A Principled Approach to Accelerating Graph Neural Network Training"
+    <https://arxiv.org/abs/2009.03294>`_ (Cai et al., ICML 2021), for each graph :math:`g` and channel:
 
     .. math::
-        \mu_{g} = \frac{1}{|\mathcal{V}_g|}\sum_{j \in \mathcal{V}_g} \mathbf{x}_j, \quad
+        \boldsymbol\mu_{g} = \frac{1}{|\mathcal{V}_g|}\sum_{j \in \mathcal{V}_g} \mathbf{x}_j, \quad
         \boldsymbol\sigma^2_{g} = \frac{1}{|\mathcal{V}_g|}\sum_{j \in \mathcal{V}_g}
         (\mathbf{x}_j - \boldsymbol\alpha \odot \boldsymbol\mu_g)^2, \quad
         \mathbf{x}'_i = \boldsymbol\gamma \odot \frac{\mathbf{x}_i - \boldsymbol\alpha \odot \boldsymbol\mu_g}
         {\sqrt{\boldsymbol\sigma^2_g + \epsilon}} + \boldsymbol\beta
 
     with learnable mean shift :math:`\boldsymbol\alpha` (``mean_scale``, init 1), gain :math:`\boldsymbol\gamma`
-    (``weight``, init 1) and bias :math:`\boldsymbol\beta` (``bias``, init 0). Same statistics in train and eval mode.
-    The variance is taken around the shifted mean :math:`\boldsymbol\alpha\odot\boldsymbol\mu_g`, as in the paper's
-    Eq. 8 and as :class:`torch_geometric.nn.norm.GraphNorm` (same parameters and outputs; tested against it). Our
-    own implementation: the per-graph statistics are accumulated over row chunks, so the forward allocates one
-    full-size tensor (the output) instead of PyG's five.
+    (``weight``, init 1) and bias :math:`\boldsymbol\beta` (``bias``, init 0); the same statistics in train and eval
+    mode. The variance is taken around the shifted mean, as in the paper's Eq. 8 and
+    :class:`torch_geometric.nn.norm.GraphNorm` (same parameters and outputs; tested against it); state dicts with the
+    keys of a wrapped PyG module (``module.weight``, ...) load too. The statistics are accumulated over row chunks
+    (:mod:`graphnorm.norms.chunked_ops`), so the forward allocates one full-size tensor, the output.
 
-    float16 / bfloat16 input is computed in float32 (the parameters too, whatever their dtype) and returned in its
-    own dtype.
+    Args:
+        channels: features per node.
+        eps: added to the variance (default 1e-5).
+
+    Raises:
+        ValueError: ``eps`` is not a finite number > 0.
     """
 
     def __init__(self, channels: int, eps: float = 1e-5) -> None:
         super().__init__()
         self.channels = channels
         self.eps = check_positive(eps, "eps", "graphnorm")
-        self.weight = nn.Parameter(torch.empty(channels))
-        self.bias = nn.Parameter(torch.empty(channels))
+        register_affine(self, channels, affine=True)
         self.mean_scale = nn.Parameter(torch.empty(channels))
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
         reset_affine(self)
         nn.init.ones_(self.mean_scale)
-
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
-        rename_legacy_keys(state_dict, prefix, "module.")  # checkpoints from when this wrapped PyG's GraphNorm
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def forward(
         self,
@@ -69,9 +61,7 @@ class GraphNorm(nn.Module):
         edge_index: Tensor | None = None,
         token_mask: Tensor | None = None,
     ) -> Tensor:
-        check_features(x, self.channels, "graphnorm")
-        check_batch(x, batch, "graphnorm")
-        check_graph_ids(batch, batch_size, "graphnorm")
+        check_norm_inputs(x, batch, batch_size, self.channels, "graphnorm", per_graph=True)
         if x.size(0) == 0:
             return x.clone()
         wide = upcast(x)  # float32 for half precision: half sums of squares overflow past 65504

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
+from graphnorm.norms.input_checks import check_norm_inputs
 from graphnorm.norms.registry import register_norm
-from graphnorm.norms.utils import check_batch, check_features
 
 
 @register_norm("none")
 class Identity(nn.Module):
-    r"""No normalization: :math:`\mathbf{x}' = \mathbf{x}`. Accepts (and ignores) every norm argument."""
+    r"""No normalization, the baseline: :math:`\mathbf{x}' = \mathbf{x}` (``x`` itself is returned). Its inputs are
+    checked like every norm's, and the other norm arguments are ignored.
+
+    Args:
+        channels: features per node.
+    """
 
     def __init__(self, channels: int) -> None:
         super().__init__()
@@ -24,8 +29,7 @@ class Identity(nn.Module):
         edge_index: Tensor | None = None,
         token_mask: Tensor | None = None,
     ) -> Tensor:
-        check_features(x, self.channels, "none")
-        check_batch(x, batch, "none")
+        check_norm_inputs(x, batch, batch_size, self.channels, "none")
         return x
 
     def extra_repr(self) -> str:

@@ -2,29 +2,21 @@
 
 from __future__ import annotations
 
-from torch import Tensor, nn
+from torch import Tensor
 
+from graphnorm.checks import check_positive
+from graphnorm.norms.chunked_ops import graph_center_scale, graph_variance
+from graphnorm.norms.input_checks import check_norm_inputs
+from graphnorm.norms.parameters import UnwrappedPyGNorm, register_affine, reset_affine
+from graphnorm.norms.precision import cast, upcast
+from graphnorm.norms.reductions import graph_reduce
 from graphnorm.norms.registry import register_norm
-from graphnorm.norms.utils import (
-    cast,
-    check_batch,
-    check_features,
-    check_graph_ids,
-    check_positive,
-    graph_center_scale,
-    graph_reduce,
-    graph_variance,
-    register_affine,
-    rename_legacy_keys,
-    reset_affine,
-    upcast,
-)
 
 
 @register_norm("instancenorm")
-class InstanceNorm(nn.Module):
-    r"""Instance normalization from `"Instance Normalization: The Missing Ingredient for Fast Stylization"
-    <https://arxiv.org/abs/1607.08022>`_, with each graph :math:`g` as one instance (statistics per channel):
+class InstanceNorm(UnwrappedPyGNorm):
+    r"""Instance normalization, from `"Instance Normalization: The Missing Ingredient for Fast Stylization"
+    <https://arxiv.org/abs/1607.08022>`_ (Ulyanov et al., 2016), with each graph :math:`g` as one instance:
 
     .. math::
         \mathbf{x}'_i = \boldsymbol\gamma \odot \frac{\mathbf{x}_i - \boldsymbol\mu_g}
@@ -32,15 +24,20 @@ class InstanceNorm(nn.Module):
         \boldsymbol\mu_g = \frac{1}{|\mathcal{V}_g|}\sum_{j \in \mathcal{V}_g}\mathbf{x}_j,\;
         \boldsymbol\sigma^2_g = \frac{1}{|\mathcal{V}_g|}\sum_{j \in \mathcal{V}_g}(\mathbf{x}_j - \boldsymbol\mu_g)^2
 
-    :math:`\boldsymbol\gamma, \boldsymbol\beta` only with ``affine=True`` (default False, as PyG and torch). Always
-    the instance's own statistics (no running statistics), so train and eval mode agree. Same outputs and parameters
-    as :class:`torch_geometric.nn.norm.InstanceNorm` with a batch vector (tested against it), in our own
-    implementation that allocates one full-size tensor (the output). Without ``batch`` all rows are one graph,
-    through the same code: PyG's ``batch=None`` path uses ``F.instance_norm``, which raises on a one-node graph;
-    here a one-node graph gives :math:`\boldsymbol\beta`.
+    per channel, always with the instance's own statistics (no running statistics), so train and eval mode agree. The
+    outputs and parameters of :class:`torch_geometric.nn.norm.InstanceNorm` with a batch vector (tested against it;
+    state dicts with the keys of a wrapped PyG module load too), with one full-size allocation, the output. Without
+    ``batch`` all rows are one graph, through the same code: a one-node graph gives :math:`\boldsymbol\beta` (PyG's
+    ``batch=None`` path, ``F.instance_norm``, raises there).
 
-    float16 / bfloat16 input is computed in float32 (the parameters too, whatever their dtype) and returned in its
-    own dtype.
+    Args:
+        channels: features per node.
+        eps: added to the variance (default 1e-5).
+        affine: learn the gain :math:`\boldsymbol\gamma` (init 1) and bias :math:`\boldsymbol\beta` (init 0)
+            (default False, as PyG and torch).
+
+    Raises:
+        ValueError: ``eps`` is not a finite number > 0.
     """
 
     def __init__(self, channels: int, eps: float = 1e-5, affine: bool = False) -> None:
@@ -53,10 +50,6 @@ class InstanceNorm(nn.Module):
     def reset_parameters(self) -> None:
         reset_affine(self)
 
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
-        rename_legacy_keys(state_dict, prefix, "module.")  # checkpoints from when this wrapped PyG's InstanceNorm
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
-
     def forward(
         self,
         x: Tensor,
@@ -65,9 +58,7 @@ class InstanceNorm(nn.Module):
         edge_index: Tensor | None = None,
         token_mask: Tensor | None = None,
     ) -> Tensor:
-        check_features(x, self.channels, "instancenorm")
-        check_batch(x, batch, "instancenorm")
-        check_graph_ids(batch, batch_size, "instancenorm")
+        check_norm_inputs(x, batch, batch_size, self.channels, "instancenorm", per_graph=True)
         if x.size(0) == 0:
             return x.clone()
         wide = upcast(x)  # float32 for half precision: half sums of squares overflow past 65504

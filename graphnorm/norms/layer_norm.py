@@ -5,49 +5,46 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from graphnorm.checks import check_choice, check_positive
+from graphnorm.norms.chunked_ops import graph_center_scale, graph_centered_sq_sum
+from graphnorm.norms.input_checks import check_norm_inputs
+from graphnorm.norms.parameters import register_affine, reset_affine
+from graphnorm.norms.precision import cast, upcast
+from graphnorm.norms.reductions import graph_reduce, graph_sizes
 from graphnorm.norms.registry import register_norm
-from graphnorm.norms.utils import (
-    cast,
-    check_batch,
-    check_choice,
-    check_features,
-    check_graph_ids,
-    check_positive,
-    graph_center_scale,
-    graph_centered_sq_sum,
-    graph_reduce,
-    graph_sizes,
-    register_affine,
-    reset_affine,
-    upcast,
-)
 
 
 @register_norm("layernorm")
 class LayerNorm(nn.Module):
-    r"""Layer normalization from `"Layer Normalization" <https://arxiv.org/abs/1607.06450>`_ (Ba et al., 2016).
+    r"""Layer normalization, from `"Layer Normalization" <https://arxiv.org/abs/1607.06450>`_ (Ba et al., 2016).
 
-    ``mode="node"`` (default, transformer style), statistics over the :math:`C` channels of each node:
+    ``mode="node"`` (transformer style), over the :math:`C` channels of each node:
 
     .. math::
         \mathbf{x}'_i = \boldsymbol\gamma \odot \frac{\mathbf{x}_i - \mu_i}{\sqrt{\sigma_i^2 + \epsilon}}
         + \boldsymbol\beta, \qquad \mu_i = \frac{1}{C}\sum_c x_{ic},\;
         \sigma_i^2 = \frac{1}{C}\sum_c (x_{ic} - \mu_i)^2
 
-    ``mode="graph"`` (as :class:`torch_geometric.nn.norm.LayerNorm` with ``mode="graph"``), one mean and variance
-    over all nodes and channels of each graph :math:`g`:
+    ``mode="graph"`` (:class:`torch_geometric.nn.norm.LayerNorm`'s ``mode="graph"``), one mean and variance over all
+    nodes and channels of each graph :math:`g`:
 
     .. math::
         \mathbf{x}'_i = \boldsymbol\gamma \odot \frac{\mathbf{x}_i - \mu_g}{\sqrt{\sigma_g^2 + \epsilon}}
         + \boldsymbol\beta, \qquad \mu_g = \frac{1}{|\mathcal{V}_g| C}\sum_{j \in \mathcal{V}_g}\sum_c x_{jc},\;
         \sigma_g^2 = \frac{1}{|\mathcal{V}_g| C}\sum_{j \in \mathcal{V}_g}\sum_c (x_{jc} - \mu_g)^2
 
-    Difference from PyG: PyG divides by ``std + eps`` when ``batch`` is None but by ``sqrt(var + eps)`` otherwise;
-    here it is always ``sqrt(var + eps)``, so a lone graph gives the same output with or without a batch vector.
-    ``affine`` adds the per-channel gain :math:`\boldsymbol\gamma` (init 1) and bias :math:`\boldsymbol\beta` (init 0).
+    Unlike PyG, which divides by ``std + eps`` when ``batch`` is None but by ``sqrt(var + eps)`` otherwise, it is
+    always ``sqrt(var + eps)``: a lone graph gives the same output with or without a batch vector.
 
-    float16 / bfloat16 input is computed in float32 (the parameters too, whatever their dtype) and returned in its
-    own dtype.
+    Args:
+        channels: features per node.
+        mode: ``"node"`` (default) or ``"graph"``.
+        eps: added to the variance (default 1e-5).
+        affine: learn the gain :math:`\boldsymbol\gamma` (init 1) and bias :math:`\boldsymbol\beta` (init 0)
+            (default True).
+
+    Raises:
+        ValueError: an unknown ``mode``, or ``eps`` not a finite number > 0.
     """
 
     def __init__(self, channels: int, mode: str = "node", eps: float = 1e-5, affine: bool = True) -> None:
@@ -69,10 +66,7 @@ class LayerNorm(nn.Module):
         edge_index: Tensor | None = None,
         token_mask: Tensor | None = None,
     ) -> Tensor:
-        check_features(x, self.channels, "layernorm")
-        check_batch(x, batch, "layernorm")
-        if self.mode == "graph":
-            check_graph_ids(batch, batch_size, "layernorm")
+        check_norm_inputs(x, batch, batch_size, self.channels, "layernorm", per_graph=self.mode == "graph")
         if x.size(0) == 0:
             return x.clone()
         wide = upcast(x)  # float32 for half precision: half sums of squares overflow past 65504

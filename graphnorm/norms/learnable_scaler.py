@@ -5,28 +5,33 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from graphnorm.checks import check_choice
+from graphnorm.norms.input_checks import check_norm_inputs
+from graphnorm.norms.precision import cast, compute_dtype, upcast
 from graphnorm.norms.registry import register_norm
-from graphnorm.norms.utils import cast, check_batch, check_choice, check_features, compute_dtype, upcast
 
 LEARNABLE_SCALER_INITS = ("ones", "normal")
 
 
 @register_norm("learnable_scaler")
 class LearnableScaler(nn.Module):
-    r"""LearnableScaler (https://github.com/nghiemtuan/LearnableScaler), a per-channel affine map with no statistics:
+    r"""LearnableScaler (https://github.com/nghiemtuan/LearnableScaler), proposed as a normalization-free replacement
+    for LayerNorm: a per-channel affine map with no statistics,
 
     .. math::
         \mathbf{x}'_i = \mathbf{a} \odot \mathbf{x}_i + \mathbf{b}
 
-    :math:`\mathbf{b}` starts at 0. ``init`` chooses :math:`\mathbf{a}`'s start:
+    with :math:`\mathbf{b}` starting at 0.
 
-    * ``"ones"`` (default): :math:`\mathbf{a} = \mathbf{1}`, so the layer starts as the identity (a fair baseline:
-      no random sign flips or near-zero channels at initialization).
-    * ``"normal"``: :math:`a_c \sim \mathcal{N}(0, 1)`, what the reference code actually does
-      (``nn.init.normal_(torch.ones(C))`` overwrites the ones with standard-normal draws).
+    Args:
+        channels: features per node.
+        init: :math:`\mathbf{a}`'s start. ``"ones"`` (default): :math:`\mathbf{a} = \mathbf{1}`, so the layer starts
+            as the identity (a fair baseline: no random sign flips or near-zero channels at initialization).
+            ``"normal"``: :math:`a_c \sim \mathcal{N}(0, 1)`, what the reference code does
+            (``nn.init.normal_(torch.ones(C))`` overwrites the ones with standard-normal draws).
 
-    float16 / bfloat16 input is computed in float32 (the parameters too, whatever their dtype) and returned in its
-    own dtype.
+    Raises:
+        ValueError: an unknown ``init``.
     """
 
     def __init__(self, channels: int, init: str = "ones") -> None:
@@ -52,8 +57,7 @@ class LearnableScaler(nn.Module):
         edge_index: Tensor | None = None,
         token_mask: Tensor | None = None,
     ) -> Tensor:
-        check_features(x, self.channels, "learnable_scaler")
-        check_batch(x, batch, "learnable_scaler")
+        check_norm_inputs(x, batch, batch_size, self.channels, "learnable_scaler")
         dtype = compute_dtype(x)
         # one fused kernel: b + x * a (float32 for half input, so only the result is rounded)
         return torch.addcmul(cast(self.bias, dtype), upcast(x), cast(self.weight, dtype)).to(x.dtype)

@@ -4,24 +4,34 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
+from graphnorm.checks import check_positive
+from graphnorm.norms.input_checks import check_norm_inputs
+from graphnorm.norms.precision import upcast
+from graphnorm.norms.reductions import row_mean_var
 from graphnorm.norms.registry import register_norm
-from graphnorm.norms.utils import check_batch, check_features, check_positive, row_mean_var, upcast
 
 
 @register_norm("nodenorm")
 class NodeNorm(nn.Module):
-    r"""NodeNorm from `"Understanding and Resolving Performance Degradation in Deep Graph Convolutional Networks"
-    <https://arxiv.org/abs/2006.07107>`_ (Zhou et al., CIKM 2021):
+    r"""NodeNorm, from `"Understanding and Resolving Performance Degradation in Deep Graph Convolutional Networks"
+    <https://arxiv.org/abs/2006.07107>`_ (Zhou et al., CIKM 2021): each node divided by a root of its own standard
+    deviation,
 
     .. math::
         \mathbf{x}'_i = \frac{\mathbf{x}_i}{\sigma_i^{1/p}}, \qquad
         \sigma_i = \sqrt{\frac{1}{C}\sum_c (x_{ic} - \mu_i)^2 + \epsilon}
 
-    No centering, population variance, no learnable parameters; ``eps`` (1e-5) inside the root as in the authors'
-    code. ``p`` (default 2, the ``power_root`` default of the authors' code, its ``"pr"`` variant) tempers the
-    rescaling: ``p=1`` divides by the full std (their ``"v"`` variant); larger ``p`` normalizes less.
+    with no centering, the population variance and no learnable parameters; ``eps`` inside the root, as in the
+    authors' code.
 
-    float16 / bfloat16 input is computed in float32 and returned in its own dtype.
+    Args:
+        channels: features per node.
+        p: the root (default 2, ``power_root``'s default in the authors' code, their ``"pr"`` variant); ``p=1`` divides
+            by the full std (their ``"v"`` variant), a larger ``p`` normalizes less.
+        eps: added to the variance (default 1e-5).
+
+    Raises:
+        ValueError: ``p`` or ``eps`` is not a finite number > 0.
     """
 
     def __init__(self, channels: int, p: float = 2.0, eps: float = 1e-5) -> None:
@@ -38,8 +48,7 @@ class NodeNorm(nn.Module):
         edge_index: Tensor | None = None,
         token_mask: Tensor | None = None,
     ) -> Tensor:
-        check_features(x, self.channels, "nodenorm")
-        check_batch(x, batch, "nodenorm")
+        check_norm_inputs(x, batch, batch_size, self.channels, "nodenorm")
         if x.size(0) == 0:
             return x.clone()
         wide = upcast(x)  # float32 for half precision: a half sum of squares overflows past 65504

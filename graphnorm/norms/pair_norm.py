@@ -5,31 +5,23 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from graphnorm.checks import check_choice, check_positive
+from graphnorm.norms.chunked_ops import graph_center_scale, graph_centered_sq_sum
+from graphnorm.norms.input_checks import check_norm_inputs
+from graphnorm.norms.precision import upcast
+from graphnorm.norms.reductions import broadcast_to_nodes, graph_reduce, graph_sizes
 from graphnorm.norms.registry import register_norm
-from graphnorm.norms.utils import (
-    broadcast_to_nodes,
-    check_batch,
-    check_choice,
-    check_features,
-    check_graph_ids,
-    check_positive,
-    graph_center_scale,
-    graph_centered_sq_sum,
-    graph_reduce,
-    graph_sizes,
-    upcast,
-)
 
 PAIRNORM_MODES = ("PN", "PN-SI", "PN-SCS")
 
 
 @register_norm("pairnorm")
 class PairNorm(nn.Module):
-    r"""PairNorm from `"PairNorm: Tackling Oversmoothing in GNNs" <https://arxiv.org/abs/1909.12223>`_
-    (Zhao & Akoglu, 2020), computed per graph :math:`g` with mean
-    :math:`\boldsymbol\mu_g = \frac{1}{|\mathcal{V}_g|}\sum_{j \in \mathcal{V}_g} \mathbf{x}_j` and scale :math:`s`.
+    r"""PairNorm, per graph, from `"PairNorm: Tackling Oversmoothing in GNNs" <https://arxiv.org/abs/1909.12223>`_
+    (Zhao & Akoglu, ICLR 2020), with the graph's mean
+    :math:`\boldsymbol\mu_g = \frac{1}{|\mathcal{V}_g|}\sum_{j \in \mathcal{V}_g} \mathbf{x}_j` and the scale :math:`s`.
 
-    ``PN`` (the paper's Eq. 6): center, then rescale so the mean squared row norm is :math:`s^2`:
+    ``PN`` (the paper's Eq. 6): center, then rescale so that the mean squared row norm is :math:`s^2`,
 
     .. math::
         \mathbf{x}^c_i = \mathbf{x}_i - \boldsymbol\mu_g, \qquad
@@ -38,18 +30,24 @@ class PairNorm(nn.Module):
 
     ``PN-SI`` (scale individually):
     :math:`\mathbf{x}'_i = s\,\mathbf{x}^c_i / \sqrt{\epsilon + \|\mathbf{x}^c_i\|_2^2}`.
-
-    ``PN-SCS`` (scale and center simultaneously, only in the official code
-    https://github.com/LingxiaoShawn/PairNorm, not in the paper; PyG lacks it):
+    ``PN-SCS`` (scale and center simultaneously; only in the official code https://github.com/LingxiaoShawn/PairNorm,
+    not in the paper or PyG):
 
     .. math::
         \mathbf{x}'_i = s \, \frac{\mathbf{x}_i}{\sqrt{\epsilon + \|\mathbf{x}_i\|_2^2}} - \boldsymbol\mu_g
 
-    where, as in that code, :math:`\boldsymbol\mu_g` is the mean of the *input* rows, so ``PN-SCS`` output does not in
-    general have zero mean (``PN`` and ``PN-SI`` do). ``eps`` (1e-6, as the official code) sits inside the root.
-    Unlike the official code (one graph), all statistics are per graph of the mini-batch.
+    where, as in that code, :math:`\boldsymbol\mu_g` is the mean of the *input* rows, so a ``PN-SCS`` output does not
+    in general have zero mean (``PN`` and ``PN-SI`` do). Unlike the official code (one graph), every statistic is per
+    graph of the mini-batch.
 
-    float16 / bfloat16 input is computed in float32 and returned in its own dtype.
+    Args:
+        channels: features per node.
+        mode: ``"PN"`` (default), ``"PN-SI"`` or ``"PN-SCS"``.
+        scale: :math:`s` (default 1.0).
+        eps: inside the root (default 1e-6, as the official code).
+
+    Raises:
+        ValueError: an unknown ``mode``, or ``scale`` or ``eps`` not a finite number > 0.
     """
 
     def __init__(self, channels: int, mode: str = "PN", scale: float = 1.0, eps: float = 1e-6) -> None:
@@ -67,12 +65,10 @@ class PairNorm(nn.Module):
         edge_index: Tensor | None = None,
         token_mask: Tensor | None = None,
     ) -> Tensor:
-        check_features(x, self.channels, "pairnorm")
-        check_batch(x, batch, "pairnorm")
-        check_graph_ids(batch, batch_size, "pairnorm")
+        check_norm_inputs(x, batch, batch_size, self.channels, "pairnorm", per_graph=True)
         if x.size(0) == 0:
             return x.clone()
-        # float32 for half precision: a half squared row norm overflows past 65504 (the output was all zeros)
+        # float32 for half precision: a half squared row norm overflows past 65504 (the output would be all zeros)
         return self._normalize(upcast(x), batch, batch_size).to(x.dtype)
 
     def _normalize(self, x: Tensor, batch: Tensor | None, batch_size: int | None) -> Tensor:

@@ -23,7 +23,11 @@ _NORMS: dict[str, type[nn.Module]] = {}
 
 
 def register_norm(name: str) -> Callable[[type[nn.Module]], type[nn.Module]]:
-    """Class decorator: register a norm under a lower-case ``name``."""
+    """Class decorator: register a norm under a lower-case ``name`` (also set as its ``registry_name``).
+
+    Raises:
+        ValueError: ``name`` is not lower-case, or is registered to another class.
+    """
     if name != name.lower():
         raise ValueError(f"norm names are lower-case, got {name!r}")
 

@@ -5,27 +5,35 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from graphnorm.checks import check_positive
+from graphnorm.norms.input_checks import check_norm_inputs
+from graphnorm.norms.parameters import reset_affine
+from graphnorm.norms.precision import cast, upcast
 from graphnorm.norms.registry import register_norm
-from graphnorm.norms.utils import cast, check_batch, check_features, check_positive, reset_affine, upcast
 
 
 @register_norm("rmsnorm")
 class RMSNorm(nn.Module):
-    r"""Root-mean-square normalization per node, from `"Root Mean Square Layer Normalization"
-    <https://arxiv.org/abs/1910.07467>`_ (Zhang & Sennrich, 2019):
+    r"""Root-mean-square normalization, per node, from `"Root Mean Square Layer Normalization"
+    <https://arxiv.org/abs/1910.07467>`_ (Zhang & Sennrich, NeurIPS 2019):
 
     .. math::
         \mathbf{x}'_i = \frac{\mathbf{x}_i}{\mathrm{RMS}(\mathbf{x}_i) + \epsilon} \odot \mathbf{g}
         \;(+\, \mathbf{b}), \qquad
         \mathrm{RMS}(\mathbf{x}_i) = \sqrt{\frac{1}{k}\sum_{c=1}^{k} x_{ic}^2}
 
-    with :math:`k = C` (full RMSNorm, ``p=-1`` or ``p=1``) or :math:`k = \lfloor pC \rfloor` for partial RMSNorm
-    (pRMSNorm, ``0 < p < 1``): the RMS is estimated from the first :math:`k` channels only, and all channels are
-    divided by it. As in the authors' code, ``eps`` (default 1e-8) is added to the RMS, not inside the root.
-    The gain :math:`\mathbf{g}` starts at 1; the bias :math:`\mathbf{b}` (``bias=True``) at 0.
+    with :math:`k = C` (RMSNorm) or :math:`k = \lfloor pC \rfloor` (partial RMSNorm, pRMSNorm): the RMS of the first
+    :math:`k` channels divides all of them. As in the authors' code, ``eps`` is added to the RMS, not inside the root.
 
-    float16 / bfloat16 input is computed in float32 (the parameters too, whatever their dtype) and returned in its
-    own dtype.
+    Args:
+        channels: features per node.
+        p: ``-1`` or ``1`` (default ``-1``) for RMSNorm, ``0 < p < 1`` for pRMSNorm.
+        eps: added to the RMS (default 1e-8).
+        bias: learn the bias :math:`\mathbf{b}` (init 0) besides the gain :math:`\mathbf{g}` (init 1) (default False).
+
+    Raises:
+        ValueError: ``eps`` is not a finite number > 0, ``p`` is neither ``-1`` nor in ``(0, 1]``, or ``p`` keeps no
+            channel.
     """
 
     def __init__(self, channels: int, p: float = -1.0, eps: float = 1e-8, bias: bool = False) -> None:
@@ -55,8 +63,7 @@ class RMSNorm(nn.Module):
         edge_index: Tensor | None = None,
         token_mask: Tensor | None = None,
     ) -> Tensor:
-        check_features(x, self.channels, "rmsnorm")
-        check_batch(x, batch, "rmsnorm")
+        check_norm_inputs(x, batch, batch_size, self.channels, "rmsnorm")
         if x.size(0) == 0:
             return x.clone()
         wide = upcast(x)  # float32 for half precision: a half squared row norm overflows past 65504

@@ -8,36 +8,39 @@ import torch
 from torch import Tensor, nn
 from torch_geometric.utils import subgraph
 
+from graphnorm.norms.input_checks import check_norm_inputs, check_token_mask
 from graphnorm.norms.layer_norm import LayerNorm
+from graphnorm.norms.reductions import num_graphs
 from graphnorm.norms.registry import build_norm, register_norm
-from graphnorm.norms.utils import check_batch, check_features, check_graph_ids, check_token_mask, num_graphs
 
 
 @register_norm("sepnorm")
 class SepNorm(nn.Module):
-    r"""Separate normalization from `"On Separate Normalization in Self-supervised Transformers"
+    r"""Separate normalization, from `"On Separate Normalization in Self-supervised Transformers"
     <https://arxiv.org/abs/2309.12931>`_ (Chen et al., NeurIPS 2023): the [CLS]-like graph-token row of each graph and
-    the ordinary node rows go through two different norms,
+    the node rows go through two different norms,
 
     .. math::
         \mathbf{x}'_i = \begin{cases} \mathrm{Norm}_{\text{token}}(\mathbf{x}_i) & i \text{ is a graph token} \\
-        \mathrm{Norm}_{\text{node}}(\mathbf{x}_i) & \text{otherwise} \end{cases}
+        \mathrm{Norm}_{\text{node}}(\mathbf{x}_i) & \text{otherwise.} \end{cases}
 
-    with :math:`\mathrm{Norm}_{\text{token}}` = ``token_norm`` (default ``"batchnorm"``, over the one token row per
-    graph, i.e. across the graphs of the batch, as the paper's BatchNorm for [CLS]) and
-    :math:`\mathrm{Norm}_{\text{node}}` = ``node_norm`` (default ``"layernorm"``), both built through the registry
-    with ``token_kwargs`` / ``node_kwargs`` (an already-built norm module is also accepted, without kwargs).
+    ``token_mask`` (bool ``[num_nodes]``) is required and must mark exactly one row per graph of ``batch``. The token
+    rows are passed with their graph ids as ``batch``, so the default BatchNorm normalizes across the graphs of the
+    batch, as the paper's BatchNorm for [CLS]; with one graph in training mode it uses its running statistics (see
+    :class:`~graphnorm.norms.BatchNorm`). The node rows keep their ``batch`` entries and ``edge_index`` restricted to
+    node-node edges, relabelled. Neither sub-norm receives ``token_mask``.
 
-    ``token_mask`` (bool ``[num_nodes]``) is required and must mark exactly one row per graph of ``batch``
-    (otherwise ``ValueError``). The node rows keep their own ``batch`` entries (and ``edge_index`` restricted to
-    node-node edges, relabelled); the token rows are passed with their graph ids as batch (``arange(num_graphs)``
-    when tokens appear in graph order). Neither sub-norm receives ``token_mask``.
+    Args:
+        channels: features per node.
+        token_norm: :math:`\mathrm{Norm}_{\text{token}}`, a registered name (default ``"batchnorm"``) or a built norm.
+        node_norm: :math:`\mathrm{Norm}_{\text{node}}`, a registered name (default ``"layernorm"``) or a built norm.
+        token_kwargs: keywords for ``token_norm`` (with a name only).
+        node_kwargs: keywords for ``node_norm`` (with a name only).
 
-    One graph in training mode: the default BatchNorm then sees a single token row, which has no batch variance;
-    it normalizes that row with its running statistics and does not update them (as in eval mode), see
-    :class:`~graphnorm.norms.BatchNorm`.
-
-    float16 / bfloat16 input: each sub-norm computes in float32 and the output has the input's dtype.
+    Raises:
+        ValueError: ``token_norm`` or ``node_norm`` is ``"sepnorm"`` or unknown, or its keywords are; in forward, a
+            missing or malformed ``token_mask``.
+        TypeError: ``token_mask`` is not a bool tensor.
     """
 
     def __init__(
@@ -63,9 +66,7 @@ class SepNorm(nn.Module):
         edge_index: Tensor | None = None,
         token_mask: Tensor | None = None,
     ) -> Tensor:
-        check_features(x, self.channels, "sepnorm")
-        check_batch(x, batch, "sepnorm")
-        check_graph_ids(batch, batch_size, "sepnorm")
+        check_norm_inputs(x, batch, batch_size, self.channels, "sepnorm", per_graph=True)
         if x.size(0) == 0:
             return x.clone()
         check_token_mask(x, batch, token_mask, batch_size, "sepnorm")

@@ -3,7 +3,8 @@ figures.
 
 ``run_sweep(sweep, out)`` is the entry point behind ``graphnorm sweep``. Where to look next:
 
-* :mod:`~graphnorm.sweep.runner`: the grid (load, expand), the executors and the one function a run is;
+* :mod:`~graphnorm.sweep.grid`: the sweep YAML, loaded, checked and expanded into run configs;
+* :mod:`~graphnorm.sweep.runner`: the executors and the one function a run is;
 * :mod:`~graphnorm.sweep.results`, :mod:`~graphnorm.sweep.tables`: the results files and the CSV tables built
   from them;
 * :mod:`~graphnorm.sweep.report`: figures and the markdown summary of a sweep folder;
@@ -25,8 +26,15 @@ __all__ = [
 ]
 
 
+GRID_NAMES = ("expand_grid", "load_sweep_config")  # from graphnorm.sweep.grid; the others from graphnorm.sweep.runner
+
+
 def __getattr__(name: str) -> Any:
-    # The entry points load on first use, so that the light submodules (e.g. the record's keys) import alone.
+    # The entry points load on first use, so that the light submodules (e.g. the grid) import alone.
+    if name in GRID_NAMES:
+        from graphnorm.sweep import grid
+
+        return getattr(grid, name)
     if name in __all__:
         from graphnorm.sweep import runner
 

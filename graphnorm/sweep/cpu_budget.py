@@ -1,21 +1,13 @@
 """The CPU cores this process may use, and how a sweep splits them into worker processes x torch threads.
 
-Why it matters: torch runs a CPU op on an OpenMP team (GNU libgomp in the PyPI wheels, see
-``torch.__config__.parallel_info()``), and every op ends at a barrier that waits for all threads of the team. When
-the team has more threads than free cores (another process is busy on the machine, or a sweep starts more
-workers x threads than there are cores), an op waits for a descheduled thread to get a time slice, and a deep GCN's
-hundreds of small ops per pass each pay that wait: on 2 cores kept busy by other processes (load average 5-6), a
-64-layer DeepGCN's eval forward on Cora took 10.8 s with 2 threads and 0.81 s with 1, its training epoch 14-35 s and
-2.3 s (issue 20; ``experiments/benchmarks/bench_threads.py``). Subnormal floats are not the cause: none occur in the
-forward or backward of vanilla, PairNorm or ContraNorm DeepGCNs at 16-64 layers as initialized; a vanilla 64-layer
-model trained with weight decay has ~4.5% subnormal gradients, and flushing them to zero changes none of its
-results or collapse metrics (``bench_threads`` counts and compares them).
-
-So a sweep never starts more threads than usable cores: :func:`usable_cores` is the least of the CPU affinity
-(``taskset``, cpusets), the container's CPU quota (cgroup ``cpu.max``) and ``SLURM_CPUS_PER_TASK``, and
-:func:`plan_cpus` gives ``workers x threads <= usable cores`` by default, with one thread per run whenever the machine
-already looks busy (:func:`machine_busy`). ``--threads`` or ``$GRAPHNORM_THREADS`` set the threads per run
-explicitly.
+Why it matters: torch runs a CPU op on an OpenMP team, and every op ends at a barrier that waits for all threads of
+the team. When the team has more threads than free cores (another process is busy on the machine, or a sweep starts
+more workers x threads than there are cores), an op waits for a descheduled thread to get a time slice, and a deep
+GCN's hundreds of small ops per pass each pay that wait: a second thread per run then makes a run many times slower
+instead of faster (``experiments/benchmarks/bench_threads.py`` measures it, and shows that subnormal floats are not
+the cause). So a sweep never starts more threads than usable cores (:func:`usable_cores`, :func:`plan_cpus`), with one
+thread per run whenever the machine already looks busy (:func:`machine_busy`); ``--threads`` or
+``$GRAPHNORM_THREADS`` set the threads per run explicitly.
 """
 
 from __future__ import annotations
@@ -42,6 +34,7 @@ def affinity_cores() -> int:
 
 
 def _read(path: Path) -> str | None:
+    """The stripped text of ``path``, or None when it cannot be read (no such cgroup file)."""
     try:
         return path.read_text().strip()
     except OSError:
@@ -107,12 +100,11 @@ def env_threads() -> int | None:
 def passive_openmp_wait() -> Iterator[None]:
     """While inside, ``OMP_WAIT_POLICY=PASSIVE`` in the environment (unless the user set a policy), so processes
     started here (a sweep's forkserver and workers, submitit jobs) get threads that sleep when they wait instead of
-    spinning. GNU OpenMP reads it once, when a process starts. Measured beside a busy neighbour on 2 loaded cores
-    (``bench_threads``' spin-policy table, fresh processes): a 64-layer DeepGCN forward with 2 threads took 5.0 s
-    with the default policy, 6.9 s with ``ACTIVE`` and 0.67 s with ``PASSIVE`` (1 thread: 0.8-1.1 s): a spinning
-    thread takes the core from the thread that has the work. Beside one busy process on otherwise idle cores: 0.46 s
-    default, 0.28 s passive, 0.19 s on 1 thread. The price on a quiet machine: waking a sleeping thread per op, about
-    0.10 -> 0.15 s for that forward; set ``OMP_WAIT_POLICY=ACTIVE`` for dedicated cores and many threads."""
+    spinning; GNU OpenMP reads it once, when a process starts. Beside busy neighbours a spinning thread takes the
+    core from the thread that has the work, which makes a multi-threaded forward far slower under the default or
+    ``ACTIVE`` policy than under ``PASSIVE`` (``bench_threads``' spin-policy table). The price on a quiet machine is
+    waking a sleeping thread per op, a modest slow-down: set ``OMP_WAIT_POLICY=ACTIVE`` for dedicated cores and many
+    threads."""
     if os.environ.get("OMP_WAIT_POLICY"):
         yield
         return
@@ -134,6 +126,7 @@ class CpuPlan:
 
     @property
     def oversubscribed(self) -> bool:
+        """Whether ``workers x threads`` exceeds the usable cores."""
         return self.workers * self.threads > self.cores
 
 

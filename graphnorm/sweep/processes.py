@@ -1,18 +1,10 @@
 """Process control of a local sweep: its workers never outlive the driver, and an interrupt stops them all.
 
 A local sweep's workers are forked by multiprocessing's forkserver, so their parent is the forkserver, not the
-driver: nothing in the kernel ties a worker's life to the driver's. Three pieces do:
-
-- :func:`signals_interrupt` turns SIGTERM and SIGHUP into ``KeyboardInterrupt`` (as SIGINT already is) while the
-  sweep runs, so every way of asking the driver to stop goes through the same cleanup.
-- :func:`stop_workers` (that cleanup) terminates the workers and waits until they are gone, so the sweep's lock is
-  released, and ``runs.csv`` written, only when no worker can write another result.
-- :func:`init_worker` (each worker's initializer) ignores SIGINT, so Ctrl-C on a terminal, which reaches the whole
-  process group, is handled by the driver alone, and starts a watchdog thread that ends the worker as soon as the
-  driver process is gone, whatever killed it (``kill -9`` included, where no cleanup code runs). The watchdog waits
-  on a pidfd of the driver (Linux >= 5.3): no polling, and no confusion with a later process given the same pid.
-  ``PR_SET_PDEATHSIG`` would not do: it fires on the death of the worker's parent, the forkserver, which is not the
-  driver. Elsewhere the watchdog polls the driver's pid twice a second.
+driver: nothing in the kernel ties a worker's life to the driver's. Three pieces do: :func:`signals_interrupt` (every
+way of asking the driver to stop goes through the same cleanup), :func:`stop_workers` (that cleanup: the sweep's lock
+is released, and ``runs.csv`` written, only when no worker can write another result) and :func:`init_worker` (each
+worker leaves Ctrl-C to the driver and exits as soon as the driver is gone).
 """
 
 from __future__ import annotations
@@ -43,7 +35,8 @@ class SweepInterrupted(KeyboardInterrupt):
 
 @contextlib.contextmanager
 def signals_interrupt(signums: tuple[int, ...] = (signal.SIGTERM, signal.SIGHUP)) -> Iterator[None]:
-    """While inside, each of ``signums`` left at its default raises :class:`SweepInterrupted` in the main thread."""
+    """While inside, each of ``signums`` left at its default raises :class:`SweepInterrupted` in the main thread,
+    as SIGINT raises ``KeyboardInterrupt``: one cleanup for every way of asking the driver to stop."""
     if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
         yield
         return
@@ -63,10 +56,11 @@ def signals_interrupt(signums: tuple[int, ...] = (signal.SIGTERM, signal.SIGHUP)
 
 
 def init_worker(driver_pid: int, environment: dict[str, str] | None = None) -> None:
-    """Pool initializer: Ctrl-C is the driver's to handle; end this worker when the driver is gone; take the
-    driver's ``environment`` of this sweep (workers fork from a forkserver that keeps the environment of the first
-    sweep in the driver process: a later sweep there, in a notebook say, would otherwise not pass its changes on).
-    Variables read only when a process starts (``OMP_WAIT_POLICY``) keep the forkserver's values."""
+    """Pool initializer: ignore SIGINT (Ctrl-C on a terminal reaches the whole process group; the driver alone
+    handles it); end this worker when the driver is gone (:func:`_exit_with_driver`); take the driver's
+    ``environment`` of this sweep (workers fork from a forkserver that keeps the environment of the first sweep in the
+    driver process: a later sweep there, in a notebook say, would otherwise not pass its changes on). Variables read
+    only when a process starts (``OMP_WAIT_POLICY``) keep the forkserver's values."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if environment is not None:
         os.environ.clear()
@@ -75,6 +69,10 @@ def init_worker(driver_pid: int, environment: dict[str, str] | None = None) -> N
 
 
 def _exit_with_driver(driver_pid: int) -> None:
+    """The worker's watchdog thread: exit the process once the driver has exited, whatever killed it (``kill -9``
+    included, where no cleanup code runs). It waits on a pidfd of the driver (Linux >= 5.3): no polling, and no
+    confusion with a later process given the same pid; elsewhere it polls the driver's pid every :data:`POLL_S`.
+    ``PR_SET_PDEATHSIG`` would not do: it fires on the death of the worker's parent, the forkserver."""
     try:
         pidfd = os.pidfd_open(driver_pid)
     except ProcessLookupError:  # already gone

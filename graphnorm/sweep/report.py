@@ -1,33 +1,12 @@
-"""Figures and a markdown summary from a sweep's output directory (runs.csv, layers.csv).
+"""Figures and a markdown summary from a sweep's output directory (runs.csv, layers.csv, epochs.csv, steps.csv).
 
-* ``metric_vs_layer``: each collapse metric against layer, one panel per (metric, depth), one line per norm
-  (mean over seeds, band = std over seeds).
-* ``main_metric_vs_depth``: the sweep's own ``metric`` (the top-level ``metric`` of its YAML, saved in
-  ``sweep.yaml``; without one test_acc / test_rocauc / test_mae) against depth, one line per norm, error bars = std
-  over seeds; when the runs recorded ``majority_acc`` (always predicting the most frequent training class), a dashed
-  line at that level.
-* ``learning_curves``: train loss and the validation / test metric against epoch (from ``epochs.csv``), one panel
-  column per depth, one line per norm (mean ± std over seeds).
-* ``spectra``: normalized singular-value spectra (metrics ``sv_000``...) at the first, middle and last layer of the
-  deepest model, log scale.
-* ``token_metric_vs_layer``: the same for the graph-token rows (Graphormer's virtual graph token, the GCN's virtual
-  node), when the probe recorded them: the rows SepNorm normalizes apart from the nodes.
-* ``collapse_over_steps``: with ``steps.csv`` (runs with ``probe_every_steps``), mean cosine and effective rank of the
-  node and graph-token rows against the optimizer step, one panel column per label, one line per layer (mean over
-  seeds): how the collapse forms during training (:func:`plot_collapse_over_steps`).
-* ``summary.md``: the task metric (with the majority-class level when recorded; cells within one point of it or
-  below are marked) and the collapse metrics of the last probed layer, which each table names (node-level GCN/GAT:
-  the classifier output, i.e. logits; GCNII: the last GCNII layer before the output Linear; Graphormer: the last
-  encoder layer before the final norm), as norm x depth tables (mean ± std); with graph-token rows, also node and
-  token rows layer by layer (norm x layer tables, one per depth).
-
-Cones: figures draw the robust cone ``cone_angle_q90`` (the smallest cone of the 90 % of the rows closest to their
-mean direction, :func:`graphnorm.analysis.cone.robust_cone_angle`) when the probe recorded it, else the exact one;
-tables show the exact ``cone_angle`` and, when recorded, the robust one beside it.
-
-With several datasets in one sweep every figure is made per dataset. Norm "labels" also include any other config
-key that varies in the sweep (e.g. ``residual``), so distinct variants never share a line. ``split`` (a dataset's
-standard splits) is a repetition like ``seed``: "over seeds" means over every seed x split run of a label.
+:func:`make_report` writes them into ``<sweep>/report``: the sweep's metric against depth
+(:func:`plot_main_metric_vs_depth`), learning curves (:func:`plot_learning_curves`), collapse metrics against layer
+for node rows and graph-token rows (:func:`plot_metric_vs_layer`), singular-value spectra (:func:`plot_spectra`),
+collapse over training steps (:func:`plot_collapse_over_steps`) and ``summary.md`` (:func:`summary_markdown`). Lines
+and table rows are labels: the norm, plus any other config key that varies in the sweep, so distinct variants never
+share a line. ``split`` (a dataset's standard splits) is a repetition like ``seed``: "over seeds" means over every
+seed x split run of a label. With several datasets in one sweep every figure is made per dataset.
 """
 
 from __future__ import annotations
@@ -49,7 +28,6 @@ __all__ = [
     "load_sweep",
     "sweep_metric",
     "main_metric",
-    "majority_level",
     "last_layer_description",
     "layer_table",
     "plot_metric_vs_layer",
@@ -140,6 +118,7 @@ def main_metric(runs: pd.DataFrame, metric: str | None = None) -> str:
 
 
 def _variant_columns(runs: pd.DataFrame) -> list[str]:
+    """``norm`` and the config keys that vary within a norm: the columns a label is made of."""
     from graphnorm.config import RunConfig
 
     candidates = [c for c in RunConfig.field_names() if c in runs.columns and c not in _NON_VARIANT and c != "norm"]
@@ -150,6 +129,7 @@ def _variant_columns(runs: pd.DataFrame) -> list[str]:
 
 
 def _with_label(runs: pd.DataFrame) -> pd.DataFrame:
+    """``runs`` with a ``label`` column: the norm, then ``(key=value, ...)`` of the other keys that vary within it."""
     columns = _variant_columns(runs)
     runs = runs.copy()
     if len(columns) == 1:
@@ -188,10 +168,12 @@ def layer_table(runs: pd.DataFrame, layers: pd.DataFrame, rows: str = "node") ->
 
 
 def _datasets(frame: pd.DataFrame) -> list[str]:
+    """The datasets of ``frame`` in sorted order (``["data"]`` without a dataset column)."""
     return sorted(frame["dataset"].astype(str).unique()) if "dataset" in frame.columns else ["data"]
 
 
 def _save(figure: plt.Figure, out_dir: Path, stem: str) -> list[Path]:
+    """``figure`` as ``<stem>.png`` and ``<stem>.pdf`` in ``out_dir`` (then closed); the written paths."""
     paths = [out_dir / f"{stem}.png", out_dir / f"{stem}.pdf"]
     for path in paths:
         figure.savefig(path, dpi=120, bbox_inches="tight")
@@ -244,7 +226,11 @@ def plot_metric_vs_layer(
     dataset: str | None = None,
     title: str = "collapse metrics by layer",
 ) -> plt.Figure:
-    """Grid: one row per metric, one column per depth; x = layer, one line per label (mean ± std over seeds)."""
+    """Grid: one row per metric, one column per depth; x = layer, one line per label (mean ± std over seeds).
+
+    Cones: the robust ``cone_angle_q90`` (the smallest cone of the 90 % of the rows closest to their mean direction,
+    :func:`graphnorm.analysis.cone.robust_cone_angle`) is drawn when the probe recorded it, else the exact
+    ``cone_angle`` (:data:`FALLBACK_METRICS`)."""
     if dataset is not None:
         table = table[table["dataset"].astype(str) == dataset]
     present = set(table["metric"])
@@ -382,6 +368,7 @@ def _step_panel(axis: plt.Axes, table: pd.DataFrame) -> None:
 
 
 def _mean_std(values: pd.Series) -> str:
+    """``mean ± std (n=count)`` of the non-missing values, for a markdown cell; the mean alone for one value."""
     values = values.dropna()
     if values.empty:
         return ""
@@ -460,9 +447,11 @@ def _metric_table(subset: pd.DataFrame, metric: str) -> tuple[pd.DataFrame, list
 
 
 def summary_markdown(runs: pd.DataFrame, layers: pd.DataFrame, metric: str | None = None) -> str:
-    """Markdown: per dataset, the sweep's metric (``metric``, else the task metric found) and the last probed
-    layer's collapse metrics as label x depth tables, each naming the layer; when the probe recorded graph-token
-    rows, node and token metrics layer by layer as label x layer tables."""
+    """Markdown: per dataset, the sweep's metric (``metric``, else the task metric found; with the majority-class
+    level when recorded, cells within one point of it or below marked) and the last probed layer's collapse metrics
+    as label x depth tables, each naming the layer (:func:`last_layer_description`; the exact ``cone_angle`` and,
+    when recorded, the robust one beside it); when the probe recorded graph-token rows, node and token metrics layer
+    by layer as label x layer tables (one per depth)."""
     labelled = _with_label(runs)
     if "dataset" not in labelled.columns:
         labelled["dataset"] = "data"
@@ -490,7 +479,11 @@ def summary_markdown(runs: pd.DataFrame, layers: pd.DataFrame, metric: str | Non
 
 def make_report(run_dir: str | Path, out_dir: str | Path | None = None) -> list[Path]:
     """Write every figure (PNG and PDF) and ``summary.md`` for the sweep in ``run_dir`` into ``out_dir``
-    (default ``run_dir/report``); returns the written paths. Figures whose data are absent are skipped."""
+    (default ``run_dir/report``); returns the written paths. Figures whose data are absent are skipped.
+
+    The figures: ``main_metric_vs_depth``, ``learning_curves``, ``collapse_over_steps``, ``metric_vs_layer``,
+    ``spectra`` and ``token_metric_vs_layer`` (graph-token rows: Graphormer's graph token, a GCN's virtual node), each
+    with a ``_<dataset>`` suffix when the sweep has several datasets. ``ValueError`` without successful runs."""
     runs, layers = load_sweep(run_dir)
     metric = sweep_metric(run_dir)
     out = Path(out_dir) if out_dir is not None else Path(run_dir) / "report"

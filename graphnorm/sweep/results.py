@@ -1,17 +1,9 @@
-"""A sweep run's results file, ``results/<run_id>.json``: its schema, checked in one place, and reading it back.
+"""A sweep run's results file, ``results/<run_id>.json``: its layout, checked in one place, and reading it back.
 
 The results files are a sweep's only source of truth (the CSVs are regenerated from them, and a run with a valid
 file is not run again), so a file that does not hold what a run writes (``null``, ``{}``, a truncated write, a
 hand edit, another run's file) must never count as a result: :func:`result_problem` says what is wrong with it,
 and :func:`load_results` reports such a file by name and leaves its run to be executed again.
-
-The layout, as :func:`graphnorm.sweep.execute_run` writes it::
-
-    {"run_id": str (the file's name), "status": "ok" | "failed", "config": {RunConfig keys},
-     "record": {metric: value}, "layers": [{"layer", "metric", "value", ...}], "history": [{"epoch", ...}],
-     "error": str | null, "traceback": str | null, "elapsed_s": number | null, "finished_at": str, ...}
-
-``layers``, ``history``, ``error``, ``elapsed_s`` may be absent (files of older versions lack ``history``).
 """
 
 from __future__ import annotations
@@ -43,7 +35,17 @@ def check_history(history: Any) -> None:
 
 
 def result_problem(result: Any, run_id: str) -> str | None:
-    """What makes ``result`` (a parsed results file of ``run_id``) invalid, in a few words; ``None`` if valid."""
+    """What makes ``result`` (a parsed results file of ``run_id``) invalid, in a few words; ``None`` if valid.
+
+    The layout, as :func:`graphnorm.sweep.runner.execute_run` writes it (the record's keys:
+    :mod:`graphnorm.train.record`)::
+
+        {"run_id": str (the file's name), "status": "ok" | "failed", "config": {RunConfig keys},
+         "record": {metric: value}, "layers": [{"layer", "metric", "value", ...}], "history": [{"epoch", ...}],
+         "error": str | null, "traceback": str | null, "elapsed_s": number | null, "finished_at": str, ...}
+
+    ``layers``, ``history``, ``error``, ``elapsed_s`` may be absent (files of older versions lack ``history``).
+    """
     if not isinstance(result, dict):
         return f"not a JSON object but {type(result).__name__}"
     missing = [key for key in REQUIRED if key not in result]
@@ -83,6 +85,7 @@ def read_result(path: Path) -> tuple[dict[str, Any] | None, str | None]:
 
 
 def _warn(message: str) -> None:
+    """The default warning of :func:`load_results`: one line on stderr."""
     print(message, file=sys.stderr)
 
 

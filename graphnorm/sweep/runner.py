@@ -1,30 +1,19 @@
-"""Depth sweeps: expand a YAML grid into runs, execute them (serial, local processes, or SLURM via submitit), resume.
+"""Executing a sweep: every grid point (:mod:`graphnorm.sweep.grid`) that has no result yet, run serially, in local
+processes, or on SLURM through submitit (:func:`run_sweep`), and resumable.
 
-A sweep config is YAML::
-
-    name: cora_depth
-    metric: test_acc               # optional: the summary's metric (default: first of test_acc/test_rocauc/test_mae)
-    run_fn: mypackage.mymodule:run  # optional (default graphnorm.train:run); --run-fn overrides
-    base: {dataset: cora, epochs: 200}                       # RunConfig keys shared by every run
-    grid: {norm: [none, pairnorm], num_layers: [2, 8, 32], seed: [0, 1, 2]}   # norm: all = every registered norm
-    norm_settings:                                           # per-norm overrides of base keys
-      pairnorm: {norm_kwargs: {scale: 1.0}}
-
-Every grid point is one call of a plain function ``run(config: RunConfig) -> dict``. The run itself writes
-``results/<run_id>.json`` atomically when it ends (ok or failed), so that file is the only source of truth:
-``runs.csv``/``layers.csv``/``epochs.csv`` (learning curves)/``steps.csv`` (collapse over training steps, written
-once a run recorded some: ``probe_every_steps``)/``summary.md`` are regenerated from those files, and
-re-running a sweep executes only the grid points without one. ``run_id`` is a stable hash of the run's full config.
+Every grid point is one call of a plain function ``run(config: RunConfig) -> dict`` (:func:`resolve_run_fn`). The
+run itself writes ``results/<run_id>.json`` atomically when it ends, ok or failed (:func:`execute_run`), so that file
+is the only source of truth: the tables and ``summary.md`` (:mod:`graphnorm.sweep.tables`) are regenerated from those
+files, and re-running a sweep executes only the grid points without one. ``run_id`` is a stable hash of the run's
+full config (:func:`graphnorm.config.config_run_id`).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import copy
 import fcntl
 import importlib
-import itertools
 import json
 import multiprocessing
 import os
@@ -42,18 +31,18 @@ import pandas as pd
 import yaml
 from tqdm import tqdm
 
-from graphnorm.config import RunConfig, apply_overrides, config_run_id
-from graphnorm.files import atomic_write_text, ensure_writable_dir, load_yaml_file, remove_leftover_temporary_files
+from graphnorm.config import RunConfig, config_run_id
+from graphnorm.files import atomic_write_text, ensure_writable_dir, remove_leftover_temporary_files
 from graphnorm.sweep.cpu_budget import CpuPlan, env_threads, passive_openmp_wait, plan_cpus
+from graphnorm.sweep.grid import expand_grid, grid_keys
 from graphnorm.sweep.processes import init_worker, signals_interrupt, stop_workers
 from graphnorm.sweep.results import check_history, check_layers, load_results
 from graphnorm.sweep.tables import (
     DEFAULT_METRICS,
-    _cell,
     atomic_write_csv,
     check_metric,
+    csv_cell,
     epochs_table,
-    grid_keys,
     layers_table,
     runs_table,
     steps_table,
@@ -64,146 +53,8 @@ from graphnorm.train.record import STEPS_KEY
 
 RunFn = Callable[[RunConfig], dict[str, Any]]
 
-SWEEP_KEYS = ("name", "description", "metric", "run_fn", "base", "grid", "norm_settings")
 EXECUTORS = ("local", "serial", "submitit-local", "slurm")
 CSV_REFRESH_S = 2.0  # regenerate the CSVs at most this often while runs finish (always at the end)
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Sweep config: load, override, expand, validate
-
-
-def load_sweep_config(path: str | os.PathLike, overrides: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
-    """Read a sweep YAML and apply ``key.path=value`` overrides (values parsed with ``yaml.safe_load``)."""
-    path = Path(path)
-    sweep = load_yaml_file(path, "sweep config")
-    if sweep is None:
-        raise ValueError(f"sweep config {path} is empty; it needs at least a grid, e.g. grid: {{seed: [0, 1]}}")
-    if not isinstance(sweep, dict):
-        raise ValueError(f"sweep config {path} must be a YAML mapping, got {type(sweep).__name__}")
-    sweep = apply_overrides(sweep, overrides)
-    sweep.setdefault("name", path.stem)
-    check_sweep_config(sweep)
-    return sweep
-
-
-def check_sweep_config(sweep: dict[str, Any]) -> None:
-    """Structural checks of a sweep config (RunConfig keys and values are checked by :func:`expand_grid`)."""
-    unknown = sorted(set(sweep) - set(SWEEP_KEYS))
-    if unknown:
-        raise ValueError(f"unknown sweep key(s) {unknown}; valid keys: {', '.join(SWEEP_KEYS)}")
-    if not isinstance(sweep.get("name"), str) or not sweep["name"].strip():
-        raise ValueError(f"sweep 'name' must be a non-empty string, got {sweep.get('name')!r}")
-    if "/" in sweep["name"] or sweep["name"].startswith("."):
-        raise ValueError(f"sweep 'name' is used as a directory name; got {sweep['name']!r}")
-    if not sweep.get("grid"):  # not one silent base run
-        raise ValueError(
-            f"sweep 'grid' is {'missing' if 'grid' not in sweep else repr(sweep['grid'])}; give the values to run, "
-            "e.g. grid: {seed: [0]}"
-        )
-    for key in ("base", "grid", "norm_settings"):
-        if sweep.get(key) is not None and not isinstance(sweep[key], dict):
-            raise ValueError(f"sweep '{key}' must be a mapping, got {type(sweep[key]).__name__}")
-    for key in ("metric", "run_fn"):
-        if sweep.get(key) is not None and not isinstance(sweep[key], str):
-            raise ValueError(f"sweep '{key}' must be a string, got {sweep[key]!r}")
-    fields = RunConfig.field_names()
-    for section in ("base", "grid"):
-        unknown = sorted(set(sweep.get(section) or {}) - set(fields))
-        if unknown:
-            raise ValueError(f"unknown config key(s) {unknown} in '{section}'; valid keys: {', '.join(fields)}")
-    for key, values in (sweep.get("grid") or {}).items():
-        if isinstance(values, list) and not values:
-            raise ValueError(f"grid.{key} is an empty list; give at least one value")
-    grid_keys = set(sweep.get("grid") or {})
-    for norm, settings in (sweep.get("norm_settings") or {}).items():
-        if not isinstance(settings, dict):
-            raise ValueError(f"norm_settings.{norm} must be a mapping of config keys, got {type(settings).__name__}")
-        unknown = sorted(set(settings) - set(fields))
-        if unknown:
-            valid = ", ".join(fields)
-            raise ValueError(f"unknown config key(s) {unknown} in norm_settings.{norm}; valid keys: {valid}")
-        # A per-norm value for a key the grid varies would silently collapse grid points into duplicates.
-        clash = sorted(set(settings) & grid_keys)
-        if clash:
-            raise ValueError(f"norm_settings.{norm} sets {clash}, which the grid varies; remove one of them")
-        if "norm" in settings:
-            raise ValueError(f"norm_settings.{norm} may not set 'norm' itself")
-
-
-def _grid_values(key: str, values: Any) -> list[Any]:
-    from graphnorm.norms import available_norms
-
-    if key == "norm" and values == "all":  # every registered norm, so the list never goes stale
-        return available_norms()
-    return values if isinstance(values, list) else [values]
-
-
-def expand_grid(sweep: dict[str, Any], log: Callable[[str], None] | None = print) -> list[RunConfig]:
-    """Every grid point as a validated RunConfig, in grid order (last grid key varies fastest).
-
-    Raises ``ValueError`` naming the grid point for the first invalid config, and for duplicate points,
-    so nothing starts unless every run is valid. ``norm: all`` leaves out the norms that cannot run on the
-    config's model (:func:`graphnorm.config.unsupported_norm_reason`), saying which and why in one ``log`` line;
-    a norm listed by name is checked like any other value.
-    """
-    from graphnorm.norms import norm_class
-
-    check_sweep_config(sweep)
-    base = sweep.get("base") or {}
-    grid = sweep.get("grid") or {}
-    norm_settings = sweep.get("norm_settings") or {}
-    for norm in norm_settings:
-        try:
-            norm_class(norm)
-        except (ValueError, TypeError) as e:
-            raise ValueError(f"norm_settings: {e}") from None
-    keys = list(grid)
-    configs: list[RunConfig] = []
-    seen: dict[str, dict[str, Any]] = {}
-    left_out: dict[str, str] = {}  # norm -> why, for norm: all
-    for values in itertools.product(*(_grid_values(k, grid[k]) for k in keys)):
-        point = dict(zip(keys, values))
-        merged = {**copy.deepcopy(base), **copy.deepcopy(point)}
-        norm = str(merged.get("norm", RunConfig.norm)).lower()
-        merged.update(copy.deepcopy(norm_settings.get(norm, {})))
-        reason = _unsupported_reason(merged) if grid.get("norm") == "all" else None
-        if reason:
-            left_out.setdefault(norm, reason)
-            continue
-        config = _point_config(merged, point)
-        run_id = config_run_id(config)
-        if run_id in seen:
-            raise ValueError(f"grid point {point} duplicates {seen[run_id]}: the grid lists a value twice")
-        seen[run_id] = point
-        configs.append(config)
-    if left_out and log is not None:
-        log("norm: all leaves out " + "; ".join(f"{norm} ({why})" for norm, why in left_out.items()))
-    return configs
-
-
-def _unsupported_reason(values: dict[str, Any]) -> str | None:
-    """Why these config values' norm cannot run on their model; ``None`` also when the values are invalid
-    otherwise (:func:`_point_config` then names the problem)."""
-    from graphnorm.config import unsupported_norm_reason
-
-    try:
-        return unsupported_norm_reason(RunConfig(**values))
-    except (TypeError, ValueError, AttributeError):
-        return None
-
-
-def _point_config(values: dict[str, Any], point: dict[str, Any]) -> RunConfig:
-    """The validated RunConfig of one grid point; ``ValueError`` naming the point otherwise."""
-    try:
-        return RunConfig.from_dict(values)
-    except (ValueError, TypeError) as e:
-        where = ", ".join(f"{k}={v!r}" for k, v in point.items()) or "base"
-        # A TypeError here is a value of the wrong type; PyYAML's classic trap is 5e-4, read as a string.
-        hint = " (a value has the wrong type; note YAML reads 5e-4 as a string: write 5.0e-4)" * isinstance(
-            e, TypeError
-        )
-        raise ValueError(f"invalid run ({where}): {e}{hint}") from None
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -211,6 +62,7 @@ def _point_config(values: dict[str, Any], point: dict[str, Any]) -> RunConfig:
 
 
 def _set_threads(threads: int | None) -> None:
+    """Set torch's intra-op threads of this process (``None``: leave them)."""
     if threads:
         import torch
 
@@ -223,7 +75,7 @@ def execute_run(run_fn: RunFn, config_values: dict[str, Any], out_dir: str, thre
     A failing run is recorded with its error and traceback instead of raising, so the sweep goes on.
     ``KeyboardInterrupt`` is not caught: an interrupted run leaves no result and is re-run on resume.
     """
-    from graphnorm.train.collapse_steps import check_step_rows  # here: graphnorm.analysis imports in 0.6 s
+    from graphnorm.train.collapse_steps import check_step_rows  # here: it imports graphnorm.analysis, which is slow
 
     _set_threads(threads)
     config = RunConfig.from_dict(config_values)
@@ -271,6 +123,7 @@ def execute_run(run_fn: RunFn, config_values: dict[str, Any], out_dir: str, thre
 
 
 def write_result(out_dir: Path, result: dict[str, Any]) -> None:
+    """``result`` to ``<out_dir>/results/<run_id>.json``, atomically (:mod:`graphnorm.sweep.results` reads it)."""
     results = Path(out_dir) / "results"
     results.mkdir(parents=True, exist_ok=True)
     atomic_write_text(results / f"{result['run_id']}.json", json.dumps(result, indent=1))
@@ -349,13 +202,14 @@ def status_table(sweep: dict[str, Any], configs: list[RunConfig], out_dir: Path)
             state = "invalid" if (out_dir / "results" / f"{run_id}.json").exists() else "missing"
         else:
             state = "done" if result["status"] == "ok" else "failed"
-        rows.append({"run_id": run_id, **{k: _cell(getattr(config, k)) for k in keys}, "state": state})
+        rows.append({"run_id": run_id, **{k: csv_cell(getattr(config, k)) for k in keys}, "state": state})
     return pd.DataFrame(rows, columns=["run_id", *keys, "state"])
 
 
 @contextlib.contextmanager
 def _sweep_lock(out_dir: Path) -> Iterator[None]:
-    # Two sweeps writing one directory would run the same grid points twice.
+    """Hold ``<out_dir>/.sweep.lock`` while inside; ``RuntimeError`` when another sweep holds it (two sweeps writing
+    one directory would run the same grid points twice)."""
     with open(out_dir / ".sweep.lock", "w") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -373,6 +227,7 @@ class _Tables:
         self.last_write = 0.0
 
     def add(self, run_id: str) -> dict[str, Any] | None:
+        """Read the result ``run_id`` just wrote (None if invalid) and rewrite the tables if the last write is old."""
         loaded = load_results(self.out_dir, [run_id])
         self.results.update(loaded)
         if time.monotonic() - self.last_write > CSV_REFRESH_S:
@@ -384,6 +239,7 @@ class _Tables:
         self.results.update(load_results(self.out_dir, run_ids))
 
     def write(self) -> pd.DataFrame:
+        """Rewrite every table now; returns the runs table."""
         runs = runs_table(self.configs, self.results)
         atomic_write_csv(self.out_dir / "runs.csv", runs)
         atomic_write_csv(self.out_dir / "layers.csv", layers_table(self.configs, self.results))
@@ -560,6 +416,9 @@ def _run_process_pool(
     finished: Callable[[str], None],
     log: Callable[[str], None] = print,
 ) -> None:
+    """Run ``todo`` in a process pool of forkserver workers (:func:`graphnorm.sweep.cpu_budget.plan_cpus` sizes it),
+    calling ``finished(run_id)`` as each result is written. A run that cannot start in its worker is recorded as
+    failed; a worker that dies stops the sweep with ``RuntimeError`` (which run killed it is unknown)."""
     if not todo:
         return
     plan = plan_cpus(len(todo), workers, threads)
@@ -567,7 +426,7 @@ def _run_process_pool(
     workers, threads = plan.workers, plan.threads
     # forkserver, not fork: forking a process that already runs torch's thread pools can deadlock. The server
     # imports torch and the run function's module once, and every worker forks from it instead of importing them
-    # again (seconds each).
+    # again (slow imports).
     context = multiprocessing.get_context("forkserver")
     module = getattr(run_fn, "__module__", None)
     context.set_forkserver_preload(["graphnorm.sweep", *([module] if module and module != "__main__" else [])])

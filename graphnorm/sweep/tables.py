@@ -1,9 +1,8 @@
-"""A sweep's tables and summary: ``runs.csv`` (one row per run: config and record), ``layers.csv`` (the probe's
-per-layer metrics), ``epochs.csv`` (learning curves), ``steps.csv`` (collapse over training steps, runs with
-``probe_every_steps``), the summary table (metric by norm x depth, mean ± std over the
-replicate keys) and ``summary.md``, all regenerated from the results files and written atomically
-(:mod:`graphnorm.files`, whose text writer is re-exported here for the sweep and ``graphnorm predict``): a
-reader sees the old file or the new one, never a partial one."""
+"""A sweep's tables and summary, regenerated from its results files and written atomically (a reader sees the old
+file or the new one, never a partial one): ``runs.csv`` (one row per run: config and record), ``layers.csv`` (the
+probe's per-layer metrics), ``epochs.csv`` (learning curves), ``steps.csv`` (collapse over training steps, runs with
+``probe_every_steps``), and the summary table (metric by norm x depth, mean ± std over the replicate keys) in
+``summary.md``."""
 
 from __future__ import annotations
 
@@ -16,9 +15,10 @@ from typing import Any
 import pandas as pd
 
 from graphnorm.config import RunConfig, config_run_id
-from graphnorm.data.metrics import metric_names
+from graphnorm.data.scoring import metric_names
 from graphnorm.files import atomic_write_text
-from graphnorm.train.record import STEPS_KEY
+from graphnorm.sweep.grid import grid_keys
+from graphnorm.train.record import STEP_COLUMNS, STEPS_KEY
 
 # The summary's metric when neither the sweep nor the records name one: test_<metric> of the first metric present.
 DEFAULT_METRICS = tuple(f"test_{name}" for name in metric_names())
@@ -26,15 +26,15 @@ DEFAULT_METRICS = tuple(f"test_{name}" for name in metric_names())
 # papers average over seeds and over a dataset's standard splits.
 REPLICATE_KEYS = ("seed", "split")
 LAYER_COLUMNS = ("run_id", "layer", "layer_name", "rows", "metric", "value")
-STEP_COLUMNS = ("run_id", "step", "epoch", "layer", "layer_name", "rows", "metric", "stat", "value")
 
 
 def atomic_write_csv(path: Path, frame: pd.DataFrame) -> None:
+    """``frame`` as CSV (no index) to ``path``, atomically."""
     atomic_write_text(path, frame.to_csv(index=False))
 
 
-def _cell(value: Any) -> Any:
-    # Nested values (norm_kwargs, lists) become JSON strings so every CSV cell is a scalar.
+def csv_cell(value: Any) -> Any:
+    """``value`` as a CSV cell: nested values (norm_kwargs, lists) become JSON strings, so every cell is a scalar."""
     return json.dumps(value, sort_keys=True) if isinstance(value, (dict, list, tuple)) else value
 
 
@@ -49,11 +49,11 @@ def runs_table(configs: list[RunConfig], results: dict[str, dict[str, Any]]) -> 
         if result is None:
             continue
         row: dict[str, Any] = {"run_id": result["run_id"], "status": result["status"]}
-        row.update({k: _cell(v) for k, v in result["config"].items()})
+        row.update({k: csv_cell(v) for k, v in result["config"].items()})
         for key, value in (result.get("record") or {}).items():
             column = f"record_{key}" if key in reserved else key
             metric_columns[column] = None
-            row[column] = _cell(value)
+            row[column] = csv_cell(value)
         row["elapsed_s"] = result.get("elapsed_s")
         row["error"] = result.get("error")
         rows.append(row)
@@ -69,7 +69,7 @@ def layers_table(configs: list[RunConfig], results: dict[str, dict[str, Any]]) -
 def steps_table(configs: list[RunConfig], results: dict[str, dict[str, Any]]) -> pd.DataFrame:
     """Collapse over training: one row per (run, step, layer, rows, metric, stat[, split]) from the results'
     ``collapse_steps`` lists (:mod:`graphnorm.train.collapse_steps`); empty when no run probed per step."""
-    return _probe_rows_table(configs, results, STEPS_KEY, STEP_COLUMNS)
+    return _probe_rows_table(configs, results, STEPS_KEY, ("run_id", *STEP_COLUMNS))
 
 
 def _probe_rows_table(
@@ -84,7 +84,7 @@ def _probe_rows_table(
         if result is None:
             continue
         for row in result.get(key) or []:
-            rows.append({"run_id": result["run_id"], **{k: _cell(v) for k, v in row.items()}})
+            rows.append({"run_id": result["run_id"], **{k: csv_cell(v) for k, v in row.items()}})
             extra.update((k, None) for k in row if k not in columns)
     return pd.DataFrame(rows, columns=[*columns, *extra])
 
@@ -238,7 +238,3 @@ def majority_level(runs: pd.DataFrame, metric: str) -> float | None:
     ok = runs if "status" not in runs.columns else runs[runs["status"] == "ok"]
     values = pd.to_numeric(ok[column], errors="coerce").dropna()
     return float(values.mean()) if len(values) else None
-
-
-def grid_keys(sweep: dict[str, Any]) -> list[str]:
-    return list(sweep.get("grid") or {})

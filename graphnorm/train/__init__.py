@@ -3,8 +3,10 @@
 ``run(config) -> record`` is the entry point that ``graphnorm train`` and every sweep call; ``train(config)`` returns
 the trained model and its task as well. Where to look next:
 
-* :mod:`~graphnorm.train.loop`: the node- and graph-level training loops and the record they return;
-* :mod:`~graphnorm.train.loaders`: the run's task (dataset, features) and its mini-batches;
+* :mod:`~graphnorm.train.loop`: ``run`` and ``train``; :mod:`~graphnorm.train.record`: the record's keys;
+* :mod:`~graphnorm.train.node_level`, :mod:`~graphnorm.train.graph_level`: the two training loops;
+* :mod:`~graphnorm.train.schedules`: optimizer, learning-rate schedules, clipping, early stopping;
+* :mod:`~graphnorm.train.loaders`: the run's task (dataset, features), its mini-batches and the probe's sample;
 * :mod:`~graphnorm.train.checkpoints`, :mod:`~graphnorm.train.model_file`: resuming, and the saved model;
 * :mod:`~graphnorm.train.collapse_steps`: collapse metrics while training;
 * :mod:`~graphnorm.train.progress`, :mod:`~graphnorm.train.tensorboard_log`: progress lines and curves.

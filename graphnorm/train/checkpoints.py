@@ -46,6 +46,7 @@ def rng_state(generator: torch.Generator) -> dict[str, Any]:
 
 
 def set_rng_state(state: dict[str, Any], generator: torch.Generator) -> None:
+    """Restore the random states :func:`rng_state` saved (CUDA's only where CUDA is available)."""
     torch.set_rng_state(state["torch"])
     version, internal, gauss = state["python"]
     random.setstate((version, tuple(internal), gauss))

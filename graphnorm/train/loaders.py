@@ -1,7 +1,7 @@
-"""A run's data: the dataset with the config's data options (:func:`prepare_task`) and the graph-level loaders
+"""A run's data: the dataset with the config's data options (:func:`prepare_task`), the graph-level loaders
 (:func:`graph_loaders`), PyG mini-batches or, for a model with Graphormer inputs, every split preprocessed once
 (shortest paths, edge paths, degrees; cached next to the dataset's processed files) and collated by
-:func:`collate_graphormer`."""
+:func:`collate_graphormer`, and the fixed sample the collapse probes measure (:func:`probe_sample`)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 import torch_geometric.transforms as T
+from torch import nn
 from torch_geometric.data import Batch
 from torch_geometric.loader import DataLoader
 
@@ -23,11 +24,12 @@ from graphnorm.data.graphormer_preprocess import (
     filter_max_nodes,
     preprocess_dataset,
 )
-from graphnorm.data.metrics import get_metric
 from graphnorm.data.registry import dataset_spec, load_dataset
 from graphnorm.data.root import resolve_root
+from graphnorm.data.scoring import get_metric
 from graphnorm.data.size_buckets import SizeBucketBatchSampler
 from graphnorm.data.task import GraphTask
+from graphnorm.models import model_spec
 
 if TYPE_CHECKING:
     from graphnorm.config import RunConfig
@@ -74,8 +76,8 @@ def cached_task(name: str, root: str | None, options: dict[str, Any]) -> GraphTa
     """``load_dataset(name, root, **options)``, loaded once per process and ``(name, data root, options)``.
 
     A sweep worker runs many short runs of one dataset; loading it again each time (reading the processed files,
-    the finiteness check) cost about 0.2 s per Cora run (``bench_sweep_overhead``). Each call returns a shallow copy
-    (its own ``GraphTask`` and ``Data`` objects around the shared tensors), so a run may reassign the task's fields
+    the finiteness check) would be a large part of a short run (``bench_sweep_overhead``). Each call returns a shallow
+    copy (its own ``GraphTask`` and ``Data`` objects around the shared tensors), so a run may reassign the task's fields
     and the graph's attributes (``data.to(device)``, ``data.x = ...``) without touching the cache. A run that
     modifies a shared tensor in place, or a cached object's attributes, changes its fingerprint (tensor identities
     and version counters), and the next call loads the dataset afresh.
@@ -151,6 +153,18 @@ def model_sample(sample: Any, config: RunConfig, inputs: str) -> Any:
     if config.max_nodes is not None and config.drop_large_graphs:
         graphs, _ = filter_max_nodes(graphs, config.max_nodes)
     return collate_for(graphs, config, inputs)
+
+
+def probe_sample(model: nn.Module, task: GraphTask, config: RunConfig) -> tuple[Any, str]:
+    """What the run's collapse probes measure, and its split's name: node level the whole graph (``"all"``); graph
+    level the fixed validation sample of :func:`graphnorm.analysis.probe.evaluation_sample` (``config.probe_graphs``
+    graphs, seed 0; ``"val_sample"``), as the model takes it (:func:`model_sample`)."""
+    from graphnorm.analysis.probe import evaluation_sample
+
+    if task.level == "node":
+        return task.data, "all"
+    sample = evaluation_sample(task.val, num_graphs=config.probe_graphs, seed=0)
+    return model_sample(sample, config, model_spec(config.model).inputs), "val_sample"
 
 
 def graphormer_hops(config: RunConfig) -> int:

@@ -1,18 +1,8 @@
 """The trained-model file: everything ``graphnorm predict`` needs to score new graphs, in one self-describing file.
 
 A run with ``checkpoint_dir`` writes ``<checkpoint_dir>/<run_id>.model.pt`` when it ends (graph level: beside its
-resume checkpoint ``<run_id>.pt``). It holds plain containers and tensors only (``torch.load(weights_only=True)``):
-
-* ``format`` (``"graphnorm-model"``) and ``version`` (1);
-* ``config``: the run's full config (``RunConfig.to_dict()``), from which the model is rebuilt;
-* ``task``: what the model predicts: dataset ``name``, ``level``, ``task_type`` (binary: logits, predicted as
-  sigmoid probabilities; regression: values), ``metric``, ``num_features``, ``num_outputs``, ``atom_encoder`` and
-  ``target_names`` (one per output column);
-* ``weights``: which weights ``model`` holds: ``"best-validation"``, or ``"best-validation EMA"`` with ``ema_decay``:
-  the very weights the record's ``test_<metric>`` was computed with;
-* ``model``: their ``state_dict``; ``scores``: the record's ``val_<metric>``, ``test_<metric>`` and ``best_epoch``.
-
-The resume checkpoint is not used for predictions: it holds the last epoch's weights and the optimizer state.
+resume checkpoint ``<run_id>.pt``, which holds the last epoch's weights and the optimizer state and is not used for
+predictions). :func:`save_model_file` writes it, :func:`load_model_file` rebuilds the model from it.
 """
 
 from __future__ import annotations
@@ -45,7 +35,16 @@ def model_file_path(config: RunConfig) -> Path:
 
 def save_model_file(path: Path, config: RunConfig, task: GraphTask, model: nn.Module, record: dict[str, Any]) -> None:
     """Write the model file of a finished run (atomically, like a checkpoint); ``model`` holds the weights the
-    record's test metric was computed with."""
+    record's test metric was computed with.
+
+    The file holds plain containers and tensors only (``torch.load(weights_only=True)``): ``format``
+    (``"graphnorm-model"``) and ``version`` (1); ``config``: the run's full config (``RunConfig.to_dict()``), from
+    which the model is rebuilt; ``task``: what the model predicts (dataset ``name``, ``level``, ``task_type``: binary
+    logits are predicted as sigmoid probabilities, regression as values; ``metric``, ``num_features``,
+    ``num_outputs``, ``atom_encoder`` and ``target_names``, one per output column); ``weights``: which weights
+    ``model`` holds, ``"best-validation"`` or ``"best-validation EMA"`` with ``ema_decay``; ``model``: their
+    ``state_dict``; ``scores``: the record's ``val_<metric>``, ``test_<metric>`` and ``best_epoch``.
+    """
     task_info = {key: getattr(task, key) for key in TASK_KEYS}
     if task_info["target_names"] is None:
         task_info["target_names"] = [f"{task.name}_{i}" for i in range(task.num_outputs)]
@@ -67,7 +66,8 @@ def save_model_file(path: Path, config: RunConfig, task: GraphTask, model: nn.Mo
 
 def load_model_file(path: str | Path, device: str = "cpu") -> tuple[nn.Module, RunConfig, GraphTask]:
     """The model (eval mode, on ``device``), its run config and a data-less :class:`GraphTask` describing its
-    outputs, from a file written by :func:`save_model_file`."""
+    outputs, from a file written by :func:`save_model_file`. :class:`ModelFileError` for a missing, unreadable or
+    foreign file (a resume checkpoint is named as such) or another format version."""
     path = Path(path)
     if not path.is_file():
         raise ModelFileError(f"model file {path} not found")

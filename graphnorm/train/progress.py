@@ -1,17 +1,6 @@
-"""Progress of a training run and of a sweep, readable live wherever the output goes.
-
-* :class:`EpochProgress` (one run's epochs): plain lines ``<run_id> epoch 12/200 train_loss 0.4321 val_acc 0.7520
-  [extras] elapsed 3.2s``, written to stderr (stdout stays for results: ``graphnorm train`` prints its record there)
-  and flushed, at the first epoch, then at most every ``interval_s`` seconds (:data:`PROGRESS_INTERVAL_S`), and at the
-  last epoch run (early stopping and time budgets included), so ``tail -f`` on a sweep's ``logs/<run_id>.log``
-  follows a live run. ``epoch k/N`` counts the epochs done (the history's ``epoch`` is 0-based: line ``epoch 12/200``
-  is history epoch 11). On a terminal (stderr is a tty) a tqdm bar of epochs is drawn as well, and the lines go
-  through ``tqdm.write`` above it; a sweep worker writes stdout and stderr to the run's log, which is no terminal, so
-  workers never draw bars.
-* :class:`SweepProgress` (a sweep's runs): one line per finished run, ``[k/N] <run_id> ok test_acc 0.8120 run 12s
-  elapsed 1m05s eta 3m20s`` (the ETA: the mean time per finished run so far, times the runs left), through the
-  sweep's ``log`` and flushed when the output is no terminal; on a terminal a tqdm bar of runs with the same lines
-  written above it.
+"""Progress of a training run (:class:`EpochProgress`: its epochs) and of a sweep (:class:`SweepProgress`: its runs),
+readable live wherever the output goes: flushed plain lines for logs and pipes, and on a terminal a tqdm bar with the
+same lines written above it.
 """
 
 from __future__ import annotations
@@ -19,15 +8,18 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from tqdm import tqdm
+
+if TYPE_CHECKING:
+    from graphnorm.train.tensorboard_log import TensorBoardLog
 
 PROGRESS_INTERVAL_S = 10.0  # at most one epoch line per this many seconds (the first and last epochs always)
 
 
 def format_seconds(seconds: float) -> str:
-    """``3.2s``, ``1m05s``, ``2h03m``: short, for progress lines."""
+    """Seconds with one decimal under a minute, then ``1m05s``, ``2h03m``: short, for progress lines."""
     if seconds < 60:
         return f"{seconds:.1f}s"
     minutes, secs = divmod(int(round(seconds)), 60)
@@ -52,7 +44,15 @@ def on_terminal(stream: TextIO | None = None) -> bool:
 
 
 class EpochProgress:
-    """Progress lines (and, on a terminal, a bar) for the epochs of one run; see the module docstring.
+    """Progress lines (and, on a terminal, a bar) for the epochs of one run.
+
+    The lines, ``<run_id> epoch 12/200 train_loss 0.4321 val_acc 0.7520 [extras] elapsed 1m05s``, go to stderr
+    (stdout stays for results: ``graphnorm train`` prints its record there), flushed, at the first epoch, then at most
+    every ``interval_s`` seconds, and at the last epoch run (early stopping and time budgets included), so ``tail -f``
+    on a sweep's ``logs/<run_id>.log`` follows a live run. ``epoch k/N`` counts the epochs done (the history's
+    ``epoch`` is 0-based: line ``epoch 12/200`` is history epoch 11). On a terminal (stderr is a tty) a tqdm bar of
+    epochs is drawn as well, and the lines go through ``tqdm.write`` above it; a sweep worker writes to the run's log,
+    which is no terminal, so workers never draw bars.
 
     ``update(epoch, values)`` after every epoch (``values``: name -> number, in the order to show, the training
     loss and the validation metric first), ``close()`` at the end: it writes the last epoch's line if the rate
@@ -103,7 +103,12 @@ class EpochProgress:
 
 
 class SweepProgress:
-    """One line per finished run of a sweep (and, on a terminal or with ``bar=True``, a bar of runs)."""
+    """One line per finished run of a sweep (and, on a terminal or with ``bar=True``, a bar of runs).
+
+    A line reads ``[k/N] <run_id> ok test_acc 0.8120 run 1m05s elapsed 4m10s eta 3m20s`` (the ETA: the mean time
+    per finished run so far, times the runs left); it goes through the sweep's ``log`` and is flushed when the output
+    is no terminal, and on a terminal it is written above the bar.
+    """
 
     def __init__(self, name: str, total: int, log: Callable[[str], None] = print, bar: bool | None = None) -> None:
         self.total, self.log, self.done = total, log, 0
@@ -133,3 +138,12 @@ class SweepProgress:
 
     def close(self) -> None:
         self.bar.close()
+
+
+def report_epoch(
+    progress: EpochProgress, board: TensorBoardLog | None, row: dict[str, Any], lr: float, shown: tuple[str, ...]
+) -> None:
+    """One epoch's ``history`` row to the progress line (the keys ``shown``, in order) and to TensorBoard."""
+    progress.update(row["epoch"], {key: row[key] for key in shown if key in row})
+    if board is not None:
+        board.epoch(row["epoch"], row, lr)

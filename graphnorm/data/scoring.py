@@ -1,8 +1,8 @@
-"""Task metrics and losses: every metric a dataset may declare, with its direction, in one table.
+"""How a task is scored and trained: every metric a dataset may declare, with its direction, and the loss.
 
-A dataset names its metric (:class:`graphnorm.data.registry.DatasetSpec`); the trainer scores with
-:func:`score` and trains with :func:`task_loss` (by the task type) and names neither. Missing graph-level labels are
-NaN in ``y``: the losses and metrics leave them out.
+A dataset names its metric (:class:`graphnorm.data.registry.DatasetSpec`); the trainer scores with :func:`score` and
+trains with :func:`task_loss` (by the task type) and names neither. Missing graph-level labels are NaN in ``y``: the
+losses and metrics leave them out.
 """
 
 from __future__ import annotations
@@ -74,10 +74,12 @@ METRICS: dict[str, Metric] = {
 
 
 def metric_names() -> list[str]:
+    """The metrics a dataset may declare, in :data:`METRICS`' order."""
     return list(METRICS)
 
 
 def get_metric(name: str) -> Metric:
+    """The metric called ``name``; ``ValueError`` listing the choices if there is none."""
     if name not in METRICS:
         raise ValueError(f"unknown metric {name!r}; valid choices: {', '.join(METRICS)}")
     return METRICS[name]

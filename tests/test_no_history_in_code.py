@@ -1,0 +1,73 @@
+"""The package's code, comments and docstrings explain; they do not record: no machine timings, issue numbers, dates
+or measured speed-ups (those belong on the results page and in benchmark output, which go stale with the machine)."""
+
+from __future__ import annotations
+
+import io
+import re
+import tokenize
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "graphnorm"
+
+TIME_UNIT = r"(?:ms|µs|us|ns|s|sec|secs|seconds?|min|minutes?|h|hours?)"
+PATTERNS = {
+    "issue number": re.compile(r"\b(?:issue|PR|pull request)s?\s*#?\d+|(?<![\w&#])#\d{1,4}\b(?![0-9a-fA-F])", re.I),
+    "timing": re.compile(rf"\b\d+(?:[.,]\d+)?\s?{TIME_UNIT}\b(?!\w)"),
+    "speed-up": re.compile(r"\b\d+(?:\.\d+)?x(?= [a-zA-Z(])"),  # "3.5x faster", "0.78x the time", "~75x fewer"
+    "measurement": re.compile(r"\bmeasured\b[^.;]*?\d+(?:\.\d+)?"),
+    "date": re.compile(
+        r"\b20\d\d-[01]\d-[0-3]\d\b|\b(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)[a-z]* (?:[0-3]?\d, )?20\d\d\b"
+    ),
+}
+
+
+def prose_and_strings(path: Path) -> list[tuple[int, str]]:
+    """(line, text) of every comment and string literal (docstrings included) of ``path``."""
+    found = []
+    for token in tokenize.generate_tokens(io.StringIO(path.read_text()).readline):
+        if token.type in (tokenize.COMMENT, tokenize.STRING) or token.type == getattr(tokenize, "FSTRING_MIDDLE", -1):
+            for offset, line in enumerate(token.string.splitlines()):
+                found.append((token.start[0] + offset, line))
+    return found
+
+
+def history_in(path: Path) -> list[str]:
+    relative = str(path.relative_to(PACKAGE))
+    problems = []
+    for line, text in prose_and_strings(path):
+        for kind, pattern in PATTERNS.items():
+            for match in pattern.finditer(text):
+                problems.append(f"graphnorm/{relative}:{line}: {kind} {match.group(0)!r} in: {text.strip()}")
+    return problems
+
+
+def test_the_patterns_catch_history() -> None:
+    for text, kind in [
+        ("# 10.8 s with 2 threads and 0.81 s with 1", "timing"),
+        ("(issue 20)", "issue number"),
+        ("see #19", "issue number"),
+        ("probe 275 ms", "timing"),
+        ("3.4x one forward", "speed-up"),
+        ("~1.5x faster on CPU", "speed-up"),
+        ("(measured: 6 of 10 failed)", "measurement"),
+        ("measured on 2026-11-26", "date"),
+        ("as of November 2026", "date"),
+    ]:
+        assert PATTERNS[kind].search(text), (kind, text)
+    for text in [
+        "color='#1f77b4'",
+        "ICLR 2023",
+        "Rusch et al. (2023)",
+        "eps=1e-5",
+        "layer 2 of 16",
+        "# 3 heads",
+        "20,000 x 64",
+        "measured per graph",
+    ]:
+        assert not any(pattern.search(text) for pattern in PATTERNS.values()), text
+
+
+def test_package_code_and_docstrings_record_no_history() -> None:
+    problems = [problem for path in sorted(PACKAGE.rglob("*.py")) for problem in history_in(path)]
+    assert not problems, "\n".join(problems)
