@@ -3,6 +3,10 @@
 Datasets: tests load real data from a writable root. If ``$GRAPHNORM_DATA`` is unset, the root is
 ``~/.cache/graphnorm/data``; ``$GRAPHNORM_DATA_MIRROR`` (CI: ``../shared/data``) seeds it offline.
 A test that needs a dataset that cannot be found fails loudly; it never skips.
+
+Side by side (``pytest -n auto``, pytest-xdist): each worker gets its share of the cores (:func:`pytest_configure`).
+Workers share the data root, whose loaders take turns on a dataset (a file lock), and numba's cache of the probe
+kernels, whose files are replaced whole (two workers compiling at once write the same entries).
 """
 
 from __future__ import annotations
@@ -16,10 +20,42 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 
 
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: unknown when xdist is not loaded
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: one worker per core this process may use (affinity, container quota, SLURM), where pytest-xdist
+    would count the machine's cores."""
+    from graphnorm.sweep.cpu_budget import usable_cores
+
+    return usable_cores()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """In a pytest-xdist worker, torch and BLAS get ``usable cores // workers`` threads: with a team per worker
+    on every core, each small op would wait for threads that another worker keeps off their core."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    if workers > 1:
+        from threadpoolctl import threadpool_limits
+
+        from graphnorm.sweep.cpu_budget import usable_cores
+
+        threads = max(1, usable_cores() // workers)
+        torch.set_num_threads(threads)
+        threadpool_limits(threads, user_api="blas")
+
+
 @pytest.fixture(autouse=True)
 def _deterministic():
     torch.manual_seed(0)
     yield
+
+
+@pytest.fixture(autouse=True)
+def _restore_threads():
+    """torch's thread count as the test found it: a serial sweep sets its plan's threads in this process."""
+    threads = torch.get_num_threads()
+    yield
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
