@@ -154,6 +154,26 @@ def test_serial_sweep_records_failure_and_writes_tidy_tables(tmp_path, run_log, 
     assert "0.785 ± 0.007" in capsys.readouterr().out  # none at depth 2: seeds 0.78 and 0.79
 
 
+def test_serial_sweep_gives_its_caller_the_torch_threads_back(tmp_path, run_log):
+    """The serial executor runs in the caller's process with the plan's threads, then restores the caller's."""
+    import torch
+
+    seen = []
+
+    def run_seeing_threads(config: RunConfig) -> dict:
+        seen.append(torch.get_num_threads())
+        return fake_run(config)
+
+    previous = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        run_sweep(SWEEP, tmp_path / "out", run_fn=run_seeing_threads, executor="serial", threads=1, make_plots=False)
+        assert seen and set(seen) == {1}
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(previous)
+
+
 def test_summary_table_mean_std_by_norm_and_depth():
     runs = pd.DataFrame(
         {

@@ -373,9 +373,15 @@ def _execute(
 ) -> None:
     """Run ``todo`` on ``executor``, calling ``finished(run_id)`` as each run's result is written."""
     if executor == "serial":
+        import torch
+
         threads = threads or env_threads()
-        for config in todo:
-            finished(execute_run(run_fn, config.to_dict(), str(out), threads)["run_id"])
+        previous = torch.get_num_threads()
+        try:
+            for config in todo:
+                finished(execute_run(run_fn, config.to_dict(), str(out), threads)["run_id"])
+        finally:  # the runs ran in this process: give its caller (a notebook, a script) its threads back
+            torch.set_num_threads(previous)
     elif executor == "local":
         _run_process_pool(run_fn, todo, out, workers, threads, finished, log)
     else:
