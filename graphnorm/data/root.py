@@ -6,11 +6,18 @@ The root comes from the ``root`` argument, else ``$GRAPHNORM_DATA``, else ``~/.c
 ``ZINC/raw``, ``ogb/ogbg_molhiv``...): missing raw files are copied from it into the writable root before loading
 (:func:`seed_from_mirror`), so the loaders' ``processed/`` files are never written into the mirror. Two processes
 preparing one dataset at once take turns (:func:`dataset_lock`).
+
+Symbolic links: the data root cannot reach outside itself. Seeding and locking refuse, with one line naming it, a
+link on the way to a dataset's folder, anywhere in it, or at its lock file's place (:func:`refuse_links`), whether
+it points outside the root or not: nothing is created, written or chmod-ed through a link. To keep data on another
+disk, point ``$GRAPHNORM_DATA`` there instead. In the mirror, links are followed while they stay inside it (the
+root gets real files); a link leading outside the mirror, or a folder link that loops, is refused the same way.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import shutil
@@ -25,7 +32,12 @@ ENV_MIRROR = "GRAPHNORM_DATA_MIRROR"
 
 
 class DataRootError(OSError):
-    """The data root cannot be used: not a directory, not writable, full, or holding damaged processed files."""
+    """The data root cannot be used: not a directory, not writable, full, holding damaged processed files, or a
+    symbolic link where graphnorm would write (or, in the mirror, one leading outside it)."""
+
+
+# Opening the lock file failed because nothing can be written to the root: no lock is needed (see dataset_lock).
+_READ_ONLY_ERRNOS = {errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT}
 
 
 def default_root() -> Path:
@@ -67,21 +79,70 @@ def unwritable_root_error(root: Path, doing: str, error: OSError) -> DataRootErr
     )
 
 
+def _root_link_error(root: Path, link: Path) -> DataRootError:
+    """The one-line refusal of a symbolic link found where the data root is written."""
+    return DataRootError(
+        f"{link} is a symbolic link (to {os.readlink(link)}) in the data root {root}, which graphnorm never writes "
+        f"through: replace it by a real folder or file, or delete it (to keep data elsewhere, set ${ENV_ROOT} there)"
+    )
+
+
+def refuse_links(root: Path, relative: str) -> None:
+    """Raise :class:`DataRootError` naming the first symbolic link on the way from ``root`` to ``root/relative`` or
+    anywhere under it (links are not followed while looking). ``root`` itself is resolved (:func:`resolve_root`)."""
+    path = root
+    for part in Path(relative).parts:
+        path = path / part
+        if path.is_symlink():
+            raise _root_link_error(root, path)
+        if not path.exists():
+            return
+    for dirpath, dirnames, filenames in os.walk(path):  # a link to a folder is listed, never entered
+        for name in sorted([*dirnames, *filenames]):
+            if (Path(dirpath) / name).is_symlink():
+                raise _root_link_error(root, Path(dirpath) / name)
+
+
+def _open_lock(root: Path, lock: Path) -> int | None:
+    """A descriptor of the regular file ``lock`` (created if missing), or None where the root is read-only.
+
+    Never through a link (``O_NOFOLLOW``) and never blocking on a named pipe (``O_NONBLOCK``)."""
+    if lock.is_symlink():
+        raise _root_link_error(root, lock)
+    if lock.exists() and not lock.is_file():
+        raise DataRootError(f"the lock file {lock} is not a regular file (a folder or a pipe): delete it")
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(lock, flags, 0o666)
+    except OSError as error:
+        if error.errno in _READ_ONLY_ERRNOS:
+            return None
+        raise DataRootError(f"cannot open the lock file {lock} ({error.strerror}): delete it") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # replaced between the checks and the open
+        os.close(fd)
+        raise DataRootError(f"the lock file {lock} is not a regular file: delete it")
+    return fd
+
+
 @contextlib.contextmanager
 def dataset_lock(root: Path, relative: str) -> Iterator[None]:
     """Hold an exclusive lock on dataset ``relative`` under ``root`` while it is copied and processed.
 
     Two processes preparing one dataset at once would otherwise read each other's half-written files. A root where
-    the lock file cannot be created is read-only, so nobody writes there and nothing needs guarding.
+    the lock file cannot be created is read-only, so nobody writes there and nothing needs guarding. The lock file
+    ``root/.<relative>.lock`` and the dataset's folder must hold no symbolic link (:func:`refuse_links`): the
+    loaders write there under the lock.
     """
-    with contextlib.ExitStack() as stack:
-        try:
-            handle = stack.enter_context(open(root / f".{relative.replace('/', '_')}.lock", "a"))
-        except OSError:
-            handle = None
-        if handle is not None:
-            fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file is closed, also when the process dies
+    refuse_links(root, relative)
+    fd = _open_lock(root, root / f".{relative.replace('/', '_')}.lock")
+    if fd is None:
         yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # released when the file is closed, also when the process dies
+        yield
+    finally:
+        os.close(fd)
 
 
 def mirror_root() -> Path | None:
@@ -97,12 +158,23 @@ def mirror_root() -> Path | None:
 
 def _make_writable(path: Path) -> None:
     """Add the owner's write (and read, and for folders search) permission to ``path`` and everything under it: a
-    copy keeps a read-only mirror's modes, and the loaders must write ``processed/`` next to ``raw/``."""
+    copy made by an earlier version kept a read-only mirror's modes, and the loaders must write ``processed/`` next
+    to ``raw/``. Symbolic links are skipped (``chmod`` would change their targets), and so are files with another
+    name elsewhere (hard links share one mode)."""
     for dirpath, dirnames, filenames in os.walk(path):
         for name in [*dirnames, *filenames]:
-            p = Path(dirpath) / name
-            p.chmod(p.stat().st_mode | stat.S_IWUSR | stat.S_IRUSR | (stat.S_IXUSR if p.is_dir() else 0))
-    path.chmod(path.stat().st_mode | stat.S_IWUSR | stat.S_IRUSR | stat.S_IXUSR)
+            _add_owner_rights(Path(dirpath) / name)
+    _add_owner_rights(path)
+
+
+def _add_owner_rights(path: Path) -> None:
+    """:func:`_make_writable` for one path, which is never followed if it is a symbolic link."""
+    info = path.lstat()
+    if stat.S_ISLNK(info.st_mode) or (not stat.S_ISDIR(info.st_mode) and info.st_nlink > 1):
+        return
+    wanted = stat.S_IWUSR | stat.S_IRUSR | (stat.S_IXUSR if stat.S_ISDIR(info.st_mode) else 0)
+    if info.st_mode & wanted != wanted:
+        path.chmod(stat.S_IMODE(info.st_mode) | wanted)
 
 
 def _not_raw(folder: str, names: list[str]) -> set[str]:
@@ -110,7 +182,55 @@ def _not_raw(folder: str, names: list[str]) -> set[str]:
     return {name for name in names if name == "processed" or name.endswith(".pt")}
 
 
-def _copy_whole(source: str, target: str) -> None:
+def _within(path: Path, folder: Path) -> bool:
+    """Whether the resolved ``path`` is ``folder`` or below it (``folder`` resolved)."""
+    return path == folder or folder in path.parents
+
+
+def _mirror_link_error(mirror: Path, link: Path, problem: str) -> DataRootError:
+    """The one-line refusal of a symbolic link in the mirror that seeding does not follow."""
+    return DataRootError(
+        f"{link} in the mirror {mirror} is a symbolic link {problem} (to {os.readlink(link)}): graphnorm copies only "
+        f"what lies inside ${ENV_MIRROR}; replace the link by the files it points to, or delete it"
+    )
+
+
+def _mirror_start(mirror: Path, relative: str) -> Path:
+    """``mirror/relative`` resolved, refused if a link on the way leads outside the mirror."""
+    path = mirror
+    for part in Path(relative).parts:
+        path = path / part
+        if path.is_symlink() and not _within(path.resolve(), mirror):
+            raise _mirror_link_error(mirror, path, "leading outside it")
+    return (mirror / relative).resolve()
+
+
+def _mirror_files(mirror: Path, relative: str) -> tuple[list[Path], list[tuple[Path, Path]]]:
+    """What seeding copies from ``mirror/relative``: its folders, and its files with the real file each one reads,
+    as paths relative to that folder; without ``processed/`` and ``.pt`` files, nor anything but folders and regular
+    files. Links are followed while they stay inside the mirror; one leading out, or back to a folder it lies in
+    (a loop), raises :class:`DataRootError` naming it."""
+    folders, files = [], []
+    pending = [(_mirror_start(mirror, relative), Path(), frozenset())]
+    while pending:
+        real_folder, shown, ancestors = pending.pop()
+        names = sorted(os.listdir(real_folder))
+        for name in sorted(set(names) - _not_raw(str(real_folder), names)):
+            source, link = real_folder / name, mirror / relative / shown / name
+            real = source.resolve() if source.is_symlink() else source
+            if source.is_symlink() and not _within(real, mirror):
+                raise _mirror_link_error(mirror, link, "leading outside it")
+            if real.is_dir():
+                if real in ancestors or real == real_folder:
+                    raise _mirror_link_error(mirror, link, "to a folder that contains it (a loop)")
+                folders.append(shown / name)
+                pending.append((real, shown / name, ancestors | {real_folder}))
+            elif real.is_file():
+                files.append((shown / name, real))
+    return folders, files
+
+
+def _copy_whole(source: Path, target: Path) -> None:
     """Copy one file so that it appears whole or not at all (:func:`graphnorm.files.atomic_write`)."""
     with open(source, "rb") as handle:
         atomic_write(target, lambda out: shutil.copyfileobj(handle, out))
@@ -120,7 +240,7 @@ def seed_from_mirror(root: Path, relative: str, required: list[str]) -> bool:
     """Copy the raw files of ``mirror/relative`` into ``root/relative`` when files in ``required`` are missing there.
 
     ``required`` are paths relative to ``root/relative``. Returns True if a copy was made. Call it under
-    :func:`dataset_lock`; each file appears whole or not at all.
+    :func:`dataset_lock`; each file appears whole or not at all. Symbolic links: see the module's docstring.
 
     Trust: ``processed/`` folders and ``.pt`` files are never copied, so every file that PyG or ogb ``torch.load`` s
     is made locally (PyG retries a processed file with ``weights_only=False`` and always loads ``pre_transform.pt``
@@ -128,17 +248,23 @@ def seed_from_mirror(root: Path, relative: str, required: list[str]) -> bool:
     so must the root: processed files found there are unpickled.
 
     Raises:
-        DataRootError: the root is not writable or is full.
+        DataRootError: the root is not writable or is full; a symbolic link in the root's dataset folder, or one in
+            the mirror leading outside it or looping.
         FileNotFoundError: ``$GRAPHNORM_DATA_MIRROR`` is not a directory.
     """
+    refuse_links(root, relative)
     target = root / relative
     if all((target / r).exists() for r in required):
         return False
     mirror = mirror_root()
     if mirror is None or not (mirror / relative).exists():
         return False
+    folders, files = _mirror_files(mirror, relative)
     try:
-        shutil.copytree(mirror / relative, target, dirs_exist_ok=True, ignore=_not_raw, copy_function=_copy_whole)
+        for folder in [Path(), *folders]:
+            (target / folder).mkdir(parents=True, exist_ok=True)
+        for name, source in files:
+            _copy_whole(source, target / name)
         _make_writable(target)
     except OSError as error:
         raise unwritable_root_error(root, f"copying {relative} from the mirror {mirror}", error) from None
