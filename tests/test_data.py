@@ -87,5 +87,5 @@ def test_unknown_dataset_and_nan_features(data_root: Path) -> None:
     data = task.data.clone()
     data.x[3, 7] = float("nan")
     broken = GraphTask("cora", "node", "multiclass", "acc", 1433, 7, data=data)
-    with pytest.raises(ValueError, match="cora x has 1 NaN/inf values"):
+    with pytest.raises(ValueError, match="dataset 'cora' x has 1 NaN/inf values"):
         check_finite(broken)

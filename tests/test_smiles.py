@@ -231,6 +231,20 @@ def test_bad_options_and_cells_are_one_line_errors(tmp_path, data_root):
         RunConfig(dataset="zinc", dataset_kwargs={"path": "x.csv"}).validate()
 
 
+@pytest.mark.parametrize("split", ["scaffold", "random", "fold"])
+@pytest.mark.parametrize("molecules", [1, 2])
+def test_a_csv_too_small_to_split_says_so_in_one_line(tmp_path, data_root, split, molecules):
+    """One molecule used to crash in the collation (TypeError: 'NoneType' object is not iterable); two gave an empty
+    split without saying why. Each is one line naming the file, the molecule count and the three splits."""
+    rows = [["CCO", 1, "train"], ["c1ccccc1", 0, "test"]][:molecules]
+    path = write_csv(tmp_path / f"tiny{molecules}.csv", ["smiles", "y", "fold"], rows)
+    with pytest.raises(ValueError) as caught:
+        load_dataset("smiles", data_root, path=str(path), target_columns=["y"], split=split)
+    message = str(caught.value)
+    assert "\n" not in message and str(path) in message and f"{molecules} valid molecule" in message, message
+    assert "train, valid and test" in message, message
+
+
 def test_split_column(tmp_path, data_root):
     folds = ["train"] * 6 + ["Valid", "val", "TEST", "test"]
     rows = [

@@ -10,6 +10,12 @@ the trainer and the sweep ask the registry, and name no dataset.
 A loader is called as ``loader(spec, root, **options)`` (``split=`` only for a dataset with several standard
 splits; its keyword-only parameters are the dataset's options, ``RunConfig.dataset_kwargs``) and returns
 ``spec.task(...)``, a :class:`graphnorm.data.datasets.GraphTask` with the declared fields filled in.
+:func:`load_dataset` checks that task before anyone trains on it (:func:`graphnorm.data.task.check_task`): a node-level
+graph needs float32 ``x`` ``[N, num_features]``, int64 ``edge_index`` within ``[0, N)``, torch.bool ``train_mask``,
+``val_mask`` and ``test_mask`` of ``N`` entries, each selecting nodes and disjoint (a mask of another dtype is refused,
+not converted: an int64 tensor may be 0/1 flags or node indices), and multiclass labels int64 ``[N]`` in
+``[0, num_outputs)`` in every split; graph-level splits need graphs and labels the metric scores. A task that fails
+is one ``ValueError`` naming the dataset, the split and the first offending nodes or values.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from typing import Any
 from graphnorm.checks import check_choice
 from graphnorm.data.root import resolve_root
 from graphnorm.data.scoring import get_metric, metric_names
-from graphnorm.data.task import GraphTask, check_finite
+from graphnorm.data.task import GraphTask, check_task
 
 LEVELS = ("node", "graph")
 TASK_TYPES = ("multiclass", "regression", "binary")
@@ -141,8 +147,10 @@ def load_dataset(
     rule) gets ``split`` there.
 
     Raises:
-        ValueError: an unknown dataset or option, a ``split`` for a dataset with one, or non-finite features or
-            targets (:func:`graphnorm.data.task.check_finite`).
+        ValueError: an unknown dataset or option, a ``split`` for a dataset with one, or a task the trainer would
+            misread (:func:`graphnorm.data.task.check_task`: non-finite features or targets; node masks that are not
+            boolean, empty or shared between splits; labels out of range in any split; features or labels of another
+            dtype or shape than the task needs), named with the dataset, the split and the offending nodes or values.
     """
     spec = dataset_spec(name)
     valid = spec.options()
@@ -161,5 +169,5 @@ def load_dataset(
     if spec.num_splits > 1:
         options["split"] = split
     task = spec.loader(spec, resolve_root(root), **options)
-    check_finite(task)
+    check_task(task)
     return task

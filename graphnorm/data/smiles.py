@@ -269,9 +269,14 @@ def load_smiles(
     parts = {
         name: graphs[torch.tensor(payload["split"][name], dtype=torch.long)] for name in ("train", "valid", "test")
     }
+    sizes = "/".join(str(len(part)) for part in parts.values())
     for name, part in parts.items():
         if len(part) == 0:
-            raise ValueError(f"{file}: the {name} split is empty ({len(graphs)} valid molecules, split={split!r})")
+            raise ValueError(
+                f"{file}: the {name} split is empty: split={split!r} divides the {len(graphs)} valid molecules into "
+                f"train, valid and test of {sizes}; add molecules (a scaffold split keeps each scaffold's molecules "
+                "together), or use another split"
+            )
     classification = task == "classification"
     return spec.task(
         task_type="binary" if classification else "regression",
@@ -385,6 +390,11 @@ def process(file: Path, text: str, options: dict[str, Any]) -> dict[str, Any]:
         parts = random_split(len(kept), options["split_seed"])
     else:
         parts = column_split([rows.split_cells[i] for i in kept], [rows.lines[i] for i in kept], split, file)
+    if len(graphs) < len(SPLIT_FRACTIONS):
+        raise ValueError(
+            f"{file} has {len(graphs)} valid molecule(s) in column {options['smiles_column']!r}, too few to split: "
+            "train, valid and test need one molecule each at least (a useful dataset has hundreds)"
+        )
     data, slices = InMemoryDataset.collate(graphs)
     tensors = {key: data[key] for key in ("edge_index", "edge_attr", "x", "y")}
     return {

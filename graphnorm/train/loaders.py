@@ -28,7 +28,7 @@ from graphnorm.data.registry import dataset_spec, load_dataset
 from graphnorm.data.root import resolve_root
 from graphnorm.data.scoring import get_metric
 from graphnorm.data.size_buckets import SizeBucketBatchSampler
-from graphnorm.data.task import GraphTask
+from graphnorm.data.task import GraphTask, check_split_labels
 from graphnorm.models import model_spec
 
 if TYPE_CHECKING:
@@ -43,6 +43,12 @@ def prepare_task(config: RunConfig) -> GraphTask:
     options (feature normalization, graph subsets)."""
     # dataset_kwargs (dataset=smiles) may name the SMILES loader's own split rule; config.split is null there
     task = cached_task(config.dataset, config.data_root, {"split": config.split, **config.dataset_kwargs})
+    if task.level == "node" and config.eval_nodes == "rest":
+        # The loader's checks cover the three masks; "rest" scores every node outside train and val as well.
+        rest = ~(task.data.train_mask | task.data.val_mask)
+        check_split_labels(
+            task, rest, "eval_nodes='rest' (outside train and val)", "score the test mask (eval_nodes: test)"
+        )
     if config.feature_norm == "row_l1":
         # PyG's NormalizeFeatures: each row divided by its sum (exact row-L1 for the non-negative Planetoid features).
         task.data = T.NormalizeFeatures()(task.data.clone())
