@@ -24,7 +24,7 @@ from torch import Tensor
 from torch_geometric.utils import to_dense_batch
 
 from graphnorm.analysis.cone import ROBUST_CONE_LEVEL, cone_from_unit_rows, robust_cone_from_unit_rows
-from graphnorm.analysis.magnitude import check_not_too_large
+from graphnorm.analysis.magnitude import check_not_too_large, invariant_shift, scale_by_power_of_two
 from graphnorm.analysis.metrics import _gram_f64
 from graphnorm.checks import check_edge_index
 
@@ -224,16 +224,21 @@ class _Layer:
     units: Tensor  # [m, d], zero rows stay zero
 
 
-def _load_rows(x: Tensor, rows: Tensor | None, out_x: Tensor, out_norms: Tensor) -> None:
+def _load_rows(x: Tensor, rows: Tensor | None, out_x: Tensor, out_norms: Tensor) -> int:
     """Copy the given rows of ``x`` into ``out_x`` [m, d] (float64) and their norms into ``out_norms`` [m]; rejects
-    NaN / Inf and entries too large for float64 sums of squares (:mod:`graphnorm.analysis.magnitude`).
+    NaN / Inf. Returns ``k`` where the rows were scaled by ``2**k`` (0 unless their entries are extreme: every metric
+    but the Dirichlet energy is scale-invariant, and the energy is scaled back, see
+    :func:`graphnorm.analysis.magnitude.rescale_for_invariant`).
 
     Validation costs little: a row holding NaN or Inf has a non-finite norm, so the element-wise check runs only
     when some norm is non-finite (then it names the count); the size check reads the row norms."""
+    if x.device.type == "meta":
+        raise ValueError("collapse_metrics: x is on the meta device (it has no values); pass a CPU or GPU tensor")
     x = x.detach().to("cpu")
     if rows is not None:
         x = x.index_select(0, rows)
     out_x.copy_(x)
+    shift = _rescale_in_place(out_x)
     norms = torch.linalg.vector_norm(out_x, dim=-1, out=out_norms)
     if not bool(torch.isfinite(norms).all()):
         finite = torch.isfinite(out_x)
@@ -242,6 +247,20 @@ def _load_rows(x: Tensor, rows: Tensor | None, out_x: Tensor, out_norms: Tensor)
                 f"collapse_metrics: x contains NaN or Inf ({int((~finite).sum())} of {out_x.numel()} entries)"
             )
     check_not_too_large(float(norms.square().sum()), out_x.size(0), "collapse_metrics")
+    return shift
+
+
+def _rescale_in_place(out_x: Tensor) -> int:
+    """Scale ``out_x`` by ``2**k`` in place as :func:`~graphnorm.analysis.magnitude.rescale_for_invariant` does
+    (``k = 0`` for ordinary input, and when a NaN or Inf is there for the caller's check) and return ``k``."""
+    if out_x.numel() == 0:
+        return 0
+    low, high = torch.aminmax(out_x)
+    largest = max(-float(low), float(high))
+    shift = invariant_shift(largest) if math.isfinite(largest) else 0
+    if shift != 0:
+        out_x.copy_(scale_by_power_of_two(out_x, shift))
+    return shift
 
 
 def _unit_rows(x: Tensor, norms: Tensor, out: Tensor | None = None) -> tuple[Tensor, Tensor]:
@@ -260,6 +279,7 @@ class _StackBuffers:
         self.x = torch.empty(capacity, num_rows, width, dtype=torch.float64)
         self.norms = torch.empty(capacity, num_rows, dtype=torch.float64)
         self.units = torch.empty(capacity, num_rows, width, dtype=torch.float64)
+        self.shifts = [0] * capacity  # layer ``slot`` was scaled by 2**shifts[slot] (see _load_rows)
 
     @property
     def capacity(self) -> int:
@@ -268,13 +288,13 @@ class _StackBuffers:
 
     def load(self, slot: int, x: Tensor, rows: Tensor | None) -> None:
         """Copy the given rows of layer ``x`` into ``slot`` (validated as :func:`_load_rows` does)."""
-        _load_rows(x, rows, self.x[slot], self.norms[slot])
+        self.shifts[slot] = _load_rows(x, rows, self.x[slot], self.norms[slot])
 
     def stack(self, count: int) -> _Stack:
         """The first ``count`` loaded layers, with their unit rows (valid until the buffers are loaded again)."""
         x, norms = self.x[:count], self.norms[:count]
         nonzero, units = _unit_rows(x, norms, out=self.units[:count])
-        return _Stack(x, norms, nonzero, units)
+        return _Stack(x, norms, nonzero, units, self.shifts[:count])
 
 
 def _grams(x: Tensor) -> Tensor:
@@ -440,7 +460,7 @@ def _edge_metrics_stacked(stack: _Stack, rows: _Rows) -> dict[str, np.ndarray]:
         energy = _sum_by(rows.edge_graph_np, squared, rows.num_graphs)
         frobenius_sq = _sum_by(rows.batch_np, squared_norms, rows.num_graphs)
     per_node = np.maximum(rows.node_counts_np, 1.0)
-    result = {"dirichlet_energy": energy / per_node}
+    result = {"dirichlet_energy": _unscaled_energy(energy / per_node, stack.shifts)}
     normalized = np.where(frobenius_sq > 0, energy / np.where(frobenius_sq > 0, frobenius_sq, 1.0), 0.0)
     result["dirichlet_energy_normalized"] = normalized / per_node
     # Neighbour MAD: node i's mean cosine distance to its non-self, non-zero neighbours j is
@@ -470,6 +490,21 @@ def _edge_metrics_stacked(stack: _Stack, rows: _Rows) -> dict[str, np.ndarray]:
     return result
 
 
+def _unscaled_energy(energy: np.ndarray, shifts: list[int]) -> np.ndarray:
+    """The Dirichlet energies [L, G] of layers scaled by ``2**shifts`` [L] scaled back by ``4**-shift`` (the energy
+    is not scale-invariant: E(cX) = c^2 E(X)); ``ValueError`` when one overflows float64 (entries ~1e150 and up)."""
+    if not any(shifts):
+        return energy
+    with np.errstate(over="ignore"):
+        energy = np.stack([scale_by_power_of_two(torch.from_numpy(e), -2 * k).numpy() for e, k in zip(energy, shifts)])
+    if not np.isfinite(energy).all():
+        raise ValueError(
+            "collapse_metrics: x is too large for its Dirichlet energy in float64 (entries of about 1e150 and up "
+            "overflow it); rescale x (e.g. divide by its largest entry)"
+        )
+    return energy
+
+
 # --- per-graph metrics over stacked layers: X [L, m, d] float64 (graph-level batches) ---------------------------
 @dataclass
 class _Stack:
@@ -479,6 +514,7 @@ class _Stack:
     norms: Tensor  # [L, m]
     nonzero: Tensor  # [L, m] bool
     units: Tensor  # [L, m, d]
+    shifts: list[int]  # [L]: layer l was scaled by 2**shifts[l] (0 unless its entries are extreme, see _load_rows)
 
 
 def _singular_values_stacked(x: Tensor) -> Tensor:

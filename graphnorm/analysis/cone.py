@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from graphnorm.analysis.magnitude import check_not_too_large
+from graphnorm.analysis.magnitude import check_not_too_large, rescale_for_invariant
 from graphnorm.analysis.min_norm_point import WORKING_SIZE, wolfe_min_norm_point
 
 __all__ = ["ConeAngle", "cone_angle", "cone_angle_info", "robust_cone_angle", "ROBUST_CONE_LEVEL"]
@@ -47,13 +47,16 @@ class ConeAngle:
 
 
 def _as_float64_rows(x: Tensor | np.ndarray, name: str) -> np.ndarray:
-    """``x`` [n, d] as a float64 NumPy array; ``ValueError`` / ``TypeError`` for a wrong shape, no columns, a complex
-    tensor, NaN / Inf, or entries too large for float64 sums of squares."""
+    """``x`` [n, d] as a float64 NumPy array, rescaled by a power of two when its entries are extreme (the cone does
+    not depend on scale); ``ValueError`` / ``TypeError`` for a wrong shape, no columns, a complex or meta tensor, or
+    NaN / Inf."""
     if isinstance(x, Tensor):
         if x.dim() != 2:
             raise ValueError(f"{name}: x must have shape [n, d], got shape {tuple(x.shape)}")
         if x.is_complex():
             raise TypeError(f"{name}: x must be a real tensor, got {x.dtype}")
+        if x.device.type == "meta":
+            raise ValueError(f"{name}: x is on the meta device (it has no values); pass a CPU or GPU tensor")
         array = x.detach().to(device="cpu", dtype=torch.float64).numpy()
     else:
         array = np.asarray(x, dtype=np.float64)
@@ -63,6 +66,7 @@ def _as_float64_rows(x: Tensor | np.ndarray, name: str) -> np.ndarray:
         raise ValueError(f"{name}: x has no columns (shape {array.shape})")
     if not np.isfinite(array).all():
         raise ValueError(f"{name}: x contains NaN or Inf ({int((~np.isfinite(array)).sum())} entries)")
+    array = rescale_for_invariant(torch.from_numpy(array)).numpy()  # the cone does not depend on scale
     with np.errstate(over="ignore"):  # an overflowing sum is what the check reports
         squared_sum = float(np.square(array).sum())
     check_not_too_large(squared_sum, array.shape[0], name)

@@ -2,9 +2,11 @@
 
 Every function computes in float64 whatever the input dtype (float16 / bfloat16 values are exact there, so half
 input gives the same numbers as float32 input of the same values), rejects NaN / Inf, input without rows or
-without columns, and input too large for float64 sums of squares (entries of about 1e150 and above, see
-:mod:`graphnorm.analysis.magnitude`) with a ``ValueError`` naming the problem, and treats zero rows as documented
-per function. Rows whose entries are so small (below ~1e-154) that their squared norm underflows count as zero rows.
+without columns, and (for the metrics that depend on scale) input too large for float64 sums of squares (entries
+of about 1e150 and above, see :mod:`graphnorm.analysis.magnitude`) with a ``ValueError`` naming the problem, and
+treats zero rows as documented per function. The scale-invariant metrics (ranks, cosines, MAD, cones) first rescale
+input whose largest entry is beyond ``2**±200`` by a power of two, so they hold over the whole float64 range; rows
+below ~1e-154 times the largest entry, whose squared norm underflows, count as zero rows.
 "Undefined" values (e.g. a cosine with fewer than two non-zero rows) are NaN, never an exception, so a probe
 over a dead layer still yields a table. These are the definitions, and the test oracle of the batched probe path
 (:mod:`graphnorm.analysis.collapse`); the cone angles are in :mod:`graphnorm.analysis.cone`.
@@ -18,7 +20,7 @@ import torch
 from torch import Tensor
 
 from graphnorm.analysis.cone import cone_angle, cone_angle_info, robust_cone_angle
-from graphnorm.analysis.magnitude import check_not_too_large
+from graphnorm.analysis.magnitude import check_not_too_large, rescale_for_invariant
 from graphnorm.checks import check_edge_index
 
 __all__ = [
@@ -36,9 +38,10 @@ __all__ = [
 ]
 
 
-def as_float64(x: Tensor, name: str = "metric") -> Tensor:
+def as_float64(x: Tensor, name: str = "metric", invariant: bool = False) -> Tensor:
     """Validate ``x`` [n, d] (real, finite, not too large, at least one row and one column) and return a detached
-    float64 CPU copy."""
+    float64 CPU copy; ``invariant`` (for metrics that do not change when ``x`` is scaled) rescales extreme input
+    instead of rejecting it (:func:`graphnorm.analysis.magnitude.rescale_for_invariant`)."""
     if not isinstance(x, Tensor):
         raise TypeError(f"{name}: x must be a torch.Tensor, got {type(x).__name__}")
     if x.dim() != 2:
@@ -49,10 +52,14 @@ def as_float64(x: Tensor, name: str = "metric") -> Tensor:
         raise ValueError(f"{name}: x has no rows (shape {tuple(x.shape)})")
     if x.size(1) == 0:
         raise ValueError(f"{name}: x has no columns (shape {tuple(x.shape)})")
+    if x.device.type == "meta":
+        raise ValueError(f"{name}: x is on the meta device (it has no values); pass a CPU or GPU tensor")
     x64 = x.detach().to(device="cpu", dtype=torch.float64)
     if not torch.isfinite(x64).all():
         bad = int((~torch.isfinite(x64)).sum())
         raise ValueError(f"{name}: x contains NaN or Inf ({bad} of {x64.numel()} entries)")
+    if invariant:
+        x64 = rescale_for_invariant(x64)
     check_not_too_large(float(x64.square().sum()), x64.size(0), name)
     return x64
 
@@ -88,7 +95,7 @@ def singular_values(x: Tensor, center: bool = False, normalize: str | None = "ma
     """
     if normalize not in ("max", "sum", None):
         raise ValueError(f"singular_values: normalize must be 'max', 'sum' or None, got {normalize!r}")
-    x64 = as_float64(x, "singular_values")
+    x64 = as_float64(x, "singular_values", invariant=normalize is not None)
     if center:
         x64 = x64 - x64.mean(dim=0, keepdim=True)
     sigma = _singular_values_f64(x64)
@@ -117,7 +124,7 @@ def effective_rank(x: Tensor, center: bool = False) -> float:
     (the ContraNorm reference implementation, Guo et al. 2023, returns NaN there). Zero matrix: 0.0.
     Ranges over [1, min(n, d)] for non-zero X.
     """
-    x64 = as_float64(x, "effective_rank")
+    x64 = as_float64(x, "effective_rank", invariant=True)
     if center:
         x64 = x64 - x64.mean(dim=0, keepdim=True)
     return effective_rank_from_singular_values(_singular_values_f64(x64))
@@ -128,7 +135,7 @@ def stable_rank(x: Tensor) -> float:
     e.g. Guo et al. 2023, ContraNorm). Lies in [1, rank(X)]; zero matrix: 0.0. The probe records it as metric
     ``stable_rank``. Test oracle of the batched ``graphnorm.analysis.collapse._ranks`` (kept separate on purpose).
     """
-    x64 = as_float64(x, "stable_rank")
+    x64 = as_float64(x, "stable_rank", invariant=True)
     frobenius_sq = float(x64.square().sum())
     if frobenius_sq == 0:
         return 0.0
@@ -151,7 +158,7 @@ def mean_cosine_similarity(x: Tensor) -> float:
     counted as cosine 0, which would read as "less collapsed" just because some rows died). NaN when m < 2.
     1 means all rows point the same way (full oversmoothing).
     """
-    units, _ = _unit_rows(as_float64(x, "mean_cosine_similarity"))
+    units, _ = _unit_rows(as_float64(x, "mean_cosine_similarity", invariant=True))
     m = units.size(0)
     if m < 2:
         return math.nan
@@ -168,9 +175,10 @@ def dirichlet_energy(x: Tensor, edge_index: Tensor, normalized: bool = False) ->
     twice, exactly as the double sum does). Oversmoothing is E -> 0 (exponentially in depth).
     ``normalized=True`` evaluates it on X / ||X||_F, which removes the trivial decay from shrinking norms and
     is what the collapse plots use; a zero matrix gives 0.0 either way. A malformed ``edge_index`` raises as
-    :func:`graphnorm.checks.check_edge_index` does (``TypeError`` / ``ValueError``).
+    :func:`graphnorm.checks.check_edge_index` does (``TypeError`` / ``ValueError``). Not scale-invariant
+    unless ``normalized`` (E(cX) = c^2 E(X)), so extreme input is rejected rather than rescaled then.
     """
-    x64 = as_float64(x, "dirichlet_energy")
+    x64 = as_float64(x, "dirichlet_energy", invariant=normalized)
     check_edge_index(edge_index, x64.size(0), where="dirichlet_energy")
     edge_index = edge_index.to("cpu", torch.long)
     if normalized:
@@ -196,7 +204,7 @@ def mad(x: Tensor, edge_index: Tensor | None = None) -> float:
     NaN when no pair remains. Range [0, 2]. A malformed ``edge_index`` raises as
     :func:`graphnorm.checks.check_edge_index` does (``TypeError`` / ``ValueError``).
     """
-    x64 = as_float64(x, "mad")
+    x64 = as_float64(x, "mad", invariant=True)
     if edge_index is None:
         mean_cos = mean_cosine_similarity(x64)
         return 1.0 - mean_cos if not math.isnan(mean_cos) else math.nan

@@ -113,8 +113,10 @@ class _StreamingNegativeMix(torch.autograd.Function):
                 _recompute_rows(underflow, r0, x_hat, values, inv_tau, block_rows, block_cols, mask_self, out, lse)
             elif n * n <= SINGLE_BLOCK_ELEMENTS:  # then this is the only block: the whole P [n, n]
                 kept_probs = weights.div_(denom)
-        ctx.kept_probs = kept_probs
-        ctx.save_for_backward(x_hat, values, out, lse, edge_rows, edge_cols)
+        # P goes through save_for_backward, so autograd frees it after the last backward and a second backward
+        # through a retained graph reuses it (recomputing it would change the gradients by rounding)
+        ctx.keeps_probs = kept_probs is not None
+        ctx.save_for_backward(x_hat, values, out, lse, edge_rows, edge_cols, kept_probs)
         ctx.inv_tau = inv_tau
         ctx.mask_self = mask_self
         return out
@@ -122,7 +124,7 @@ class _StreamingNegativeMix(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx: FunctionCtx, grad_out: Tensor) -> tuple[Tensor | None, ...]:
-        x_hat, values, out, lse, edge_rows, edge_cols = ctx.saved_tensors
+        x_hat, values, out, lse, edge_rows, edge_cols, kept_probs = ctx.saved_tensors
         inv_tau, mask_self = ctx.inv_tau, ctx.mask_self
         n = x_hat.size(0)
         bounds = _block_bounds(n, n)
@@ -136,7 +138,6 @@ class _StreamingNegativeMix(torch.autograd.Function):
         grads_minus_delta = torch.cat([grad_out, -delta], dim=1)  # [n, d + 1]: . [v, 1] = dP - delta
         grad_x_hat = torch.zeros_like(x_hat)
         grad_values = torch.zeros_like(values)
-        kept_probs, ctx.kept_probs = ctx.kept_probs, None
         for i, (r0, r1) in enumerate(zip(bounds[:-1], bounds[1:])):
             if kept_probs is not None:
                 probs = kept_probs
@@ -280,12 +281,14 @@ class ContraNorm(nn.Module):
     mini-batches (the reference's GIN builds one adjacency over the whole batch, so negatives leak across graphs); and
     a graph above ``dense_max_nodes`` never materializes its ``n x n`` similarity: a streaming row-block kernel with a
     recomputing backward keeps memory linear in ``n``, on half of the tiles when the excluded pairs are symmetric
-    (:mod:`~graphnorm.norms.contranorm_symmetric`). Double backward is not supported. Half-precision input is computed
+    (:mod:`~graphnorm.norms.contranorm_symmetric`). Backward runs again through a retained graph with the same
+    gradients; double backward (a gradient of the gradient) is not supported. Half-precision input is computed
     in float32 throughout, the LayerNorm included (in half, the softmax sums and ``P x`` would keep 8 or 11 bits).
 
     Raises:
         ValueError: ``tau`` not a finite number > 0, ``scale`` not finite, ``dense_max_nodes`` not a non-negative int;
-            in forward, no ``edge_index`` (with ``exclude_neighbors``), a malformed one, or one joining two graphs.
+            in forward, no ``edge_index`` (with ``exclude_neighbors``), a malformed one, or one joining two graphs,
+            or an input on the meta device (the negatives depend on values it does not have).
         TypeError: ``edge_index`` is not an integer tensor.
     """
 
@@ -322,6 +325,7 @@ class ContraNorm(nn.Module):
         edge_index: Tensor | None = None,
         token_mask: Tensor | None = None,
     ) -> Tensor:
+        _reject_meta(x=x, batch=batch, edge_index=edge_index)
         check_norm_inputs(x, batch, batch_size, self.channels, "contranorm", per_graph=True)
         if self.exclude_neighbors and edge_index is None:
             raise ValueError(
@@ -387,6 +391,17 @@ class ContraNorm(nn.Module):
             f"identity={self.identity}, layer_norm={self.layer_norm is not None}, "
             f"dense_max_nodes={self.dense_max_nodes}"
         )
+
+
+def _reject_meta(**tensors: Tensor | None) -> None:
+    """``ValueError`` naming the first input on the meta device: the negatives, the graph sizes and the kernel
+    choice depend on the values (edges, graph ids), which a meta tensor does not have."""
+    for name, tensor in tensors.items():
+        if isinstance(tensor, Tensor) and tensor.device.type == "meta":
+            raise ValueError(
+                f"contranorm: {name} is on the meta device (it has no values, and the negatives depend on them); "
+                "pass CPU or GPU tensors"
+            )
 
 
 def _large_graph_mix(

@@ -150,19 +150,21 @@ class SymmetricNegativeMix(torch.autograd.Function):
         denom = sums[:, d:]  # [n, 1]; 0 for rows without negatives
         inverse_denom = torch.where(denom > 0, 1.0 / denom, torch.zeros_like(denom))
         out = sums[:, :d] * inverse_denom
-        ctx.kept, ctx.tile_edges = kept, edges  # the tiles' excluded pairs, not recomputed in backward
-        ctx.save_for_backward(x_hat, values, out, inverse_denom)
+        # the kept E and the tiles' excluded pairs (not recomputed in backward) go through save_for_backward, so
+        # autograd frees them after the last backward and a retained graph can run backward again
+        ctx.tile_keys = list(edges)
+        ctx.save_for_backward(x_hat, values, out, inverse_denom, kept, *(t for pair in edges.values() for t in pair))
         ctx.inv_tau, ctx.mask_self = inv_tau, mask_self
         return out
 
     @staticmethod
     @once_differentiable
     def backward(ctx: FunctionCtx, grad_out: Tensor) -> tuple[Tensor | None, ...]:
-        x_hat, values, out, inverse_denom = ctx.saved_tensors
+        x_hat, values, out, inverse_denom, kept, *edge_parts = ctx.saved_tensors
         inv_tau, mask_self = ctx.inv_tau, ctx.mask_self
         n = x_hat.size(0)
         bounds = _tile_bounds(n)
-        edges, ctx.tile_edges = ctx.tile_edges, None
+        edges = {key: (edge_parts[2 * k], edge_parts[2 * k + 1]) for k, key in enumerate(ctx.tile_keys)}
         grad_out = grad_out.contiguous()
         delta = (grad_out * out).sum(dim=1, keepdim=True)  # [n, 1]
         scaled_grads = grad_out * inverse_denom  # [n, d]: g_i / D_i
@@ -176,7 +178,6 @@ class SymmetricNegativeMix(torch.autograd.Function):
 
         grad_x_hat = torch.zeros_like(x_hat)
         grad_values = torch.zeros_like(values)
-        kept, ctx.kept = ctx.kept, None
 
         def backward_tiles(tiles: list[tuple[int, int]], grad_x_hat: Tensor, grad_values: Tensor) -> None:
             block, queries_i, left_i = None, None, None

@@ -66,6 +66,8 @@ def _check_graph_ids(batch: Tensor | None, batch_size: int | None, where: str) -
         raise ValueError(f"{where}: batch_size must be a non-negative integer or None, got {batch_size!r}")
     if batch is None or batch.numel() == 0:
         return
+    if batch.device.type == "meta":
+        raise ValueError(f"{where}: batch is on the meta device (it has no graph ids); pass CPU or GPU tensors")
     low, high = (value.item() for value in torch.aminmax(batch))
     if low < 0:
         raise ValueError(f"{where}: batch holds a negative graph id ({low}); graph ids are 0, 1, ..., batch_size - 1")
@@ -91,6 +93,8 @@ def check_token_mask(
         raise ValueError(
             f"{where}: token_mask must have shape [num_nodes] = [{x.size(0)}], got shape {tuple(token_mask.shape)}"
         )
+    if token_mask.device.type == "meta":
+        raise ValueError(f"{where}: token_mask is on the meta device (it has no values); pass CPU or GPU tensors")
     graphs = num_graphs(batch, batch_size)
     if batch is None:
         token_graph = torch.zeros(int(token_mask.sum()), dtype=torch.long, device=x.device)
