@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
             raise FileNotFoundError(f"{data} is not a folder of tidy tables (see --data)")
         print(build_page(data, out, PAGE_COMMAND))
     except (FileNotFoundError, ValueError) as error:
-        print(f"error: {error}", file=sys.stderr)
+        print("error: " + " ".join(str(error).splitlines()), file=sys.stderr)  # one line, whatever the error holds
         return 2
     return 0
 

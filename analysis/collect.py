@@ -27,6 +27,7 @@ from typing import Any
 
 import pandas as pd
 import yaml
+from validate import check_runs, read_csv_file
 
 LAYER_METRICS = ("effective_rank", "mean_cosine", "cone_angle", "cone_angle_q90")
 STEP_KEYS = ("step", "epoch", "layer")  # what places a steps.csv row besides its run
@@ -66,7 +67,8 @@ def expected_runs(sweep: dict[str, Any]) -> int:
 
 
 def tidy_runs(runs: pd.DataFrame) -> pd.DataFrame:
-    """The ok runs with identity keys, the config keys that vary, and the metric columns."""
+    """The ok runs with identity keys, the config keys that vary, and the metric columns; each row keeps its index in
+    ``runs`` (errors name the sweep's own lines)."""
     from graphnorm.config import RunConfig
 
     if "status" in runs.columns:
@@ -80,7 +82,7 @@ def tidy_runs(runs: pd.DataFrame) -> pd.DataFrame:
         if c not in config
     ]
     keep = [c for c in IDENTITY_COLUMNS if c in runs.columns] + varying + metrics
-    return runs[list(dict.fromkeys(keep))].reset_index(drop=True)
+    return runs[list(dict.fromkeys(keep))]
 
 
 def tidy_layers(layers: pd.DataFrame, run_ids: set[str], keys: tuple[str, ...] = ("layer",)) -> pd.DataFrame:
@@ -100,7 +102,7 @@ def tidy_layers(layers: pd.DataFrame, run_ids: set[str], keys: tuple[str, ...] =
 
 def read_table(path: Path) -> pd.DataFrame:
     """A sweep's CSV (layers.csv, steps.csv), empty when the file is absent or empty."""
-    return pd.read_csv(path) if path.exists() and path.stat().st_size else pd.DataFrame()
+    return read_csv_file(path) if path.exists() and path.stat().st_size else pd.DataFrame()
 
 
 def provenance(
@@ -157,10 +159,14 @@ def collect_sweep(
         raise FileNotFoundError(f"{runs_path} not found: --collect needs a sweep output folder with runs.csv")
     if not study or "/" in study or study.startswith("."):
         raise ValueError(f"--study must be a plain folder name, got {study!r}")
-    runs = pd.read_csv(runs_path)
+    runs = read_csv_file(runs_path)
     sweep_path = run_dir / "sweep.yaml"
     sweep = yaml.safe_load(sweep_path.read_text()) if sweep_path.exists() else {}
     tidy = tidy_runs(runs)
+    record = provenance(run_dir, sweep or {}, runs, command, study, note)
+    if tidy.empty:
+        raise ValueError(f"{runs_path} holds no finished (status ok) runs: nothing to collect")
+    check_runs(tidy, runs_path, record, runs_path)  # the study must build a true page before it is written
     out = Path(data_dir) / study
     out.mkdir(parents=True, exist_ok=True)
     tidy.to_csv(out / "runs.csv", index=False, float_format="%.6g")
@@ -170,6 +176,5 @@ def collect_sweep(
         tidy_layers(steps, set(tidy["run_id"]), STEP_KEYS).to_csv(out / "steps.csv", index=False)
     if sweep_path.exists():
         shutil.copyfile(sweep_path, out / "sweep.yaml")
-    record = provenance(run_dir, sweep or {}, runs, command, study, note)
     (out / "provenance.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
     return out

@@ -15,7 +15,7 @@ Three kinds of data, each a folder or file of ``analysis/data/``:
 from __future__ import annotations
 
 import contextlib
-import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,7 +25,9 @@ matplotlib.use("Agg")  # files only
 
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
+from validate import check_provenance, check_runs, read_csv_file, read_json_file  # noqa: E402
 
+from graphnorm.files import atomic_write_text  # noqa: E402
 from graphnorm.sweep import report  # noqa: E402
 from graphnorm.sweep.tables import markdown_table  # noqa: E402
 
@@ -47,13 +49,16 @@ class Study:
 
 def load_studies(data_dir: Path) -> list[Study]:
     """Every collected sweep under ``data_dir`` (folders with runs.csv and provenance.json), the headline first,
-    then by name."""
+    then by name; a study whose tables cannot give a true page (see ``validate.py``) is a ``ValueError`` naming
+    its file."""
     studies = []
     for folder in sorted(p for p in data_dir.iterdir() if p.is_dir()):
         if not all((folder / name).exists() for name in SWEEP_FILES):
             continue
-        provenance = json.loads((folder / "provenance.json").read_text())
-        runs = pd.read_csv(folder / "runs.csv")
+        record_path, runs_path = folder / "provenance.json", folder / "runs.csv"
+        provenance = read_json_file(record_path)
+        check_provenance(provenance, record_path)
+        runs = check_runs(read_csv_file(runs_path), runs_path, provenance, record_path)
         layers, steps = (read_csv_or_empty(folder / name) for name in ("layers.csv", "steps.csv"))
         studies.append(Study(folder.name, runs, layers, provenance, steps))
     return sorted(studies, key=lambda s: (s.name != HEADLINE_STUDY, s.name))
@@ -61,7 +66,7 @@ def load_studies(data_dir: Path) -> list[Study]:
 
 def read_csv_or_empty(path: Path) -> pd.DataFrame:
     """A study's table, empty when the file is absent or holds no more than a line break."""
-    return pd.read_csv(path) if path.exists() and path.stat().st_size > 1 else pd.DataFrame()
+    return read_csv_file(path) if path.exists() and path.stat().st_size > 1 else pd.DataFrame()
 
 
 def save_png(figure: plt.Figure, path: Path) -> None:
@@ -148,10 +153,15 @@ def _cell_table(frame: pd.DataFrame, index: list[str], columns: list[str]) -> st
     return markdown_table(wide.astype(object).where(wide.notna(), ""))
 
 
-def seed_summary(frame: pd.DataFrame) -> pd.DataFrame:
-    """Mean ± std (sample std) over seeds of every (variant, norm, split, metric, epoch) recorded for >= 2 seeds."""
+def seed_summary(frame: pd.DataFrame, path: Path) -> pd.DataFrame:
+    """Mean ± std (sample std) over seeds of every (variant, norm, split, metric, epoch) recorded for >= 2 seeds;
+    a seeded row whose value is not a finite number is a ``ValueError`` naming ``path`` and the line."""
     seeded = frame[frame["seed"].astype(str).str.fullmatch(r"\d+")].copy()
-    seeded["number"] = seeded["value"].astype(float)
+    seeded["number"] = pd.to_numeric(seeded["value"], errors="coerce")
+    bad = seeded.index[~seeded["number"].map(lambda x: bool(pd.notna(x)) and math.isfinite(x))]
+    if len(bad):
+        value = seeded.loc[bad[0], "value"]
+        raise ValueError(f"{path} line {bad[0] + 2}, column value: {value!r} is not a number (its row has a seed)")
     keys = ["variant", "norm", "split", "metric", "epoch"]
     stats = seeded.fillna({k: "" for k in keys}).groupby(keys, sort=False)["number"].agg(["mean", "std", "count"])
     stats = stats[stats["count"] >= 2].reset_index()
@@ -161,7 +171,7 @@ def seed_summary(frame: pd.DataFrame) -> pd.DataFrame:
 
 def recorded_section(path: Path, notes: Path | None) -> list[str]:
     """Tables of the hand-recorded measurements, one per study, with their sources, then the notes."""
-    frame = pd.read_csv(path, dtype=str, keep_default_na=False).replace("", pd.NA)
+    frame = read_csv_file(path, dtype=str, keep_default_na=False).replace("", pd.NA)
     parts = [
         "## Recorded measurements (Graphormer and GIN on ZINC and MolHIV, SepNorm vs ShareNorm)",
         "",
@@ -180,7 +190,7 @@ def recorded_section(path: Path, notes: Path | None) -> list[str]:
         parts += [f"- command: `{c}`" for c in sorted(set(group["command"].dropna()))]
         parts += [f"- date: {dates}; commit: {commits}; source: {'; '.join(sources)}", ""]
         parts += [_cell_table(group, ["variant", "norm", "seed", "epoch"], ["split", "metric"])]
-        summary = seed_summary(group)
+        summary = seed_summary(group, path)
         if not summary.empty:
             table = _cell_table(summary, ["variant", "norm", "epoch"], ["split", "metric"])
             parts += ["Mean ± std over seeds:", "", table]
@@ -193,7 +203,7 @@ def recorded_section(path: Path, notes: Path | None) -> list[str]:
 
 def benchmark_section(path: Path) -> list[str]:
     """The benchmark ratios table, as collected."""
-    frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    frame = read_csv_file(path, dtype=str, keep_default_na=False)
     return [
         "## Benchmark ratios",
         "",
@@ -206,6 +216,11 @@ def benchmark_section(path: Path) -> list[str]:
 
 def build_page(data_dir: Path, out_dir: Path, command: str) -> Path:
     """Write ``out_dir/README.md`` and ``out_dir/figures/*.png`` from ``data_dir``; returns the page's path."""
+    # Every input read first: data that cannot give a true page leave the last page and figures as they are.
+    studies = load_studies(data_dir)
+    recorded, ratios = data_dir / "recorded" / "measurements.csv", data_dir / "benchmarks" / "ratios.csv"
+    tail = recorded_section(recorded, data_dir / "recorded" / "notes.md") if recorded.exists() else []
+    tail += benchmark_section(ratios) if ratios.exists() else []
     figures = out_dir / "figures"
     figures.mkdir(parents=True, exist_ok=True)
     for old in figures.glob("*.png"):
@@ -229,19 +244,12 @@ def build_page(data_dir: Path, out_dir: Path, command: str) -> Path:
         "exact smallest cone (`cone_angle`) and the robust one beside it when recorded.",
         "",
     ]
-    studies = load_studies(data_dir)
     if studies:
         parts += ["Studies: " + ", ".join(f"[{s.name}](#{s.name})" for s in studies), ""]
     if all(s.name != HEADLINE_STUDY for s in studies):
         parts += [f"The Cora depth study (`{HEADLINE_STUDY}`, the README's main job) is not collected yet.", ""]
     for study in studies:
         parts += study_section(study, figures, "figures/")
-    recorded = data_dir / "recorded" / "measurements.csv"
-    if recorded.exists():
-        parts += recorded_section(recorded, data_dir / "recorded" / "notes.md")
-    ratios = data_dir / "benchmarks" / "ratios.csv"
-    if ratios.exists():
-        parts += benchmark_section(ratios)
     page = out_dir / "README.md"
-    page.write_text("\n".join(parts).rstrip() + "\n")
+    atomic_write_text(page, "\n".join([*parts, *tail]).rstrip() + "\n")
     return page
