@@ -119,6 +119,8 @@ TRAIN_DESCRIPTION = """\
 Train and evaluate one model from a YAML mapping of RunConfig keys (dataset, model, norm, num_layers, epochs, ...;
 see graphnorm/config.py; keys not in the file keep their defaults) and print its record: metrics and timings.
 --out saves the full record, with the collapse metrics at every layer and the per-epoch history.
+A mistake in the data (a bad SMILES or label, an empty file or split) is one line; GRAPHNORM_TRACEBACK=1 shows
+the traceback instead.
 For a grid of runs from a sweep YAML (base, grid, norm_settings): graphnorm sweep."""
 
 TRAIN_EPILOG = """\
@@ -210,15 +212,21 @@ def check_predict_inputs(args: argparse.Namespace) -> None:
 def cmd_predict(args: argparse.Namespace) -> int:
     """``graphnorm predict``: score a SMILES CSV or a part of the run's dataset, print one summary line; bad input is
     a :class:`CommandError`."""
-    from graphnorm.files import ensure_writable_dir
-    from graphnorm.predict import DEFAULT_BATCH_SIZE, predict_csv, predict_split
+    from graphnorm.files import check_name_fits, check_not_an_input, ensure_writable_dir
+    from graphnorm.predict import DEFAULT_BATCH_SIZE, check_device, check_outside_data_root, predict_csv, predict_split
     from graphnorm.train.model_file import ModelFileError
 
     out = Path(args.out)
     try:
         check_predict_inputs(args)
+        check_device(args.device)
+        check_name_fits(out, f"--out {out}")  # first: the file system refuses even to look up a name too long
         if out.is_dir():
             raise ValueError(f"--out {out} is a directory; give a file name, e.g. {out / 'predictions.csv'}")
+        inputs = {"the model file": args.model, "the input CSV": args.input}
+        check_not_an_input(out, inputs, f"--out {out}")
+        if args.split is not None:
+            check_outside_data_root(out, args.data_root, f"--out {out}")
         ensure_writable_dir(out.parent, f"--out {out}")
         if args.split is not None:
             scores = predict_split(args.model, args.split, out, args.data_root, args.batch_size, args.device)
@@ -343,6 +351,10 @@ def _sweep(args: argparse.Namespace) -> int:
     if args.metric:
         sweep["metric"] = args.metric
     out = Path(args.out) if args.out else Path("runs") / sweep["name"]
+    check_sweep_out(out, Path(args.config), sweep)
+    if not args.dry_run:
+        tensorboard = sweep.get("base", {}).get("tensorboard_dir")
+        check_tensorboard_dir(tensorboard, "--tensorboard" if args.tensorboard else "base.tensorboard_dir")
     if args.dry_run:
         return _dry_run(sweep, out, args.run_fn)
     slurm = sweeps.SlurmOptions(
@@ -375,6 +387,33 @@ def _sweep(args: argparse.Namespace) -> int:
         )
         return 128 + signum
     return 0 if (runs["status"] == "ok").all() else 1
+
+
+SWEEP_TABLES = ("runs.csv", "layers.csv", "epochs.csv", "steps.csv", "summary.md")  # written in OUT
+SWEEP_FOLDERS = ("results", "report")  # written in OUT, file by file
+
+
+def check_sweep_out(out: Path, config_path: Path, sweep: dict[str, Any]) -> None:
+    """``CommandError`` when a file the sweep reads (its config, the base's SMILES CSV) is one the sweep writes:
+    ``--out`` itself, a table in it (:data:`SWEEP_TABLES`) or a file under its results or report folders."""
+    from graphnorm.files import same_file
+
+    inputs = {"the sweep config": config_path}
+    path = sweep.get("base", {}).get("dataset_kwargs", {}).get("path")
+    if isinstance(path, (str, os.PathLike)) and str(path):
+        inputs["the base's data file (dataset_kwargs.path)"] = path
+    folder = out.expanduser().resolve()
+    for description, value in inputs.items():
+        target = Path(value).expanduser().resolve()
+        written = (
+            same_file(target, out)
+            or (target.parent == folder and target.name in SWEEP_TABLES)
+            or any(target.is_relative_to(folder / name) for name in SWEEP_FOLDERS)
+        )
+        if written:
+            raise CommandError(
+                f"--out {out}: the sweep writes {target}, which is {description} ({value}); give another --out"
+            )
 
 
 def _dry_run(sweep: dict[str, Any], out: Path, run_fn: str | None) -> int:
@@ -411,23 +450,24 @@ def _load_run_config(path: Path, overrides: list[str]) -> RunConfig:
         raise CommandError(str(e)) from None
 
 
+TRACEBACK_ENV = "GRAPHNORM_TRACEBACK"  # set to 1: data-loading errors keep their traceback (for debugging)
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     """``graphnorm train``: one run; prints its record without the long lists, which ``--out`` saves with the
-    learning curve's figure."""
+    learning curve's figure. Bad input, outputs that cannot be written and data that cannot be loaded are each one
+    line, checked before training."""
     from graphnorm import train
-    from graphnorm.files import atomic_write_text, ensure_writable_dir
+    from graphnorm.files import atomic_write_text
     from graphnorm.train.record import STEPS_KEY
 
     overrides = [*args.overrides, *tensorboard_override(args.tensorboard, "tensorboard_dir")]
     config = _load_run_config(Path(args.config), overrides)
     out = Path(args.out) if args.out else None
     if out is not None:  # before training: a run whose record cannot be saved is lost
-        if out.is_dir():
-            raise CommandError(f"--out {out} is a directory; give a file name, e.g. {out / 'record.json'}")
-        try:
-            ensure_writable_dir(out.parent, f"--out {out}")
-        except ValueError as e:
-            raise CommandError(str(e)) from None
+        check_train_out(out, Path(args.config), config)
+    check_tensorboard_dir(config.tensorboard_dir, "--tensorboard" if args.tensorboard else "tensorboard_dir")
+    load_run_data(config)
     from graphnorm.data import DatasetNotFoundError
 
     # Errors of the run itself keep their traceback; a dataset that cannot be found is the user's to provide.
@@ -439,7 +479,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     if out is not None:
         atomic_write_text(out, json.dumps(record, indent=1))
         if record.get("history"):
-            curve = out.with_name(out.name + ".learning_curve.png")
+            curve = learning_curve_path(out)
             _save_learning_curve(record["history"], config, curve)
     parts = (("layers", "per-layer rows"), ("history", "epochs of history"), (STEPS_KEY, "per-step rows"))
     shown = {k: v for k, v in record.items() if k not in dict(parts)}
@@ -450,6 +490,106 @@ def cmd_train(args: argparse.Namespace) -> int:
     if curve is not None:
         print(f"learning curve: {curve}")
     return 0
+
+
+def learning_curve_path(out: Path) -> Path:
+    """``<out>.learning_curve.png``: the figure ``train --out`` writes beside the record."""
+    return out.with_name(out.name + ".learning_curve.png")
+
+
+def run_inputs(config_path: Path, config: RunConfig) -> dict[str, Any]:
+    """The files a run reads (description -> path): its config, its SMILES CSV, its resume checkpoint and model file
+    (both unknown while the SMILES CSV is missing: that error comes when the data loads)."""
+    from graphnorm.train.checkpoints import checkpoint_path
+    from graphnorm.train.model_file import model_file_path
+
+    inputs: dict[str, Any] = {"the config": config_path}
+    path = config.dataset_kwargs.get("path")
+    if isinstance(path, (str, os.PathLike)) and str(path):
+        inputs["the run's data file (dataset_kwargs.path)"] = path
+    if config.checkpoint_dir is not None:
+        try:
+            inputs["the run's checkpoint"] = checkpoint_path(config)
+            inputs["the run's model file"] = model_file_path(config)
+        except (OSError, ValueError):
+            pass
+    return inputs
+
+
+def check_train_out(out: Path, config_path: Path, config: RunConfig) -> None:
+    """``CommandError`` unless ``train --out`` (and its learning curve beside it) can be written: a file name the
+    folder accepts, in a writable folder, and no file the run reads."""
+    from graphnorm.files import check_name_fits, check_not_an_input, ensure_writable_dir
+    from graphnorm.predict import check_outside_data_root
+
+    outputs = ((out, f"--out {out}"), (learning_curve_path(out), f"the learning curve of --out {out}"))
+    try:
+        for path, what in outputs:  # first: the file system refuses even to look up a name too long
+            check_name_fits(path, what)
+        if out.is_dir():
+            raise ValueError(f"--out {out} is a directory; give a file name, e.g. {out / 'record.json'}")
+        inputs = run_inputs(config_path, config)
+        for path, what in outputs:
+            check_not_an_input(path, inputs, what)
+            check_outside_data_root(path, config.data_root, what)
+        ensure_writable_dir(out.parent, f"--out {out}")
+    except ValueError as e:
+        raise CommandError(str(e)) from None
+
+
+def check_tensorboard_dir(directory: str | None, what: str) -> None:
+    """``CommandError`` unless the TensorBoard folder (``--tensorboard DIR`` or the ``tensorboard_dir`` key) can be
+    created and written, checked before any data loads or any run starts."""
+    if directory is None:
+        return
+    from graphnorm.files import ensure_writable_dir
+
+    try:
+        ensure_writable_dir(Path(directory).expanduser(), f"{what} {directory}")
+    except ValueError as e:
+        raise CommandError(str(e)) from None
+
+
+def check_scored_splits(task: Any, config: RunConfig) -> None:
+    """``ValueError`` when the metric needs both classes (ROC-AUC) and no target has both among the labelled graphs
+    of the val or test split, which every epoch scores: the run would fail after its first epoch."""
+    import torch
+
+    from graphnorm.data.scoring import get_metric
+
+    if task.level != "graph" or not get_metric(task.metric).needs_both_classes:
+        return
+    for split in ("val", "test"):
+        labels = getattr(getattr(task, split), "y", None)
+        if labels is None:
+            continue
+        labels = labels.float()
+        labels = labels.view(labels.shape[0], -1)
+        known = ~torch.isnan(labels)
+        both = [
+            bool((labels[:, t][known[:, t]] == 1).any() and (labels[:, t][known[:, t]] == 0).any())
+            for t in range(labels.shape[1])
+        ]
+        if not any(both):
+            raise ValueError(
+                f"the {split} split ({labels.shape[0]} graphs) has one class only in every target, so its "
+                f"{task.metric} is undefined: the data needs both classes (0 and 1) in every split"
+            )
+
+
+def load_run_data(config: RunConfig) -> None:
+    """Load the run's dataset before training (the run then takes it from this process's cache), so that a mistake
+    in the user's data is one line: a missing file, an unreadable or non-UTF-8 file, bad SMILES or labels, an empty
+    file or split. With ``$GRAPHNORM_TRACEBACK=1`` the error keeps its traceback."""
+    from graphnorm.data.root import DataRootError
+    from graphnorm.train.loaders import prepare_task
+
+    try:
+        check_scored_splits(prepare_task(config), config)
+    except (ValueError, FileNotFoundError, DataRootError) as e:  # UnicodeDecodeError is a ValueError
+        if os.environ.get(TRACEBACK_ENV, "") not in ("", "0"):
+            raise
+        raise CommandError(f"dataset {config.dataset!r}: {e} (set {TRACEBACK_ENV}=1 for the traceback)") from None
 
 
 def _save_learning_curve(history: list[dict], config: RunConfig, path: Path) -> None:

@@ -4,7 +4,11 @@ strict YAML reading.
 Every file graphnorm writes for later reading (sweep tables and results, checkpoints, model files, dataset caches)
 goes through :func:`atomic_write`: the new content goes to ``.<name>.<pid>.tmp`` beside the target, is flushed to
 disk, and replaces the target by ``os.replace``, so a reader sees the old file or the new one, never a partial one.
-A killed writer leaves at most the temporary file, which :func:`remove_leftover_temporary_files` deletes.
+A killed writer leaves at most the temporary file, which :func:`remove_leftover_temporary_files` deletes. A target
+whose name is too long for that pattern gets a shortened, hashed stem (:func:`temporary_stem`).
+
+A command never writes over a file it reads: :func:`check_not_an_input` compares an output path with the inputs by
+resolved path and by file identity (symlinks, ``./x`` against ``x``, hard links).
 
 YAML that users write is read by :func:`load_yaml_file` / :func:`parse_yaml`: ``yaml.SafeLoader`` that refuses a
 repeated key, with every problem a one-line ``ValueError`` naming file, line and column.
@@ -13,6 +17,7 @@ repeated key, with every problem a one-line ``ValueError`` naming file, line and
 from __future__ import annotations
 
 import glob
+import hashlib
 import os
 import tempfile
 from collections.abc import Callable
@@ -21,10 +26,37 @@ from typing import Any, BinaryIO
 
 import yaml
 
+NAME_MAX = 255  # bytes in one file name on the common file systems (ext4, xfs, btrfs, APFS, tmpfs)
+PID_SPACE = 10  # bytes kept in a temporary name for the ".<pid>" part (pid_max is at most 4194304 on Linux)
+
+
+def name_max(folder: Path) -> int:
+    """The longest file name, in bytes, that ``folder`` (or its nearest existing parent) accepts."""
+    for candidate in (folder, *folder.parents):
+        if candidate.is_dir():
+            try:
+                return min(os.pathconf(candidate, "PC_NAME_MAX"), NAME_MAX)
+            except (OSError, ValueError, AttributeError):
+                break
+    return NAME_MAX
+
+
+def temporary_stem(path: Path) -> str:
+    """``.<name>`` of ``path``'s temporary file, or, when ``.<name>.<pid>.tmp`` could exceed the folder's name limit,
+    ``.<start of name>~<16 hex digits of its sha256>``: the same stem for the same target, always short enough."""
+    stem = f".{path.name}"
+    limit = name_max(path.parent) - PID_SPACE - len(".tmp")
+    if len(stem.encode("utf-8")) <= limit:
+        return stem
+    digest = hashlib.sha256(path.name.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    start = stem.encode("utf-8")[: limit - len(digest) - 1].decode("utf-8", "ignore")
+    return f"{start}~{digest}"
+
 
 def temporary_path(path: Path) -> Path:
-    """``.<name>.<pid>.tmp`` beside ``path``: where :func:`atomic_write` writes before renaming."""
-    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    """``.<name>.<pid>.tmp`` beside ``path`` (the stem of :func:`temporary_stem`): where :func:`atomic_write` writes
+    before renaming."""
+    return path.with_name(f"{temporary_stem(path)}.{os.getpid()}.tmp")
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], object]) -> None:
@@ -64,10 +96,12 @@ def remove_leftover_temporary_files(
     under the folder's lock).
     """
     removed = []
-    for path in Path(folder).glob(f".{glob.escape(name) if name is not None else '*'}.*.tmp"):
+    folder = Path(folder)
+    stem = temporary_stem(folder / name) if name is not None else None
+    for path in folder.glob(f"{glob.escape(stem) if stem is not None else '.*'}.*.tmp"):
         if not (path.is_file() and is_temporary_file(path)):
             continue
-        if name is not None and path.name.rsplit(".", 2)[0] != f".{name}":
+        if stem is not None and path.name.rsplit(".", 2)[0] != stem:
             continue
         if keep_live_writers and pid_alive(int(path.name.rsplit(".", 2)[1])):
             continue
@@ -99,6 +133,39 @@ def ensure_writable_dir(path: str | os.PathLike, what: str) -> None:
             pass
     except OSError as e:
         raise ValueError(f"{what} cannot be written: {e.strerror or e} ({path})") from None
+
+
+def check_name_fits(path: Path, what: str) -> None:
+    """``ValueError`` in one line naming ``what`` when ``path``'s file name is longer than its folder accepts."""
+    size, limit = len(path.name.encode("utf-8", "surrogateescape")), name_max(path.parent)
+    if size > limit:
+        raise ValueError(
+            f"{what} cannot be written: its file name {path.name[:40]}... is {size} bytes, more than the {limit} its "
+            "folder accepts; give a shorter name"
+        )
+
+
+def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+    """Whether paths ``a`` and ``b`` name one file: the same resolved path (symlinks, ``./x`` and ``x``), or, when
+    both exist, the same file (hard links, bind mounts)."""
+    a, b = Path(a).expanduser(), Path(b).expanduser()
+    if a.resolve() == b.resolve():
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist (yet): a file about to be created is no input
+        return False
+
+
+def check_not_an_input(out: str | os.PathLike, inputs: dict[str, str | os.PathLike | None], what: str) -> None:
+    """``ValueError`` in one line when output ``out`` (named ``what``, e.g. ``--out x.csv``) is one of ``inputs``
+    (description -> path; ``None`` paths are skipped): writing there would destroy a file the command reads."""
+    for description, path in inputs.items():
+        if path is not None and same_file(out, path):
+            raise ValueError(
+                f"{what} is {description} ({path}), which this command reads; writing there would replace it: give "
+                "another output file"
+            )
 
 
 # --- strict YAML -----------------------------------------------------------------------------------------------

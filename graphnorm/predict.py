@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
+import os
 import time
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from torch import Tensor, nn
 
 from graphnorm.config import RunConfig
 from graphnorm.data import GraphTask
+from graphnorm.data.root import ENV_ROOT, default_root
 from graphnorm.data.scoring import score
 from graphnorm.data.smiles import file_text, read_smiles_csv, smiles_graph
 from graphnorm.files import atomic_write_text
@@ -28,6 +30,38 @@ from graphnorm.train.model_file import load_model_file
 from graphnorm.train.node_level import node_eval_mask, sparse_features_help
 
 DEFAULT_BATCH_SIZE = 256
+
+
+DEVICE_TYPES = ("cpu", "cuda", "mps")  # where a model file can be loaded and scored
+
+
+def check_device(name: str) -> torch.device:
+    """The torch device ``name`` (``cpu``, ``cuda``, ``cuda:<index>``, ``mps``), or ``ValueError`` in one line when
+    it is no device name, or names a device this machine does not have."""
+    try:
+        device = torch.device(name)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"--device {name!r} is not a torch device; use cpu, cuda, cuda:<index> or mps") from None
+    if device.type not in DEVICE_TYPES:
+        raise ValueError(f"--device {name!r}: predict runs on {', '.join(DEVICE_TYPES)}; use --device cpu")
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ValueError(f"--device {name!r} but CUDA is not available on this machine; use --device cpu")
+        if device.index is not None and device.index >= count:
+            raise ValueError(f"--device {name!r} but this machine has {count} CUDA device(s) (cuda:0..{count - 1})")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"--device {name!r} but MPS is not available on this machine; use --device cpu")
+    return device
+
+
+def check_outside_data_root(out: Path, root: str | None, what: str) -> None:
+    """``ValueError`` when ``out`` is an existing file under the data root (``root``, else ``$GRAPHNORM_DATA``, else
+    the user cache): the datasets' files there are read by every run."""
+    folder = Path(root if root is not None else os.environ.get(ENV_ROOT) or default_root()).expanduser().resolve()
+    target = out.expanduser().resolve()
+    if target.exists() and target.is_relative_to(folder):
+        raise ValueError(f"{what} is a file under the data root {folder}, which runs read; give a path outside it")
 
 
 @torch.no_grad()
@@ -169,6 +203,7 @@ def predict_split(
     (default: the run's). ``ValueError`` for another part name or a dataset that no longer matches the model."""
     model, config, saved_task = load_model_file(model_file, device)
     check_split_name(split, config)
+    check_outside_data_root(Path(out_csv), data_root if data_root is not None else config.data_root, f"--out {out_csv}")
     task = load_run_task(config, saved_task, data_root)
     start = time.perf_counter()
     if task.level == "node":

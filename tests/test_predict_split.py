@@ -195,6 +195,29 @@ def test_predict_option_errors_are_one_line(tmp_path, zinc_model, capsys, args, 
     assert not (tmp_path / "out.csv").exists()
 
 
+@pytest.mark.parametrize(
+    ("device", "cuda", "message"),
+    [
+        ("cuda", False, "--device 'cuda' but CUDA is not available on this machine; use --device cpu"),
+        ("cuda:0", False, "CUDA is not available"),
+        ("banana", True, "--device 'banana' is not a torch device"),
+        ("cuda:7", True, "this machine has 1 CUDA device(s)"),
+        ("meta", True, "predict runs on cpu, cuda, mps"),
+    ],
+)
+@pytest.mark.parametrize("mode", ["csv", "split"])
+def test_predict_device_errors_are_one_line(tmp_path, zinc_model, capsys, monkeypatch, device, cuda, message, mode):
+    """A device this machine lacks, or no device at all, is one line before the model loads (CUDA faked)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: int(cuda))
+    (tmp_path / "molecules.csv").write_text("smiles\nCCO\n")
+    source = [str(tmp_path / "molecules.csv")] if mode == "csv" else ["--split", "test"]
+    assert predict(zinc_model, tmp_path / "out.csv", *source, "--device", device) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err, err
+    assert not (tmp_path / "out.csv").exists()
+
+
 def test_split_of_files_that_are_not_graphnorm_models(tmp_path, zinc_model, capsys):
     other = tmp_path / "other.pt"
     torch.save({"state_dict": {"w": torch.zeros(2)}}, other)
