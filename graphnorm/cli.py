@@ -550,33 +550,6 @@ def check_tensorboard_dir(directory: str | None, what: str) -> None:
         raise CommandError(str(e)) from None
 
 
-def check_scored_splits(task: Any, config: RunConfig) -> None:
-    """``ValueError`` when the metric needs both classes (ROC-AUC) and no target has both among the labelled graphs
-    of the val or test split, which every epoch scores: the run would fail after its first epoch."""
-    import torch
-
-    from graphnorm.data.scoring import get_metric
-
-    if task.level != "graph" or not get_metric(task.metric).needs_both_classes:
-        return
-    for split in ("val", "test"):
-        labels = getattr(getattr(task, split), "y", None)
-        if labels is None:
-            continue
-        labels = labels.float()
-        labels = labels.view(labels.shape[0], -1)
-        known = ~torch.isnan(labels)
-        both = [
-            bool((labels[:, t][known[:, t]] == 1).any() and (labels[:, t][known[:, t]] == 0).any())
-            for t in range(labels.shape[1])
-        ]
-        if not any(both):
-            raise ValueError(
-                f"the {split} split ({labels.shape[0]} graphs) has one class only in every target, so its "
-                f"{task.metric} is undefined: the data needs both classes (0 and 1) in every split"
-            )
-
-
 def load_run_data(config: RunConfig) -> None:
     """Load the run's dataset before training (the run then takes it from this process's cache), so that a mistake
     in the user's data is one line: a missing file, an unreadable or non-UTF-8 file, bad SMILES or labels, an empty
@@ -585,7 +558,7 @@ def load_run_data(config: RunConfig) -> None:
     from graphnorm.train.loaders import prepare_task
 
     try:
-        check_scored_splits(prepare_task(config), config)
+        prepare_task(config)
     except (ValueError, FileNotFoundError, DataRootError) as e:  # UnicodeDecodeError is a ValueError
         if os.environ.get(TRACEBACK_ENV, "") not in ("", "0"):
             raise

@@ -24,7 +24,7 @@ from torch import Tensor
 from torch_geometric.utils import to_dense_batch
 
 from graphnorm.analysis.cone import ROBUST_CONE_LEVEL, cone_from_unit_rows, robust_cone_from_unit_rows
-from graphnorm.analysis.magnitude import check_not_too_large, invariant_shift, scale_by_power_of_two
+from graphnorm.analysis.magnitude import SAFE_EXPONENT, check_not_too_large, invariant_shift, scale_by_power_of_two
 from graphnorm.analysis.metrics import _gram_f64
 from graphnorm.checks import check_edge_index
 
@@ -238,8 +238,12 @@ def _load_rows(x: Tensor, rows: Tensor | None, out_x: Tensor, out_norms: Tensor)
     if rows is not None:
         x = x.index_select(0, rows)
     out_x.copy_(x)
-    shift = _rescale_in_place(out_x)
     norms = torch.linalg.vector_norm(out_x, dim=-1, out=out_norms)
+    shift = 0
+    if not _ordinary_scale(norms):  # only then look at every entry: the common case costs one pass over the norms
+        shift = _rescale_in_place(out_x)
+        if shift:
+            torch.linalg.vector_norm(out_x, dim=-1, out=out_norms)
     if not bool(torch.isfinite(norms).all()):
         finite = torch.isfinite(out_x)
         if not bool(finite.all()):
@@ -248,6 +252,15 @@ def _load_rows(x: Tensor, rows: Tensor | None, out_x: Tensor, out_norms: Tensor)
             )
     check_not_too_large(float(norms.square().sum()), out_x.size(0), "collapse_metrics")
     return shift
+
+
+def _ordinary_scale(norms: Tensor) -> bool:
+    """Whether the largest row norm is finite and within ``2**±200``: then no entry is extreme enough to need
+    :func:`_rescale_in_place` (an entry is at most its row's norm, and at least the norm over ``sqrt(d)``)."""
+    if norms.numel() == 0:
+        return True
+    largest = float(norms.max())
+    return math.isfinite(largest) and 2.0**-SAFE_EXPONENT <= largest <= 2.0**SAFE_EXPONENT
 
 
 def _rescale_in_place(out_x: Tensor) -> int:

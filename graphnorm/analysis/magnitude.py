@@ -30,14 +30,14 @@ def check_not_too_large(squared_sum: float, num_rows: int, name: str) -> None:
 
 # Entries at most this far from 1 (in powers of two) leave the sums of squares and products of the metrics normal
 # numbers, so such input is used as it is; only input past them is rescaled (see :func:`rescale_for_invariant`).
-_SAFE_EXPONENT = 200
+SAFE_EXPONENT = 200
 
 
 def invariant_shift(largest: float) -> int:
     """``k`` such that ``2**k * largest`` lies in ``[0.5, 1)`` when ``largest`` (the largest absolute entry, finite)
     is beyond ``2**±200``; 0 otherwise (ordinary input is used as it is) and for 0."""
     exponent = math.frexp(largest)[1]
-    return 0 if largest == 0.0 or abs(exponent) <= _SAFE_EXPONENT else -exponent
+    return 0 if largest == 0.0 or abs(exponent) <= SAFE_EXPONENT else -exponent
 
 
 def scale_by_power_of_two(x64: torch.Tensor, shift: int) -> torch.Tensor:

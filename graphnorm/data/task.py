@@ -218,7 +218,9 @@ def check_features(task: GraphTask, x: Any, num_nodes: int, what: str) -> None:
 
 
 def check_edges(where: str, edge_index: Any, num_nodes: int) -> None:
-    """``edge_index`` is int64 ``[2, E]`` with node ids in ``[0, num_nodes)``."""
+    """``edge_index`` is int64 ``[2, E]`` with node ids in ``[0, num_nodes)``. Stricter than
+    :func:`graphnorm.checks.check_edge_index`, which models call on any integer index: a dataset's contract is int64,
+    and its one-line ``ValueError`` lists the offending edges, as every dataset check does."""
     if not isinstance(edge_index, Tensor) or edge_index.dtype != torch.long or edge_index.dim() != 2:
         shown = f"{edge_index.dtype} {tuple(edge_index.shape)}" if isinstance(edge_index, Tensor) else "missing"
         raise ValueError(f"{where}: edge_index is {shown}; it must be torch.int64 [2, num_edges]")

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 import torch_geometric.transforms as T
-from torch import nn
+from torch import Tensor, nn
 from torch_geometric.data import Batch
 from torch_geometric.loader import DataLoader
 
@@ -60,17 +60,38 @@ def prepare_task(config: RunConfig) -> GraphTask:
             if len(dataset) > config.limit_graphs:
                 keep = torch.randperm(len(dataset), generator=generator)[: config.limit_graphs].sort().values
                 setattr(task, split, dataset[keep])
-        if get_metric(task.metric).needs_both_classes:
-            # ROC-AUC needs both classes in every split: fail now, not after the first epoch of training.
-            for split in SPLITS:
-                labels = getattr(task, split).y.view(-1)
-                labels = labels[~torch.isnan(labels.float())]
-                if labels.numel() == 0 or bool((labels == labels[0]).all()):
-                    raise ValueError(
-                        f"limit_graphs={config.limit_graphs} leaves the {split} split of {config.dataset} with one "
-                        "class only, so ROC-AUC is undefined: raise limit_graphs (a rare class needs many graphs)"
-                    )
+    check_both_classes(task, config)
     return task
+
+
+def has_both_classes(labels: Tensor) -> bool:
+    """Whether some target (column) of ``labels`` holds both 0 and 1 among its known (non-NaN) entries: what
+    ROC-AUC needs to be defined (OGB's evaluator skips the other targets)."""
+    labels = labels.float().view(labels.shape[0], -1)
+    known = ~torch.isnan(labels)
+    return any(
+        bool((column[seen] == 1).any() and (column[seen] == 0).any()) for column, seen in zip(labels.t(), known.t())
+    )
+
+
+def check_both_classes(task: GraphTask, config: RunConfig) -> None:
+    """``ValueError`` before training when the metric needs both classes (ROC-AUC) and a split it scores has one
+    class only, which would fail after the first epoch: val and test, and with ``limit_graphs`` (a subset) train too."""
+    if task.level != "graph" or not get_metric(task.metric).needs_both_classes:
+        return
+    for split in SPLITS if config.limit_graphs is not None else ("val", "test"):
+        labels = getattr(task, split).y
+        if has_both_classes(labels):
+            continue
+        if config.limit_graphs is not None:
+            raise ValueError(
+                f"limit_graphs={config.limit_graphs} leaves the {split} split of {config.dataset} with one "
+                "class only, so ROC-AUC is undefined: raise limit_graphs (a rare class needs many graphs)"
+            )
+        raise ValueError(
+            f"the {split} split ({labels.shape[0]} graphs) has one class only in every target, so its "
+            f"{task.metric} is undefined: the data needs both classes (0 and 1) in every split"
+        )
 
 
 # Loaded tasks kept by this process (a sweep worker runs many configs of one dataset): key -> (task, fingerprint)

@@ -29,12 +29,10 @@ from graphnorm.train.tensorboard_log import open_tensorboard, require_tensorboar
 
 
 def resolve_device(name: str) -> torch.device:
-    """The torch device of ``config.device``: ``"auto"`` is CUDA when available, else the CPU; ``ValueError`` for
-    ``"cuda"`` without CUDA."""
+    """The torch device of ``config.device``: ``"auto"`` is CUDA when available, else the CPU. (``"cuda"`` without
+    CUDA is refused by config validation, :func:`graphnorm.config.check_device_available`.)"""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device='cuda' but CUDA is not available; use device='cpu' or 'auto'")
     return torch.device(name)
 
 
