@@ -562,7 +562,9 @@ def load_run_data(config: RunConfig) -> None:
     except (ValueError, FileNotFoundError, DataRootError) as e:  # UnicodeDecodeError is a ValueError
         if os.environ.get(TRACEBACK_ENV, "") not in ("", "0"):
             raise
-        raise CommandError(f"dataset {config.dataset!r}: {e} (set {TRACEBACK_ENV}=1 for the traceback)") from None
+        named = f"dataset {config.dataset!r}"
+        message = str(e) if str(e).startswith(named) else f"{named}: {e}"  # not twice: many messages start with it
+        raise CommandError(f"{message} (set {TRACEBACK_ENV}=1 for the traceback)") from None
 
 
 def _save_learning_curve(history: list[dict], config: RunConfig, path: Path) -> None:

@@ -72,3 +72,18 @@ def test_good_data_still_trains(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(graphnorm.train, "run", lambda config: {"test_rocauc": 0.5})
     assert main(["train", str(config_for(tmp_path, GOOD, split="part"))]) == 0
     assert '"test_rocauc": 0.5' in capsys.readouterr().out
+
+
+def test_a_message_that_names_the_dataset_is_not_prefixed_twice(tmp_path, capsys, monkeypatch, no_training):
+    import graphnorm.train.loaders as loaders
+    from graphnorm.data import DatasetNotFoundError
+
+    def not_found(config):
+        raise DatasetNotFoundError("dataset 'cora' not found: set $GRAPHNORM_DATA_MIRROR")
+
+    monkeypatch.setattr(loaders, "prepare_task", not_found)
+    config = tmp_path / "run.yaml"
+    config.write_text("dataset: cora\nepochs: 1\n")
+    assert main(["train", str(config)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("graphnorm train: error: dataset 'cora' not found") and err.count("dataset 'cora'") == 1
