@@ -35,6 +35,7 @@ IDENTITY_COLUMNS = ("run_id", "dataset", "model", "readout", "norm", "num_layers
 RUN_METRIC_PREFIXES = ("val_", "test_", "train_")
 RUN_METRIC_COLUMNS = (
     "majority_acc",
+    "reference_accuracy",
     "num_eval_nodes",
     "best_epoch",
     "epochs_run",

@@ -20,7 +20,7 @@ from graphnorm.sweep.tables import DEFAULT_METRICS
 
 REQUIRED_RUN_COLUMNS = ("run_id", "norm", "num_layers", "seed")
 PROVENANCE_KEYS = ("command", "commit", "date", "machine", "source", "runs_ok", "runs_expected")
-NOT_A_RUN_KEY = ("val_", "test_", "train_", "majority_")  # metric columns: not what tells two runs apart
+NOT_A_RUN_KEY = ("val_", "test_", "train_", "majority_", "reference_")  # metric columns: not what tells two runs apart
 RUN_RECORD_COLUMNS = {"num_eval_nodes", "best_epoch", "epochs_run", "num_params", "wall_time_s"}  # nor are these
 RECOLLECT = "collect the sweep again (python analysis/build.py --collect RUN_DIR --study NAME)"
 

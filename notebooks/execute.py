@@ -23,7 +23,7 @@ import nbformat
 from nbclient import NotebookClient
 
 NOTEBOOKS = Path(__file__).resolve().parent
-NAMES = ("sweep_results", "train_collapse", "molecules_collapse")
+NAMES = ("sweep_results", "train_collapse", "molecules_collapse", "pyg_model_collapse", "csbm_depth")
 TIMEOUT_S = 900  # per cell
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -236,3 +237,73 @@ def test_sweep_summary_prints_and_marks_the_majority_class(tmp_path):
     text = (tmp_path / "summary.md").read_text()
     assert "majority class (always the most frequent training class): cora 0.319, texas 0.590" in text
     assert " *" not in text
+
+
+def test_summary_with_significant_digits_states_the_seed_count_once(tmp_path):
+    """digits=3 (the results page): three significant digits, the std to the mean's decimals, the count in the
+    title; a cell over fewer runs than the rest names its own count. The default keeps (n=k) in every cell."""
+    from graphnorm.sweep.report import load_sweep, summary_markdown
+
+    run_dir = protocol_like_sweep(tmp_path / "sweep")
+    runs, layers = load_sweep(run_dir)
+    summary = summary_markdown(runs, layers, "test_acc_last", digits=3)
+    assert "## data: test_acc_last (mean ± std over 2 seeds)" in summary
+    assert "| none | 0.805 ± 0.007 | 0.105 ± 0.007 ≤maj |" in summary and "(n=" not in summary
+    fewer = runs[~((runs["norm"] == "none") & (runs["num_layers"] == 16) & (runs["seed"] == 1))]
+    summary = summary_markdown(fewer, layers, "test_acc_last", digits=3)
+    assert "| none | 0.805 ± 0.007 | 0.100 (n=1) ≤maj |" in summary  # one run: no spread, its count named
+    one_seed = summary_markdown(runs[runs["seed"] == 0], layers, "test_acc_last", digits=3)
+    assert "## data: test_acc_last (1 seed)" in one_seed and "| none | 0.800 | 0.100 ≤maj |" in one_seed
+    assert "0.805 ± 0.0071 (n=2)" in summary_markdown(runs, layers, "test_acc_last")  # the sweep's own report
+
+
+def test_collapse_tables_name_their_count_after_the_runs(tmp_path):
+    """digits=3 on a Graphormer-like sweep: every collapse table's title gives its count once; when the runs repeat
+    a dataset's splits (not seeds), the titles say seed x split runs."""
+    from graphnorm.sweep.report import load_sweep, summary_markdown
+
+    runs, layers = load_sweep(graphormer_like_sweep(tmp_path / "sweep"))
+    summary = summary_markdown(runs, layers, digits=3)
+    last = "effective_rank at the last probed layer (the last layer the probe watched) (mean ± std over 2 seeds)"
+    assert last in summary and "(n=" not in summary
+    assert "| sepnorm | 11.5 ± 0.7 | 21.5 ± 0.7 | 31.5 ± 0.7 |" in summary  # std to the mean's decimals
+    splits = runs.assign(split=runs["seed"], seed=0)
+    summary = summary_markdown(splits, layers, digits=3)
+    assert "## data: test_mae (mean ± std over 2 seed x split runs)" in summary
+    assert "of the graph-token rows by layer (2 layers) (mean ± std over 2 seed x split runs)" in summary
+    assert "seeds)" not in summary
+
+
+def test_depth_figure_has_a_panel_per_dataset_setting_with_its_reference_accuracy():
+    """A grid over the dataset's options (CSBM homophily x SNR) is one panel per setting, each with its own
+    lines and the Bayes level its runs recorded, titled by the options that vary."""
+    from graphnorm.sweep.report import plot_main_metric_vs_depth
+
+    rows = []
+    for homophily, reference in ((0.5, 0.6), (0.9, 0.75)):
+        kwargs = json.dumps({"homophily": homophily, "num_nodes": 100})
+        for depth in (1, 2):
+            for seed in (0, 1):
+                accuracy = reference + 0.1 * depth * (homophily - 0.5) + 0.01 * seed
+                rows.append(
+                    dict(
+                        run_id=f"r{homophily}{depth}{seed}",
+                        dataset="csbm",
+                        norm="none",
+                        num_layers=depth,
+                        seed=seed,
+                        dataset_kwargs=kwargs,
+                        test_acc=accuracy,
+                        reference_accuracy=reference,
+                        metric="acc",
+                    )
+                )
+    figure = plot_main_metric_vs_depth(pd.DataFrame(rows), metric="test_acc")
+    panels = [axis for axis in figure.axes if axis.get_visible()]
+    assert [axis.get_title() for axis in panels] == ["homophily=0.5", "homophily=0.9"]
+    for axis, reference in zip(panels, (0.6, 0.75)):
+        levels = [line for line in axis.get_lines() if line.get_label().startswith("Bayes from own features")]
+        assert len(levels) == 1 and list(levels[0].get_ydata()) == [reference] * 2
+        assert [t.get_text() for t in axis.get_xticklabels()] == ["1", "2"]
+    curve = panels[1].containers[0].lines[0].get_ydata()
+    assert [round(v, 3) for v in curve] == [0.795, 0.835]

@@ -40,7 +40,9 @@ def molhiv_rows(data_root: Path) -> list[dict[str, str]]:
     """The rows of the offline ogbg-molhiv copy's SMILES file (HIV_active, smiles), in dataset order."""
     path = Path(os.environ[ENV_MIRROR]) / MOLHIV_SMILES
     if not path.exists():
-        raise FileNotFoundError(f"{path} is missing: the tests need the offline ogbg-molhiv copy (see README 'Data')")
+        raise FileNotFoundError(
+            f"{path} is missing: the tests need the offline ogbg-molhiv copy (see docs/catalogue/datasets.md)"
+        )
     with gzip.open(path, "rt") as handle:
         return list(csv.DictReader(handle))
 
@@ -226,7 +228,7 @@ def test_bad_options_and_cells_are_one_line_errors(tmp_path, data_root):
         RunConfig(dataset="smiles", dataset_kwargs={"path": "x.csv", "colum": "s"}).validate()
     with pytest.raises(ValueError, match="task must be one of 'classification', 'regression'; got 'cls'"):
         RunConfig(dataset="smiles", dataset_kwargs={"path": "x.csv", "target_columns": ["y"], "task": "cls"}).validate()
-    message = r"dataset_kwargs are for datasets with options \(smiles\), not dataset='zinc'"
+    message = r"dataset_kwargs are for datasets with options \(csbm, smiles\), not dataset='zinc'"
     with pytest.raises(ValueError, match=message):
         RunConfig(dataset="zinc", dataset_kwargs={"path": "x.csv"}).validate()
 

@@ -1,9 +1,9 @@
 """Datasets by registry: ``load_dataset(name, root=None, split=None, **options) -> GraphTask`` for every registered
 dataset (:func:`available_datasets`: cora, citeseer, zinc, molhiv, the heterophilic actor, cornell, texas and
-wisconsin, and smiles); :func:`register_dataset` adds one from user code. Importing this package registers the
-built-in datasets."""
+wisconsin, smiles, and the generated csbm); :func:`register_dataset` adds one from user code. Importing this package
+registers the built-in datasets."""
 
-from graphnorm.data import heterophilic, smiles  # noqa: F401  (they register their datasets)
+from graphnorm.data import csbm, heterophilic, smiles  # noqa: F401  (they register their datasets)
 from graphnorm.data.datasets import DatasetNotFoundError, GraphTask
 from graphnorm.data.registry import (
     DatasetSpec,

@@ -54,6 +54,10 @@ class GraphTask:
     split: int | None = None
     target_names: list[str] | None = None  # graph level: names of the output columns (SMILES CSV target columns)
     stats: dict[str, Any] = field(default_factory=dict)  # loading facts the run's record carries (invalid SMILES)
+    # A known reference accuracy, where the data's generator knows one (csbm: the Bayes-optimal accuracy from a
+    # node's own features alone, which a model using the graph can beat); None for real data. A loader that sets it
+    # puts it in ``stats`` too, so every run's record carries it.
+    reference_accuracy: float | None = None
 
     def __post_init__(self) -> None:
         if self.atom_feature_dims is None and self.atom_encoder is not None:

@@ -12,6 +12,7 @@ seed x split run of a label. With several datasets in one sweep every figure is 
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,8 +22,17 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.ticker import MaxNLocator
 
-from graphnorm.sweep.tables import DEFAULT_METRICS, MAJORITY_MARGIN, majority_level, markdown_table
+from graphnorm.sweep.tables import (
+    DEFAULT_METRICS,
+    MAJORITY_MARGIN,
+    decimals,
+    majority_level,
+    markdown_table,
+    reference_levels,
+    significant,
+)
 
 __all__ = [
     "load_sweep",
@@ -210,6 +220,7 @@ def _grid_of_curves(
                 axis.set_title(f"{depth} layers")
             if row == len(rows) - 1:
                 axis.set_xlabel(x)
+            axis.xaxis.set_major_locator(MaxNLocator(integer=True))  # layers and steps are whole numbers
             if column == 0:
                 axis.set_ylabel(METRIC_LABELS.get(name, name.replace("_", " ")))
             axis.grid(alpha=0.3)
@@ -245,26 +256,77 @@ def plot_metric_vs_layer(
 def plot_main_metric_vs_depth(runs: pd.DataFrame, metric: str | None = None, dataset: str | None = None) -> plt.Figure:
     """The sweep's metric against depth (log2 axis), one line per label, error bars = std over seeds; a dashed
     reference line at the majority-class level when the runs recorded ``majority_acc`` and the metric is an
-    accuracy."""
-    runs = _with_label(runs)
+    accuracy, and a dotted one at the ``reference_accuracy`` the runs recorded (e.g. ``csbm`` graphs). A sweep whose
+    grid varies the dataset's options gets one panel per setting, titled by the options that vary."""
     if dataset is not None and "dataset" in runs.columns:
         runs = runs[runs["dataset"].astype(str) == dataset]
     metric = main_metric(runs, metric)
-    figure, axis = plt.subplots(figsize=(5.5, 3.8))
+    panels = _dataset_option_panels(runs)
+    columns = min(3, len(panels))
+    rows = math.ceil(len(panels) / columns)
+    figure, axes = plt.subplots(
+        rows,
+        columns,
+        figsize=(5.5 if columns == 1 else 4.2 * columns, 3.8 * rows),
+        squeeze=False,
+        sharey=len(panels) > 1,
+    )
+    for axis, (title, group) in zip(axes.flat, panels):
+        _draw_depth_panel(axis, _with_label(group), metric)
+        axis.set_title(
+            title or f"{metric} vs depth{f' ({dataset})' if dataset else ''}: mean ± std over seeds",
+            fontsize=9 if title else None,
+        )
+    for axis in list(axes.flat)[len(panels) :]:
+        axis.set_visible(False)
+    if len(panels) > 1:
+        figure.suptitle(f"{metric} vs depth{f' ({dataset})' if dataset else ''}: mean ± std over seeds")
+    figure.tight_layout()
+    return figure
+
+
+def _dataset_option_panels(runs: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """(title, runs) per distinct ``dataset_kwargs`` when the sweep varies them, titled ``key=value`` by the options
+    that differ between panels; else one untitled panel of every run."""
+    if "dataset_kwargs" not in runs.columns or runs["dataset_kwargs"].astype(str).nunique() < 2:
+        return [("", runs)]
+    options = runs["dataset_kwargs"].astype(str).map(_parse_options)
+    keys = sorted({key for option in options for key in option})
+    varying = [key for key in keys if len({str(option.get(key)) for option in options}) > 1]
+    panels = []
+    for text, group in runs.groupby(runs["dataset_kwargs"].astype(str), sort=False):
+        option = _parse_options(text)
+        panels.append((", ".join(f"{key}={option.get(key)}" for key in varying), group))
+    return sorted(panels, key=lambda panel: panel[0])
+
+
+def _parse_options(text: str) -> dict:
+    """A run table's ``dataset_kwargs`` cell (JSON text, as written by the sweep) as a dict."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {"dataset_kwargs": text}
+    return value if isinstance(value, dict) else {"dataset_kwargs": text}
+
+
+def _draw_depth_panel(axis: plt.Axes, runs: pd.DataFrame, metric: str) -> None:
+    """One panel of :func:`plot_main_metric_vs_depth`: a line per label and the reference levels."""
     for label, group in runs.groupby("label"):
         stats = group.groupby("num_layers")[metric].agg(["mean", "std", "count"]).sort_index()
         axis.errorbar(stats.index, stats["mean"], yerr=stats["std"].fillna(0), marker="o", capsize=3, label=label)
     majority = majority_level(runs, metric)
     if majority is not None:
         axis.axhline(majority, color="0.3", ls="--", lw=1.2, label=f"majority class ({majority:.3f})")
+    for reference in reference_levels(runs, metric):
+        axis.axhline(reference, color="0.1", ls=":", lw=1.4, label=f"Bayes from own features ({reference:.3f})")
     axis.set_xscale("log", base=2)
+    depths = sorted(runs["num_layers"].unique())
+    axis.set_xticks(depths, labels=[str(depth) for depth in depths], minor=False)  # the depths run, whole numbers
+    axis.xaxis.set_minor_locator(plt.NullLocator())
     axis.set_xlabel("depth (number of layers)")
     axis.set_ylabel(metric.replace("_", " "))
-    axis.set_title(f"{metric} vs depth{f' ({dataset})' if dataset else ''}: mean ± std over seeds")
     axis.grid(alpha=0.3)
     axis.legend(fontsize=8)
-    figure.tight_layout()
-    return figure
 
 
 def plot_spectra(table: pd.DataFrame, dataset: str | None = None, depth: int | None = None) -> plt.Figure:
@@ -364,6 +426,7 @@ def _step_panel(axis: plt.Axes, table: pd.DataFrame) -> None:
         name = table.loc[table["layer"] == layer, "layer_name"].iloc[0] if "layer_name" in table else layer
         color = plt.cm.viridis(index / max(len(layers) - 1, 1))
         axis.plot(curve.index, curve.values, color=color, lw=1.3, marker=".", ms=3, label=f"{layer}: {name}")
+    axis.xaxis.set_major_locator(MaxNLocator(integer=True))
     axis.grid(alpha=0.3)
 
 
@@ -374,6 +437,31 @@ def _mean_std(values: pd.Series) -> str:
         return ""
     std = values.std() if len(values) > 1 else math.nan
     return f"{values.mean():.4g}" + (f" ± {std:.2g}" if not math.isnan(std) else "") + f" (n={len(values)})"
+
+
+def _mean_std_table(frame: pd.DataFrame, keys: list[str], column: str, digits: int | None) -> tuple[pd.DataFrame, str]:
+    """``frame[column]`` as mean ± std cells, ``keys[:-1]`` x ``keys[-1]``, and what the count note says.
+
+    ``digits`` None: every cell ``mean ± std (n=count)`` (4 and 2 significant digits), note ''. ``digits`` k: the mean
+    with k significant digits and the std with as many decimals as the mean, the count of runs stated once in the
+    note (``"3 seeds"``) and in a cell only where it differs from the table's usual count."""
+    if digits is None:
+        return frame.groupby(keys)[column].apply(_mean_std).unstack(keys[-1]), ""
+    stats = frame.groupby(keys)[column].agg(["mean", "std", "count"])
+    usual = int(stats["count"][stats["count"] > 0].mode().max()) if (stats["count"] > 0).any() else 0
+
+    def cell(stat: pd.Series) -> str:
+        if stat["count"] == 0:
+            return ""
+        text = significant(stat["mean"], digits)
+        if stat["count"] > 1 and not math.isnan(stat["std"]):
+            places = decimals(stat["mean"], digits)
+            tiny = 0 < abs(stat["mean"]) < 1e-3  # the mean in scientific notation: the std too
+            text += f" ± {stat['std']:.{digits - 1}e}" if tiny else f" ± {stat['std']:.{places}f}"
+        return text + ("" if stat["count"] == usual else f" (n={int(stat['count'])})")
+
+    cells = stats.apply(cell, axis=1) if len(stats) else pd.Series(dtype=object, index=stats.index)
+    return cells.unstack(keys[-1]), str(usual)
 
 
 def last_layer_description(runs: pd.DataFrame) -> str:
@@ -404,33 +492,52 @@ def _last_layer(table: pd.DataFrame) -> pd.DataFrame:
     return table[table["layer"] == table.groupby("run_id")["layer"].transform("max")]
 
 
-def _collapse_tables(table: pd.DataFrame, column: str, title: str) -> list[str]:
+def _collapse_tables(
+    table: pd.DataFrame, column: str, title: str, digits: int | None = None, runs: pd.DataFrame | None = None
+) -> list[str]:
     """Markdown label x ``column`` tables (mean ± std over seeds) of the headline collapse metrics; ``title`` is
-    formatted with the metric's name."""
+    formatted with the metric's name. ``digits``: as :func:`_mean_std_table` (the seed count then in the title,
+    named after what ``runs`` repeat: seeds, or seeds x splits)."""
     parts = []
     for collapse_metric in TABLE_METRICS:
         metric_rows = table[table["metric"] == collapse_metric]
         if metric_rows.empty:
             continue
-        pivot = metric_rows.groupby(["label", column])["value"].apply(_mean_std).unstack(column)
+        pivot, usual = _mean_std_table(metric_rows, ["label", column], "value", digits)
         pivot.index.name = "norm \\ " + ("depth" if column == "num_layers" else column)
-        parts += [f"## {title.format(metric=collapse_metric)}", "", markdown_table(pivot)]
+        count = f" ({_over(usual, table if runs is None else runs)})" if usual else ""
+        parts += [f"## {title.format(metric=collapse_metric)}{count}", "", markdown_table(pivot)]
     return parts
 
 
-def _by_layer_markdown(table: pd.DataFrame, dataset: str, rows: str) -> list[str]:
+def _runs_named(count: str, runs: pd.DataFrame) -> str:
+    """``"3 seeds"``, ``"1 seed"``, or ``"10 seed x split runs"`` when the runs also vary the split."""
+    if "split" in runs.columns and runs["split"].nunique() > 1:
+        return f"{count} seed x split runs"
+    return f"{count} seed{'' if count == '1' else 's'}"
+
+
+def _over(count: str, runs: pd.DataFrame) -> str:
+    """A table title's count: ``"mean ± std over 3 seeds"``, or ``"1 seed"`` (one run per cell: no spread)."""
+    return _runs_named(count, runs) if count == "1" else f"mean ± std over {_runs_named(count, runs)}"
+
+
+def _by_layer_markdown(
+    table: pd.DataFrame, dataset: str, rows: str, digits: int | None = None, runs: pd.DataFrame | None = None
+) -> list[str]:
     """Label x layer tables (mean ± std over seeds) of the headline collapse metrics, one per depth."""
     parts = []
     for depth in sorted(table["num_layers"].unique()):
         title = f"{dataset}: {{metric}} of the {rows} rows by layer ({depth} layers)"
-        parts += _collapse_tables(table[table["num_layers"] == depth], "layer", title)
+        parts += _collapse_tables(table[table["num_layers"] == depth], "layer", title, digits, runs)
     return parts
 
 
-def _metric_table(subset: pd.DataFrame, metric: str) -> tuple[pd.DataFrame, list[str]]:
-    """label x depth table of ``metric`` (mean ± std over seeds) and the note lines under it: the majority-class
-    level when recorded, cells at most one point above it (or below) marked with "≤maj"."""
-    pivot = subset.groupby(["label", "num_layers"])[metric].apply(_mean_std).unstack("num_layers")
+def _metric_table(subset: pd.DataFrame, metric: str, digits: int | None = None) -> tuple[pd.DataFrame, list[str], str]:
+    """label x depth table of ``metric`` (mean ± std over seeds), the note lines under it (the majority-class level
+    when recorded, cells at most one point above it (or below) marked with "≤maj"), and the usual count of runs
+    per cell when ``digits`` is given ('' otherwise; see :func:`_mean_std_table`)."""
+    pivot, usual = _mean_std_table(subset, ["label", "num_layers"], metric, digits)
     majority = majority_level(subset, metric)
     notes: list[str] = []
     if majority is not None:
@@ -443,15 +550,20 @@ def _metric_table(subset: pd.DataFrame, metric: str) -> tuple[pd.DataFrame, list
             "",
         ]
     pivot.index.name = "norm \\ depth"
-    return pivot, notes
+    return pivot, notes, usual
 
 
-def summary_markdown(runs: pd.DataFrame, layers: pd.DataFrame, metric: str | None = None) -> str:
+def summary_markdown(
+    runs: pd.DataFrame, layers: pd.DataFrame, metric: str | None = None, digits: int | None = None
+) -> str:
     """Markdown: per dataset, the sweep's metric (``metric``, else the task metric found; with the majority-class
     level when recorded, cells within one point of it or below marked) and the last probed layer's collapse metrics
     as label x depth tables, each naming the layer (:func:`last_layer_description`; the exact ``cone_angle`` and,
     when recorded, the robust one beside it); when the probe recorded graph-token rows, node and token metrics layer
-    by layer as label x layer tables (one per depth)."""
+    by layer as label x layer tables (one per depth).
+
+    ``digits`` None: every cell ``mean ± std (n=count)``; ``digits`` k: k significant digits, the seed count once
+    in each table's title (in a cell only where it differs)."""
     labelled = _with_label(runs)
     if "dataset" not in labelled.columns:
         labelled["dataset"] = "data"
@@ -464,16 +576,17 @@ def summary_markdown(runs: pd.DataFrame, layers: pd.DataFrame, metric: str | Non
             shown = main_metric(subset, metric)
         except ValueError:
             continue
-        pivot, notes = _metric_table(subset, shown)
+        pivot, notes, usual = _metric_table(subset, shown, digits)
         over = "seeds x splits" if "split" in subset.columns and subset["split"].nunique() > 1 else "seeds"
-        parts += [f"## {dataset}: {shown} (mean ± std over {over})", "", markdown_table(pivot), *notes]
+        over = _over(usual, subset) if usual else f"mean ± std over {over}"
+        parts += [f"## {dataset}: {shown} ({over})", "", markdown_table(pivot), *notes]
         last = _last_layer(table[table["dataset"].astype(str) == dataset])
         where = f"at the last probed layer ({last_layer_description(subset)})"
-        parts += _collapse_tables(last, "num_layers", f"{dataset}: {{metric}} {where}")
+        parts += _collapse_tables(last, "num_layers", f"{dataset}: {{metric}} {where}", digits, subset)
         tokens = token_table[token_table["dataset"].astype(str) == dataset]
         if not tokens.empty:
-            parts += _by_layer_markdown(table[table["dataset"].astype(str) == dataset], dataset, "node")
-            parts += _by_layer_markdown(tokens, dataset, "graph-token")
+            parts += _by_layer_markdown(table[table["dataset"].astype(str) == dataset], dataset, "node", digits, subset)
+            parts += _by_layer_markdown(tokens, dataset, "graph-token", digits, subset)
     return "\n".join(parts)
 
 

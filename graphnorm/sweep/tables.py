@@ -175,6 +175,26 @@ def summary_table(
     return table
 
 
+def significant(value: float, digits: int = 3) -> str:
+    """``value`` with ``digits`` significant digits in fixed point (``0.802``, ``85.2``, ``0.0412``; whole numbers of
+    more digits keep them all: ``1234``), in scientific notation below ``1e-3`` (``8.57e-05``); '' for NaN."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if value == 0 or not math.isfinite(value):
+        return f"{value:.{digits - 1}f}" if value == 0 else str(value)
+    if abs(value) < 1e-3:
+        return f"{value:.{digits - 1}e}"
+    return f"{value:.{decimals(value, digits)}f}"
+
+
+def decimals(value: float, digits: int = 3) -> int:
+    """How many decimals show ``value`` with ``digits`` significant digits in fixed point (0 for large numbers)."""
+    if value == 0 or not math.isfinite(value):
+        return digits - 1
+    rounded = float(f"{abs(value):.{digits}g}")  # 0.9996 rounds up to 1.00: count the digits of the rounded value
+    return max(0, digits - 1 - math.floor(math.log10(rounded)))
+
+
 def markdown_table(table: pd.DataFrame) -> str:
     """A plain GitHub-markdown rendering (no extra dependency)."""
     index_names = [str(n) for n in table.index.names]
@@ -225,6 +245,21 @@ def majority_note(runs: pd.DataFrame, metric: str) -> tuple[float | None, str]:
     if majority is None:
         return None, ""
     return majority, f"{what}: {majority:.3f}; * = at most {MAJORITY_MARGIN:.2f} above it\n"
+
+
+def reference_levels(runs: pd.DataFrame, metric: str) -> list[float]:
+    """The distinct ``reference_accuracy`` values of the ok runs (the best accuracy a classifier reaches from a
+    node's own features, in the task's own metric, recorded by datasets that know it, e.g. ``csbm``) for a summary
+    ``metric`` of the task's metric (``test_<m>``, ``test_<m>_last``, ...); [] when the runs did not record one or
+    the metric is another."""
+    if "reference_accuracy" not in runs.columns or "metric" not in runs.columns:
+        return []
+    task_metrics = set(runs["metric"].dropna().astype(str))
+    if not task_metrics & set(metric.split("_")):
+        return []
+    ok = runs if "status" not in runs.columns else runs[runs["status"] == "ok"]
+    values = pd.to_numeric(ok["reference_accuracy"], errors="coerce").dropna()
+    return sorted({round(float(value), 4) for value in values})
 
 
 def majority_level(runs: pd.DataFrame, metric: str) -> float | None:
