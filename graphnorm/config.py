@@ -131,6 +131,9 @@ class RunConfig:
     # --- analysis ---
     probe: bool = True  # collapse metrics at every layer of the final model, written to the sweep's layers.csv
     probe_graphs: int = 64  # graph-level datasets: size of the fixed validation sample the probe measures
+    # how the probe keeps each layer's rows: "float64" (the reference) or "float32" (half the memory; every sum still
+    # accumulates in float64, see graphnorm.analysis.collapse.collapse_records)
+    probe_precision: str = "float64"
     # collapse over training: probe the weights being trained at step 0 and every this many optimizer steps (node
     # level: one step per epoch), written to the record's collapse_steps and a sweep's steps.csv; 0: off
     # (graphnorm.train.collapse_steps)
@@ -297,6 +300,7 @@ def check_size(key: str, value: Any) -> None:
 
 
 def check_choices(config: RunConfig) -> None:
+    from graphnorm.analysis.collapse import PRECISIONS
     from graphnorm.data import available_datasets
     from graphnorm.models import available_models
     from graphnorm.models.gcn import ADJACENCIES, LAYER_ORDERS, READOUTS
@@ -312,6 +316,7 @@ def check_choices(config: RunConfig) -> None:
         "optimizer": OPTIMIZERS,
         "scheduler": SCHEDULERS,
         "device": DEVICES,
+        "probe_precision": PRECISIONS,
     }
     for key, valid in choices.items():
         value = getattr(config, key)

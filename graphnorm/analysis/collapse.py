@@ -26,12 +26,14 @@ from torch_geometric.utils import to_dense_batch
 from graphnorm.analysis.cone import ROBUST_CONE_LEVEL, cone_from_unit_rows, robust_cone_from_unit_rows
 from graphnorm.analysis.magnitude import SAFE_EXPONENT, check_not_too_large, invariant_shift, scale_by_power_of_two
 from graphnorm.analysis.metrics import _gram_f64
-from graphnorm.checks import check_edge_index
+from graphnorm.analysis.min_norm_point import WORKING_SIZE
+from graphnorm.checks import check_choice, check_edge_index
 
 if TYPE_CHECKING:
     from threadpoolctl import ThreadpoolController
 
 __all__ = [
+    "warm_kernels",
     "LayerStream",
     "collapse_records",
     "collapse_records_layers",
@@ -57,6 +59,11 @@ EDGE_METRICS = ("mad_neighbors", "dirichlet_energy", "dirichlet_energy_normalize
 # Pooled over all rows of a batch: every per-graph metric but the edge ones (edges never cross graphs).
 POOLED_METRICS = tuple(metric for metric in PER_GRAPH_METRICS if metric not in EDGE_METRICS)
 METRIC_NAMES = PER_GRAPH_METRICS
+
+# How the rows are kept: "float64" copies them to float64 (the reference), "float32" keeps float32 rows (float64
+# input is rounded to float32) and widens them in registers; both accumulate every sum in float64.
+PRECISIONS = ("float64", "float32")
+_ROW_DTYPES = {"float64": torch.float64, "float32": torch.float32}
 
 # Float64 working memory per chunk of stacked layers ([layers, rows, d] a few times and the edge gathers).
 _CHUNK_BYTES = 64 * 2**20
@@ -199,11 +206,16 @@ def _build_rows(n: int, edge_index: Tensor | None, batch: Tensor | None, token_m
     if edge_index is not None:
         off_diagonal = edge_index[0] != edge_index[1]
         edge_source, edge_target = edge_index[0, off_diagonal], edge_index[1, off_diagonal]
-        forward_keys = (edge_source * num_node_rows + edge_target).sort().values
-        backward_keys = (edge_target * num_node_rows + edge_source).sort().values
-        if edge_source.numel() and torch.equal(forward_keys, backward_keys):
-            one_way = edge_source < edge_target
-            edge_source, edge_target, both_ways = edge_source[one_way], edge_target[one_way], True
+        # Symmetric iff the pairs stored upward (source < target) are, as a multiset, the downward ones reversed:
+        # two sorts of half the edges. The kept upward edges come out sorted by source, so the edge metrics read the
+        # source rows in order (fewer cache misses on large graphs; the sums only change order).
+        upward = edge_source < edge_target
+        if edge_source.numel() and 2 * int(upward.sum()) == edge_source.numel():
+            upward_keys = (edge_source[upward] * num_node_rows + edge_target[upward]).sort().values
+            downward_keys = (edge_target[~upward] * num_node_rows + edge_source[~upward]).sort().values
+            if torch.equal(upward_keys, downward_keys):
+                edge_source, edge_target = upward_keys // num_node_rows, upward_keys % num_node_rows
+                both_ways = True
         edge_source, edge_target = edge_source.contiguous(), edge_target.contiguous()
         if batch is not None:
             edge_graph = batch.index_select(0, edge_source)
@@ -238,20 +250,33 @@ def _load_rows(x: Tensor, rows: Tensor | None, out_x: Tensor, out_norms: Tensor)
     if rows is not None:
         x = x.index_select(0, rows)
     out_x.copy_(x)
-    norms = torch.linalg.vector_norm(out_x, dim=-1, out=out_norms)
+    norms = _row_norms(out_x, out_norms)
     shift = 0
     if not _ordinary_scale(norms):  # only then look at every entry: the common case costs one pass over the norms
         shift = _rescale_in_place(out_x)
         if shift:
-            torch.linalg.vector_norm(out_x, dim=-1, out=out_norms)
+            _row_norms(out_x, out_norms)
     if not bool(torch.isfinite(norms).all()):
         finite = torch.isfinite(out_x)
+        if out_x.dtype != x.dtype and bool(torch.isfinite(x).all()):
+            raise ValueError(
+                "collapse_metrics: x has entries beyond float32's range (about 3.4e38), which precision='float32' "
+                "cannot hold; use precision='float64'"
+            )
         if not bool(finite.all()):
             raise ValueError(
                 f"collapse_metrics: x contains NaN or Inf ({int((~finite).sum())} of {out_x.numel()} entries)"
             )
     check_not_too_large(float(norms.square().sum()), out_x.size(0), "collapse_metrics")
     return shift
+
+
+def _row_norms(x: Tensor, out: Tensor) -> Tensor:
+    """Float64 row norms of ``x`` [m, d] (float64 or float32 rows) into ``out`` [m]: float32 rows are widened
+    before their squares are summed, so their norms are those of the same values in float64."""
+    if x.dtype == torch.float64:
+        return torch.linalg.vector_norm(x, dim=-1, out=out)
+    return torch.linalg.vector_norm(x, dim=-1, dtype=torch.float64, out=out)
 
 
 def _ordinary_scale(norms: Tensor) -> bool:
@@ -284,12 +309,12 @@ def _unit_rows(x: Tensor, norms: Tensor, out: Tensor | None = None) -> tuple[Ten
 
 
 class _StackBuffers:
-    """Float64 buffers for a chunk of up to ``capacity`` layers of [m, d] rows: rows, row norms and unit rows,
-    filled layer by layer (:meth:`load`, while each layer is in cache) and reused by every chunk instead of fresh
-    MB-sized tensors (and their page faults) per chunk."""
+    """Buffers for a chunk of up to ``capacity`` layers of [m, d] rows: rows (float64, or float32 for
+    ``precision="float32"``), float64 row norms and unit rows, filled layer by layer (:meth:`load`, while each layer
+    is in cache) and reused by every chunk instead of fresh MB-sized tensors (and their page faults) per chunk."""
 
-    def __init__(self, capacity: int, num_rows: int, width: int) -> None:
-        self.x = torch.empty(capacity, num_rows, width, dtype=torch.float64)
+    def __init__(self, capacity: int, num_rows: int, width: int, precision: str = "float64") -> None:
+        self.x = torch.empty(capacity, num_rows, width, dtype=_ROW_DTYPES[precision])
         self.norms = torch.empty(capacity, num_rows, dtype=torch.float64)
         self.units = torch.empty(capacity, num_rows, width, dtype=torch.float64)
         self.shifts = [0] * capacity  # layer ``slot`` was scaled by 2**shifts[slot] (see _load_rows)
@@ -311,9 +336,11 @@ class _StackBuffers:
 
 
 def _grams(x: Tensor) -> Tensor:
-    """X^T X of every float64 [m, d] matrix of ``x`` [L, m, d] as [L, d, d], each by
-    :func:`graphnorm.analysis.metrics._gram_f64` (BLAS dsyrk: one triangle, cheaper than torch's batched matmul)."""
-    return torch.stack([_gram_f64(layer) for layer in x])
+    """X^T X of every [m, d] matrix of ``x`` [L, m, d] as float64 [L, d, d], each by
+    :func:`graphnorm.analysis.metrics._gram_f64` (BLAS dsyrk: one triangle, cheaper than torch's batched matmul).
+    Float32 rows are widened first (exactly): a float32 Gram matrix would carry an error of ~1e-7 * s_1^2 in every
+    eigenvalue, which moves the effective rank of a layer with small singular values far beyond 1e-5."""
+    return torch.stack([_gram_f64(layer.double()) for layer in x])
 
 
 def _singular_values_from(grams: list[Tensor] | None, xs: list[Tensor] | None) -> Tensor:
@@ -348,9 +375,11 @@ def _cones(layer: _Layer, tol_deg: float) -> tuple[float, float, Tensor]:
     all_rows = bool(mask.all())
     units = (layer.units if all_rows else layer.units[mask]).numpy()
     norms = (layer.norms if all_rows else layer.norms[mask]).numpy()
-    units_sum = units.sum(axis=0)
-    exact = cone_from_unit_rows(units, norms, tol_deg, units_sum=units_sum)[0]
-    robust = robust_cone_from_unit_rows(units, norms, ROBUST_CONE_LEVEL, tol_deg, units_sum=units_sum)
+    units_sum, weighted_sum = units.sum(axis=0), norms @ units
+    exact = cone_from_unit_rows(units, norms, tol_deg, units_sum=units_sum, weighted_sum=weighted_sum)[0]
+    robust = robust_cone_from_unit_rows(
+        units, norms, ROBUST_CONE_LEVEL, tol_deg, units_sum=units_sum, weighted_sum=weighted_sum
+    )
     return exact, robust, torch.from_numpy(units_sum)
 
 
@@ -379,7 +408,7 @@ def _summarize_sets(stack: _Stack, cone_tol_deg: float) -> list[_SetSummary]:
         summaries.append(
             _SetSummary(
                 gram=grams[index] if tall else None,
-                x=None if tall else layer.x.clone(),  # the stack lives in reused buffers
+                x=None if tall else layer.x.to(torch.float64, copy=True),  # the stack lives in reused buffers
                 units_sum=units_sum,
                 num_nonzero=num_nonzero,
                 num_rows=num_rows,
@@ -447,8 +476,9 @@ def _edge_products(
             a, b = rows[source[edge]], rows[target[edge]]
             dot, distance = 0.0, 0.0
             for k in range(width):
-                dot += a[k] * b[k]
-                difference = a[k] - b[k]
+                left, right = np.float64(a[k]), np.float64(b[k])  # float32 rows: products exact in float64
+                dot += left * right
+                difference = left - right
                 distance += difference * difference
             dots[layer, edge], squared[layer, edge] = dot, distance
 
@@ -542,7 +572,7 @@ def _singular_values_stacked(x: Tensor) -> Tensor:
 def _per_graph_metrics_stacked(stack: _Stack, rows: _Rows, cone_tol_deg: float) -> dict[str, Tensor]:
     """Every per-graph metric as [L, num_graphs] (NaN where undefined), vectorized over layers and graphs
     except the cone angle (one small min-norm-point problem per layer and graph)."""
-    x, norms, nonzero, units = stack.x, stack.norms, stack.nonzero, stack.units
+    x, norms, nonzero, units = stack.x.double(), stack.norms, stack.nonzero, stack.units
     num_layers, num_rows, d = x.shape
     num_graphs, batch = rows.num_graphs, rows.batch
     # Zero padding leaves singular values alone: [m, L*d] -> [G, N, L*d] -> [L, G, N, d].
@@ -642,12 +672,14 @@ def _chunk_capacity(num_rows: int, num_edges: int, width: int) -> int:
     return max(1, _CHUNK_BYTES // max(1, 8 * (6 * width * num_rows + 8 * num_edges)))
 
 
-def _stacks(xs: Sequence[Tensor], row_index: Tensor | None, num_rows: int, num_edges: int) -> Iterator[_Stack]:
+def _stacks(
+    xs: Sequence[Tensor], row_index: Tensor | None, num_rows: int, num_edges: int, precision: str = "float64"
+) -> Iterator[_Stack]:
     """The given rows of the layers ``xs`` (one width) as float64 stacks of consecutive layers, a chunk at a time
     within _CHUNK_BYTES: rows, unit rows, per-graph working copies and the two edge gathers of each layer."""
     width = xs[0].size(1)
     capacity = min(len(xs), _chunk_capacity(num_rows, num_edges, width))
-    buffers = _StackBuffers(capacity, num_rows, width)
+    buffers = _StackBuffers(capacity, num_rows, width, precision)
     for start in range(0, len(xs), capacity):
         chunk = xs[start : start + capacity]
         for slot, x in enumerate(chunk):
@@ -655,20 +687,24 @@ def _stacks(xs: Sequence[Tensor], row_index: Tensor | None, num_rows: int, num_e
         yield buffers.stack(len(chunk))
 
 
-def _records_one_graph(xs: Sequence[Tensor], rows: _Rows, num_singular_values: int, cone_tol_deg: float) -> list:
+def _records_one_graph(
+    xs: Sequence[Tensor], rows: _Rows, num_singular_values: int, cone_tol_deg: float, precision: str
+) -> list:
     """Node-row records of every layer when the rows form one graph (stat "value"), in stacked chunks of layers."""
     parts = []
-    for stack in _stacks(xs, rows.node_rows, rows.num_node_rows, rows.num_edges):
+    for stack in _stacks(xs, rows.node_rows, rows.num_node_rows, rows.num_edges, precision):
         parts += _one_graph_parts(stack, rows, cone_tol_deg)
     return _one_graph_records(parts, num_singular_values)
 
 
-def _records_per_graph(xs: Sequence[Tensor], rows: _Rows, num_singular_values: int, cone_tol_deg: float) -> list:
+def _records_per_graph(
+    xs: Sequence[Tensor], rows: _Rows, num_singular_values: int, cone_tol_deg: float, precision: str
+) -> list:
     """Node-row records of every layer of a batch: per-graph mean / std (stacked passes over chunks of layers of
     bounded memory) and the pooled set metrics."""
     summaries: list[_SetSummary] = []
     parts: list[dict[str, Tensor]] = []
-    for stack in _stacks(xs, rows.node_rows, rows.num_node_rows, rows.num_edges):
+    for stack in _stacks(xs, rows.node_rows, rows.num_node_rows, rows.num_edges, precision):
         summaries += _summarize_sets(stack, cone_tol_deg)
         part = _per_graph_metrics_stacked(stack, rows, cone_tol_deg)
         if rows.edge_source is not None:
@@ -694,7 +730,7 @@ def _records_per_graph(xs: Sequence[Tensor], rows: _Rows, num_singular_values: i
 
 
 def _records_of_width(
-    xs: Sequence[Tensor], rows: _Rows, num_singular_values: int, cone_tol_deg: float
+    xs: Sequence[Tensor], rows: _Rows, num_singular_values: int, cone_tol_deg: float, precision: str
 ) -> list[list[dict]]:
     """Records of layers that share a width: token rows, then node rows."""
     records: list[list[dict]] = [[] for _ in xs]
@@ -702,7 +738,7 @@ def _records_of_width(
         num_tokens = rows.token_rows.numel()
         summaries = [
             summary
-            for stack in _stacks(xs, rows.token_rows, num_tokens, 0)
+            for stack in _stacks(xs, rows.token_rows, num_tokens, 0, precision)
             for summary in _summarize_sets(stack, cone_tol_deg)
         ]
         for layer, values in enumerate(_set_metrics(summaries, num_singular_values)):
@@ -710,7 +746,7 @@ def _records_of_width(
         if rows.num_node_rows == 0:
             return records
     node = (_records_one_graph if rows.batch is None else _records_per_graph)(
-        xs, rows, num_singular_values, cone_tol_deg
+        xs, rows, num_singular_values, cone_tol_deg, precision
     )
     return [tokens + nodes for tokens, nodes in zip(records, node)]
 
@@ -740,6 +776,7 @@ def collapse_records_layers(
     token_mask: Tensor | None = None,
     num_singular_values: int = 16,
     cone_tol_deg: float = 1e-3,
+    precision: str = "float64",
 ) -> list[list[dict]]:
     """:func:`collapse_records` of every representation in ``xs`` (each [n, d_l], the same n rows and
     context), one list of records per layer, equal to calling :func:`collapse_records` per layer.
@@ -756,6 +793,7 @@ def collapse_records_layers(
     xs = list(xs)
     if not xs:
         return []
+    check_choice(precision, PRECISIONS, "precision", "collapse_metrics")
     _check_layer(xs[0], None, 1 if len(xs) > 1 else None)
     n = xs[0].size(0)
     for position, x in enumerate(xs[1:], start=2):
@@ -767,7 +805,9 @@ def collapse_records_layers(
         for index, x in enumerate(xs):
             widths.setdefault(x.size(1), []).append(index)
         for indices in widths.values():
-            layer_records = _records_of_width([xs[i] for i in indices], rows, num_singular_values, cone_tol_deg)
+            layer_records = _records_of_width(
+                [xs[i] for i in indices], rows, num_singular_values, cone_tol_deg, precision
+            )
             for index, records in zip(indices, layer_records):
                 results[index] = records
         return results  # type: ignore[return-value]
@@ -781,10 +821,17 @@ class LayerStream:
     unit-row sum, cones, edge metrics). Memory: one chunk of float64 rows per width (within _CHUNK_BYTES, at least one
     layer), not every layer's output. :meth:`records` measures what is left and batches the rest over layers.
 
-    Gives the records of :func:`collapse_records_layers` on the same layers.
+    Gives the records of :func:`collapse_records_layers` on the same layers (with the same ``precision``).
     """
 
-    def __init__(self, edge_index: Tensor | None = None, num_singular_values: int = 16, cone_tol_deg: float = 1e-3):
+    def __init__(
+        self,
+        edge_index: Tensor | None = None,
+        num_singular_values: int = 16,
+        cone_tol_deg: float = 1e-3,
+        precision: str = "float64",
+    ):
+        self.precision = check_choice(precision, PRECISIONS, "precision", "collapse_metrics")
         self.edge_index = edge_index
         self.num_singular_values = num_singular_values
         self.cone_tol_deg = cone_tol_deg
@@ -802,7 +849,7 @@ class LayerStream:
             width = x.size(1)
             if width not in self._chunks:
                 capacity = _chunk_capacity(self._rows.num_rows, self._rows.num_edges, width)
-                self._chunks[width] = (_StackBuffers(capacity, self._rows.num_rows, width), [])
+                self._chunks[width] = (_StackBuffers(capacity, self._rows.num_rows, width, self.precision), [])
             buffers, indices = self._chunks[width]
             buffers.load(len(indices), x, None)  # validates x before an earlier call's layer is replaced
             self._discard(index, width)
@@ -854,6 +901,7 @@ def collapse_records(
     token_mask: Tensor | None = None,
     num_singular_values: int = 16,
     cone_tol_deg: float = 1e-3,
+    precision: str = "float64",
 ) -> list[dict]:
     """Every collapse metric of ``x`` [n, d] as tidy records ``{rows, metric, stat, value}``; each definition and
     its source: :mod:`graphnorm.analysis.metrics`.
@@ -875,10 +923,30 @@ def collapse_records(
     enclosing cone (a maximum over rows, so a few outlier rows decide it), ``cone_angle_q90`` the robust cone of the
     90 % of the rows closest to their mean direction (:func:`graphnorm.analysis.cone.robust_cone_angle`), both within
     ``cone_tol_deg``.
+
+    precision: ``"float64"`` (the reference) copies the rows to float64; ``"float32"`` keeps them in float32 (half
+    the memory of the row buffers; float64 input is rounded to float32) and widens them wherever they are summed:
+    Gram matrices, norms, unit rows, cones and edge sums all accumulate in float64 (a float32 Gram matrix or float32
+    unit rows would move the effective rank and small cone angles of nearly collapsed layers far beyond 1e-5 and
+    1e-3 degrees), so float32 model outputs give the reference's numbers up to the order of the sums.
     """
     if not isinstance(x, Tensor):
         raise TypeError(f"collapse_metrics: x must be a torch.Tensor, got {type(x).__name__}")
-    return collapse_records_layers([x], edge_index, batch, token_mask, num_singular_values, cone_tol_deg)[0]
+    return collapse_records_layers(
+        [x], edge_index, batch, token_mask, num_singular_values, cone_tol_deg, precision=precision
+    )[0]
+
+
+def warm_kernels() -> None:
+    """Compile (or load from numba's cache beside the modules) every compiled kernel the probe runs: the edge
+    products and the cone solver, in each specialization the probe calls, by measuring a tiny layer of rows with
+    edges. A process that will probe (a sweep worker) calls it when it starts, so its first probe does not wait for
+    the kernels. Records nothing; cheap once the kernels are loaded."""
+    generator = torch.Generator().manual_seed(0)
+    x = torch.rand(2 * WORKING_SIZE + 8, 4, generator=generator) + 0.1  # rows beyond the cone solver's working set
+    edges = torch.randint(0, x.size(0), (2, 3 * x.size(0)), generator=generator)
+    for precision in PRECISIONS:  # the edge kernel is compiled for float64 and for float32 rows
+        collapse_records(x, edge_index=torch.cat([edges, edges.flip(0)], dim=1), precision=precision)
 
 
 def records_to_flat_dict(records: list[dict]) -> dict[str, float]:

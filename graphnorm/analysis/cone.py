@@ -74,7 +74,13 @@ def _as_float64_rows(x: Tensor | np.ndarray, name: str) -> np.ndarray:
 
 
 def cone_from_unit_rows(
-    units: np.ndarray, norms: np.ndarray, tol_deg: float, max_iter: int = 10_000, units_sum: np.ndarray | None = None
+    units: np.ndarray,
+    norms: np.ndarray,
+    tol_deg: float,
+    max_iter: int = 10_000,
+    units_sum: np.ndarray | None = None,
+    rows: np.ndarray | None = None,
+    weighted_sum: np.ndarray | None = None,
 ) -> tuple[float, np.ndarray | None, float, int, bool]:
     """Cone of non-empty unit rows ``units`` [m, d] (float64, rows of norm 1) whose original rows had ``norms``.
 
@@ -94,20 +100,27 @@ def cone_from_unit_rows(
     by the same criterion.
 
     Returns (angle_deg, axis or None, gap_deg, iterations, converged): the shared core of :func:`cone_angle_info`
-    and of the collapse probe, which passes unit rows it has already computed (and their sum ``units_sum``, shared
-    with the robust cone: the same numbers without another pass over the rows).
+    and of the collapse probe, which passes unit rows it has already computed (and their sum ``units_sum`` and
+    norm-weighted sum ``weighted_sum`` = ``norms @ units``, shared with the robust cone: no other pass over the rows).
+    ``rows``: indices of the rows of ``units`` / ``norms`` that form the set (default all; a subset is not copied,
+    and the sums given are then the subset's).
     """
-    if units_sum is None:
-        units_sum = units.sum(axis=0)
+    set_norms = norms if rows is None else norms[rows]
+    if units_sum is None or weighted_sum is None:
+        set_units = units if rows is None else units[rows]
+        units_sum = set_units.sum(axis=0) if units_sum is None else units_sum
+        weighted_sum = set_norms @ set_units if weighted_sum is None else weighted_sum
+    if rows is None:
+        rows = np.arange(units.shape[0])
     # Certificate for 90 degrees: two hull points that are (near) zero when the rows surround the origin.
     threshold = math.sin(math.radians(tol_deg))
-    mean_unit = units_sum / units.shape[0]  # = units.mean(axis=0), bit for bit
-    weighted = (norms @ units) / norms.sum()
+    mean_unit = units_sum / rows.size
+    weighted = weighted_sum / set_norms.sum()
     smallest = min(math.sqrt(float(mean_unit @ mean_unit)), math.sqrt(float(weighted @ weighted)))
     if smallest <= threshold:
         return 90.0, None, 90.0 - math.degrees(math.acos(min(smallest, 1.0))), 0, True
     p, upper, lower, iterations = wolfe_min_norm_point(
-        np.ascontiguousarray(units), np.ascontiguousarray(units_sum), tol_deg, max_iter, WORKING_SIZE
+        np.ascontiguousarray(units), rows, np.ascontiguousarray(units_sum), tol_deg, max_iter, WORKING_SIZE
     )
     converged = min(upper, 90.0) - lower <= tol_deg
     norm_p = math.sqrt(float(p @ p))
@@ -151,7 +164,12 @@ def cone_angle(x: Tensor | np.ndarray, tol_deg: float = 1e-4) -> float:
 
 
 def robust_cone_from_unit_rows(
-    units: np.ndarray, norms: np.ndarray, q: float, tol_deg: float, units_sum: np.ndarray | None = None
+    units: np.ndarray,
+    norms: np.ndarray,
+    q: float,
+    tol_deg: float,
+    units_sum: np.ndarray | None = None,
+    weighted_sum: np.ndarray | None = None,
 ) -> float:
     """Robust cone half-angle of level ``q`` of non-empty unit rows ``units`` [m, d] (float64) whose original rows
     had ``norms``: the exact cone (:func:`cone_from_unit_rows`) of the fraction q of the rows closest in angle to
@@ -164,8 +182,9 @@ def robust_cone_from_unit_rows(
     So the cone holds at least q m rows, theta_q <= theta* (a subset needs no wider cone), theta_q grows with q and
     theta_1 = theta* (S_1 is every row). It depends on the rows only through their directions and not on their
     order; one outlier moves c by O(1/m) and is left out of S_q once q < 1 - 1/m. When ||sum_i u_i|| <=
-    m sin(tol_deg) the rows have no mean direction: 90.0 ("at least 90"). ``units_sum``: ``units.sum(axis=0)`` when
-    the caller has it.
+    m sin(tol_deg) the rows have no mean direction: 90.0 ("at least 90"). ``units_sum`` and ``weighted_sum``:
+    ``units.sum(axis=0)`` and ``norms @ units`` when the caller has them (the subset's sums are then these minus the
+    left-out rows', a pass over a tenth of the rows instead of a copy of the rest).
     """
     m = units.shape[0]
     total = units.sum(axis=0) if units_sum is None else units_sum
@@ -176,9 +195,16 @@ def robust_cone_from_unit_rows(
     k = math.ceil(q * m - 1e-9)  # guard q * m landing a hair above an integer
     if k < m:
         threshold = np.partition(cosines, m - k)[m - k]  # k-th largest cosine
-        keep = np.flatnonzero(cosines >= threshold)  # take() by index: cheaper than a boolean row mask
-        return cone_from_unit_rows(units.take(keep, axis=0), norms.take(keep), tol_deg)[0]
-    return cone_from_unit_rows(units, norms, tol_deg, units_sum=total)[0]
+        keep = cosines >= threshold
+        kept, left_out = np.flatnonzero(keep), np.flatnonzero(~keep)
+        subset_sum = total - units[left_out].sum(axis=0)
+        subset_weighted = None
+        if weighted_sum is not None:
+            subset_weighted = weighted_sum - norms[left_out] @ units[left_out]
+        return cone_from_unit_rows(
+            units, norms, tol_deg, units_sum=subset_sum, rows=kept, weighted_sum=subset_weighted
+        )[0]
+    return cone_from_unit_rows(units, norms, tol_deg, units_sum=total, weighted_sum=weighted_sum)[0]
 
 
 def robust_cone_angle(x: Tensor | np.ndarray, q: float = ROBUST_CONE_LEVEL, tol_deg: float = 1e-4) -> float:

@@ -3,9 +3,11 @@
 Wolfe 1976, "Finding the nearest point in a polytope", Math. Programming 11: an active-set method, finite in exact
 arithmetic, for the point p* of conv{u_i} closest to the origin. Each major cycle finds the row most violating the
 optimality condition <p, u_i> >= ||p||^2 (one O(n d) product), adds it to the corral, and runs minor cycles
-(:func:`_minor_cycles`). It stops on the bounds in degrees of :func:`graphnorm.analysis.cone.cone_from_unit_rows`,
-which turns p* into the cone angle. Compiled because a cone needs many small operations, whose per-call overhead as
-NumPy calls would cost more than their arithmetic; the functions are compiled on first use (a one-time wait) and
+(:func:`_minor_cycles`), whose affine projections solve with a Cholesky factor of the corral's Gram matrix updated
+as rows join and leave (O(k^2) per change for k corral rows, not O(k^3) per projection). It stops on the bounds in
+degrees of :func:`graphnorm.analysis.cone.cone_from_unit_rows`, which turns p* into the cone angle. Compiled because a
+cone needs many small operations, whose per-call overhead as NumPy calls would cost more than their arithmetic; the
+functions are compiled on first use (a one-time wait, see :func:`graphnorm.analysis.collapse.warm_kernels`) and
 cached beside this file (``__pycache__``). Entry point: :func:`wolfe_min_norm_point`.
 """
 
@@ -55,11 +57,12 @@ def _lu_solve(matrix: np.ndarray, rhs: np.ndarray) -> tuple[np.ndarray, bool]:
 
 
 @numba.njit(cache=True)
-def _solve_affine(corral: np.ndarray) -> np.ndarray:
-    """Weights (summing to 1) of the min-norm point of the affine hull of the rows of ``corral`` [k, d]."""
-    k = corral.shape[0]
+def _solve_affine_gram(gram: np.ndarray) -> np.ndarray:
+    """Weights (summing to 1) of the min-norm point of the affine hull of k rows whose inner products are ``gram``
+    [k, k]: the bordered system [[G, 1], [1^T, 0]] [w, mu] = [0, 1]."""
+    k = gram.shape[0]
     bordered = np.empty((k + 1, k + 1))
-    bordered[:k, :k] = corral @ corral.T
+    bordered[:k, :k] = gram
     bordered[:k, k] = 1.0
     bordered[k, :k] = 1.0
     bordered[k, k] = 0.0
@@ -72,21 +75,124 @@ def _solve_affine(corral: np.ndarray) -> np.ndarray:
     return solution[:k]
 
 
+@numba.njit(cache=True)
+def _solve_affine(corral: np.ndarray) -> np.ndarray:
+    """Weights (summing to 1) of the min-norm point of the affine hull of the rows of ``corral`` [k, d]."""
+    return _solve_affine_gram(corral @ corral.T)
+
+
+# A new corral row whose squared distance to the affine hull of the others is below this share of its squared
+# norm (+1) counts as affinely dependent: the factor is then not used until the corral is independent again.
+_DEPENDENT = 1e-13
+
+
+@numba.njit(cache=True)
+def _factor_append(factor: np.ndarray, count: int, column: np.ndarray, diagonal: float) -> bool:
+    """Extend the upper-triangular Cholesky factor ``factor[:count, :count]`` of H by a row and column (``column``
+    [count] and ``diagonal`` of H's new column): R^T c = column by forward substitution, then the new diagonal entry
+    sqrt(diagonal - c.c). O(k^2). False (factor unusable) when that square is not clearly positive."""
+    for i in range(count):
+        total = column[i]
+        for j in range(i):
+            total -= factor[j, i] * factor[j, count]
+        factor[i, count] = total / factor[i, i]
+    rest = diagonal
+    for i in range(count):
+        rest -= factor[i, count] * factor[i, count]
+    if not rest > _DEPENDENT * diagonal:
+        return False
+    factor[count, count] = math.sqrt(rest)
+    return True
+
+
+@numba.njit(cache=True)
+def _factor_delete(factor: np.ndarray, count: int, position: int) -> None:
+    """Remove row and column ``position`` of H from its upper-triangular factor ``factor[:count, :count]``: drop
+    the column, then restore the triangle with Givens rotations of neighbouring rows. O(k^2)."""
+    for column in range(position, count - 1):
+        for row in range(column + 2):
+            factor[row, column] = factor[row, column + 1]
+    for column in range(position, count - 1):
+        a, b = factor[column, column], factor[column + 1, column]
+        radius = math.hypot(a, b)
+        cosine, sine = (a / radius, b / radius) if radius > 0.0 else (1.0, 0.0)
+        factor[column, column], factor[column + 1, column] = radius, 0.0
+        for later in range(column + 1, count - 1):
+            upper, lower = factor[column, later], factor[column + 1, later]
+            factor[column, later] = cosine * upper + sine * lower
+            factor[column + 1, later] = cosine * lower - sine * upper
+
+
+@numba.njit(cache=True)
+def _refactor(gram: np.ndarray, factor: np.ndarray, count: int) -> bool:
+    """Cholesky factor of H = G + 1 1^T from the corral's inner products ``gram[:count, :count]``; False when the
+    corral is affinely dependent."""
+    for k in range(count):  # noqa: SIM110 (a loop numba compiles; all() of a generator it does not)
+        if not _factor_append(factor, k, gram[k, :k] + 1.0, gram[k, k] + 1.0):
+            return False
+    return True
+
+
+@numba.njit(cache=True)
+def _solve_factored(factor: np.ndarray, count: int) -> np.ndarray:
+    """Affine min-norm weights from the factor of H = G + 1 1^T: on sum(w) = 1, w^T H w = w^T G w + 1, so the
+    minimizer is H^{-1} 1 / (1^T H^{-1} 1) (two triangular solves, O(k^2))."""
+    y = np.empty(count)
+    for i in range(count):
+        total = 1.0
+        for j in range(i):
+            total -= factor[j, i] * y[j]
+        y[i] = total / factor[i, i]
+    for i in range(count - 1, -1, -1):
+        total = y[i]
+        for j in range(i + 1, count):
+            total -= factor[i, j] * y[j]
+        y[i] = total / factor[i, i]
+    return y / y.sum()
+
+
+@numba.njit(cache=True)
+def _join_corral(
+    points: np.ndarray, active: np.ndarray, count: int, gram: np.ndarray, factor: np.ndarray, factored: bool, row: int
+) -> tuple[np.ndarray, np.ndarray, bool]:
+    """Put point ``row`` in the corral at ``active[count]``: its inner products with the corral's rows into ``gram``
+    and the factor of H = G + 1 1^T extended (both grown when full). O(k d + k^2) per new row."""
+    if count == gram.shape[0]:
+        grown, grown_factor = np.zeros((2 * count, 2 * count)), np.zeros((2 * count, 2 * count))
+        grown[:count, :count], grown_factor[:count, :count] = gram[:count, :count], factor[:count, :count]
+        gram, factor = grown, grown_factor
+    new = points[row]
+    for j in range(count + 1):
+        other = points[active[j]] if j < count else new
+        total = 0.0
+        for k in range(new.size):
+            total += new[k] * other[k]
+        gram[count, j] = total
+        gram[j, count] = total
+    active[count] = row
+    if factored:
+        factored = _factor_append(factor, count, gram[count, :count] + 1.0, gram[count, count] + 1.0)
+    return gram, factor, factored
+
+
 WORKING_SIZE = 256  # rows searched per major cycle before all rows are checked (see wolfe_min_norm_point)
 # "Zero weight" threshold of the active-set weights, which live on the simplex.
 _WEIGHT_EPS = 1e-12
 
 
 @numba.njit(cache=True)
-def _minor_cycles(points: np.ndarray, active: np.ndarray, weights: np.ndarray, count: int) -> int:
-    """Wolfe's minor cycles on the corral ``active[:count]`` with ``weights[:count]`` (updated in place): project onto
-    the affine hull of the active rows, and while that point leaves the simplex step back to its boundary and drop
-    the rows whose weight vanished. Returns the new count."""
+def _minor_cycles(
+    active: np.ndarray, weights: np.ndarray, count: int, gram: np.ndarray, factor: np.ndarray, factored: bool
+) -> tuple[int, bool]:
+    """Wolfe's minor cycles on the corral ``active[:count]`` with ``weights[:count]`` (updated in place), its inner
+    products ``gram[:count, :count]`` and the Cholesky factor of G + 1 1^T when ``factored`` (both kept in step):
+    project onto the affine hull of the active rows, and while that point leaves the simplex step back to its
+    boundary and drop the rows whose weight vanished. Returns the new count and whether the factor is usable."""
     while True:
-        affine = _solve_affine(points[active[:count]])
+        affine = _solve_factored(factor, count) if factored else _solve_affine_gram(gram[:count, :count])
         if (affine > _WEIGHT_EPS).all():
             weights[:count] = affine
-            return count
+            return count, factored
         step = np.inf
         for i in range(count):
             if affine[i] <= _WEIGHT_EPS:
@@ -96,24 +202,31 @@ def _minor_cycles(points: np.ndarray, active: np.ndarray, weights: np.ndarray, c
         keep = mixed > _WEIGHT_EPS
         if keep.all():  # numerical tie: drop the smallest so the corral shrinks and the loop terminates
             keep[np.argmin(mixed)] = False
-        kept = 0
-        for i in range(count):
-            if keep[i]:
-                active[kept], weights[kept] = active[i], mixed[i]
-                kept += 1
+        if factored:
+            for position in range(count - 1, -1, -1):  # from the end: earlier positions stay where they are
+                if not keep[position]:
+                    _factor_delete(factor, count, position)
+        kept_from = np.flatnonzero(keep)
+        kept = kept_from.size
+        for i in range(kept):
+            active[i], weights[i] = active[kept_from[i]], mixed[kept_from[i]]
+        # In place: entry (a, b) is read from (kept_from[a], kept_from[b]) >= (a, b), not yet overwritten.
+        for a in range(kept):
+            for b in range(kept):
+                gram[a, b] = gram[kept_from[a], kept_from[b]]
         count = kept
+        if not factored:
+            factored = _refactor(gram, factor, count)
         weights[:count] /= weights[:count].sum()
         if count == 1:
-            return count
+            return count, factored
 
 
 @numba.njit(cache=True)
 def _smallest(values: np.ndarray, count: int) -> np.ndarray:
-    """Indices of ``count`` smallest values: NumPy's ``argpartition`` (run by the interpreter, so ties at the border
-    are broken exactly as NumPy does)."""
-    with numba.objmode(indices="intp[:]"):
-        indices = np.argpartition(values, count)[:count]
-    return indices
+    """Indices of ``count`` smallest values (``argpartition``: which of equal values at the border is taken does not
+    matter, every row is checked before the solver stops)."""
+    return np.argpartition(values, count)[:count]
 
 
 @numba.njit(cache=True)
@@ -125,58 +238,111 @@ def _with_rows(num_points: int, working: np.ndarray, extra: np.ndarray) -> np.nd
     return np.flatnonzero(mask)
 
 
+@numba.njit(cache=True, fastmath={"reassoc", "contract"})
+def _products(rows: np.ndarray, p: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """``rows @ p`` into ``out`` [len(rows)]: a loop the compiler vectorizes, without BLAS's call overhead, which
+    dominates for the working set's few hundred rows. The sums may run in any order (round-off only)."""
+    for i in range(rows.shape[0]):
+        row = rows[i]
+        total = 0.0
+        for k in range(row.size):
+            total += row[k] * p[k]
+        out[i] = total
+    return out
+
+
+@numba.njit(cache=True, fastmath={"reassoc", "contract"})
+def _products_of(points: np.ndarray, rows: np.ndarray, p: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """``points[rows] @ p`` into ``out`` [len(rows)] without gathering the rows."""
+    for i in range(rows.size):
+        row = points[rows[i]]
+        total = 0.0
+        for k in range(row.size):
+            total += row[k] * p[k]
+        out[i] = total
+    return out
+
+
+@numba.njit(cache=True)
+def _in_corral(active: np.ndarray, count: int, row: int) -> bool:
+    """Whether point ``row`` is one of ``active[:count]``."""
+    for i in range(count):  # noqa: SIM110 (a loop numba compiles; any() of a generator it does not)
+        if active[i] == row:
+            return True
+    return False
+
+
+@numba.njit(cache=True, fastmath={"reassoc", "contract"})
+def _combination(points: np.ndarray, active: np.ndarray, weights: np.ndarray, count: int, out: np.ndarray) -> None:
+    """The corral's point sum_j weights[j] points[active[j]] into ``out`` [d]."""
+    out[:] = 0.0
+    for j in range(count):
+        row, weight = points[active[j]], weights[j]
+        for k in range(out.size):
+            out[k] += weight * row[k]
+
+
 @numba.njit(cache=True)
 def wolfe_min_norm_point(
-    points: np.ndarray, points_sum: np.ndarray, tol_deg: float, max_iter: int, working_size: int
+    points: np.ndarray, rows: np.ndarray, points_sum: np.ndarray, tol_deg: float, max_iter: int, working_size: int
 ) -> tuple[np.ndarray, float, float, int]:
-    """Min-norm point of conv(points) for unit rows [n, d] (C-contiguous) with sum ``points_sum``; returns
-    (p, certified upper bound in degrees, lower bound, major cycles).
+    """Min-norm point of conv(points[rows]) for unit rows ``points`` [n, d] (C-contiguous), the set's rows given by
+    index ``rows`` (a subset is not copied) with sum ``points_sum``; returns (p, certified upper bound in degrees,
+    lower bound, major cycles).
 
     Working set: the O(n d) search for the most violating row dominates, so each major cycle searches only a
     working set of rows (at first the ``working_size`` pointing furthest from the mean direction, and the start).
     When the stop criterion holds on the working set, all rows are checked once; violators join the working set and
     the iteration continues from the same state. Only the all-rows check yields the returned (certified) upper bound.
     """
-    num_points = points.shape[0]
-    alignment = points @ points_sum  # alignment with the mean direction (all zero if it vanishes)
+    num_points, width = rows.size, points.shape[1]
+    all_inner = _products_of(points, rows, points_sum, np.empty(num_points))  # alignment with the mean direction
     # Start at the row closest to the mean direction: usually already near the final axis.
-    start = np.argmax(alignment)
+    start = rows[np.argmax(all_inner)]
     everything = num_points <= 2 * working_size
-    working = np.arange(num_points)
+    working = rows
     if not everything:
-        working = _with_rows(num_points, _smallest(alignment, working_size), np.array([start]))
-    working_points = points if everything else points[working]
+        working = _with_rows(points.shape[0], rows[_smallest(all_inner, working_size)], np.array([start]))
+    working_points = points[working]
+    inner = np.empty(working.size)
     active, weights = np.empty(num_points, dtype=np.intp), np.empty(num_points)
-    active[0], weights[0], count = start, 1.0, 1
-    p = points[start].copy()
+    # The corral's inner products and the Cholesky factor of G + 1 1^T (affinely independent: at most d + 1 rows).
+    gram, factor = np.zeros((width + 2, width + 2)), np.zeros((width + 2, width + 2))
+    gram, factor, factored = _join_corral(points, active, 0, gram, factor, True, start)
+    weights[0], count = 1.0, 1
+    p, new_p = points[start].copy(), np.empty(width)
     best_upper, lower = 180.0, 0.0
     for iteration in range(1, max_iter + 1):
         norm_p = math.sqrt(p @ p)
-        inner = working_points @ p
+        _products(working_points, p, inner)
         position = np.argmin(inner)
         upper, lower = _bounds_deg(norm_p, inner[position])
         candidate = working[position]
-        if min(upper, 90.0) - lower <= tol_deg or (active[:count] == candidate).any():
+        if min(upper, 90.0) - lower <= tol_deg or _in_corral(active, count, candidate):
             # Converged on the working set (a candidate already active means p is optimal there up to
             # round-off): check every row.
-            all_inner = inner if everything else points @ p
+            if everything:
+                all_inner = inner
+            else:
+                _products_of(points, rows, p, all_inner)
             upper, lower = _bounds_deg(norm_p, all_inner.min())
             best_upper = min(best_upper, upper)
             if min(best_upper, 90.0) - lower <= tol_deg or working.size == num_points:
                 return p, best_upper, lower, iteration
             # Here num_points > 2 * working_size (else the working set was every row and the solver returned).
-            working = _with_rows(num_points, working, _smallest(all_inner, working_size))
-            everything, working_points = False, points[working]
-            candidate = np.argmin(all_inner)
-            if (active[:count] == candidate).any():
+            working = _with_rows(points.shape[0], working, rows[_smallest(all_inner, working_size)])
+            working_points, inner = points[working], np.empty(working.size)
+            candidate = rows[np.argmin(all_inner)]
+            if _in_corral(active, count, candidate):
                 return p, best_upper, lower, iteration
-        active[count], weights[count] = candidate, 0.0
-        count = _minor_cycles(points, active, weights, count + 1)
-        new_p = weights[:count] @ points[active[:count]]
+        gram, factor, factored = _join_corral(points, active, count, gram, factor, factored, candidate)
+        weights[count] = 0.0
+        count, factored = _minor_cycles(active, weights, count + 1, gram, factor, factored)
+        _combination(points, active, weights, count, new_p)
         if math.sqrt(new_p @ new_p) >= norm_p * (1.0 - 1e-14):
             # Wolfe decreases ||p|| strictly in exact arithmetic; no progress means round-off has taken over.
-            upper, lower = _bounds_deg(norm_p, (points @ p).min())
+            upper, lower = _bounds_deg(norm_p, _products_of(points, rows, p, np.empty(num_points)).min())
             return p, min(best_upper, upper), lower, iteration
-        p = new_p
-    upper, lower = _bounds_deg(math.sqrt(p @ p), (points @ p).min())
+        p, new_p = new_p, p
+    upper, lower = _bounds_deg(math.sqrt(p @ p), _products_of(points, rows, p, np.empty(num_points)).min())
     return p, min(best_upper, upper), lower, max_iter

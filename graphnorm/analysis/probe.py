@@ -1,9 +1,10 @@
 """CollapseProbe: the collapse metrics of the representation after every layer of a model, as a tidy table.
 
-Any ``nn.Module`` that contains graphnorm norms works as it is: ``CollapseProbe(model).probe(data)``; the class
-docstring says which layers and rows it measures and how it calls the model. :func:`probe_records` is the one call a
-training run makes, :func:`evaluation_sample` the fixed graph sample of a graph-level probe. The metrics are
-computed by :mod:`graphnorm.analysis.collapse` (definitions in :mod:`graphnorm.analysis.metrics`).
+Any ``nn.Module`` that contains graphnorm norms or PyG message-passing layers works as it is:
+``CollapseProbe(model).probe(data)``; the class docstring says which layers and rows it measures and how it calls the
+model. :func:`probe_records` is the one call a training run makes, :func:`evaluation_sample` the fixed graph sample of
+a graph-level probe. The metrics are computed by :mod:`graphnorm.analysis.collapse` (definitions in
+:mod:`graphnorm.analysis.metrics`).
 """
 
 from __future__ import annotations
@@ -18,11 +19,21 @@ import pandas as pd
 import torch
 from torch import Tensor, nn
 
-from graphnorm.analysis.collapse import LayerStream, collapse_records_layers, single_thread
+from graphnorm.analysis.collapse import PRECISIONS, LayerStream, collapse_records_layers, single_thread
+from graphnorm.checks import check_choice
 from graphnorm.models.registry import forward_adapter
 from graphnorm.norms import available_norms, norm_class
 
-__all__ = ["CollapseProbe", "probe_records", "evaluation_sample", "graphnorm_norms", "TABLE_COLUMNS", "WATCH_AT"]
+__all__ = [
+    "CollapseProbe",
+    "probe_records",
+    "evaluation_sample",
+    "graphnorm_norms",
+    "message_passing_layers",
+    "default_forward",
+    "TABLE_COLUMNS",
+    "WATCH_AT",
+]
 
 TABLE_COLUMNS = ["layer", "layer_name", "rows", "metric", "stat", "value"]
 WATCH_AT = ("output", "input")  # rows leaving / entering a watched layer
@@ -84,13 +95,83 @@ def _named_layers(model: nn.Module, layers: LayerSpec | None) -> tuple[list[tupl
             raise ValueError(f"CollapseProbe: {type(model).__name__}.collapse_layers() is empty")
         return named, False
     norms = graphnorm_norms(model)
-    if not norms:
+    if norms:
+        return norms, True
+    convs = message_passing_layers(model)
+    if not convs:
         raise ValueError(
             f"CollapseProbe: {type(model).__name__} contains no graphnorm norm (a module of graphnorm.norms, e.g. from "
-            "build_norm) and has no collapse_layers(); pass layers=[...] (modules or (name, module) pairs, e.g. "
-            "layers=model.convs for torch_geometric.nn.models.GCN)"
+            "build_norm), no PyG message-passing layer and has no collapse_layers(); pass layers=[...] (modules or "
+            "(name, module) pairs, e.g. layers=model.blocks)"
         )
-    return norms, True
+    return convs, True
+
+
+def message_passing_layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """``(name, module)`` of every top-level message-passing layer of ``model``, in module order, named by attribute
+    path: PyG ``MessagePassing`` modules and ``GPSConv`` layers (whole: their inner conv is not listed), none nested
+    inside another listed layer; each module once."""
+    from torch_geometric.nn import GPSConv, MessagePassing
+
+    found: list[tuple[str, nn.Module]] = []
+    seen: set[int] = set()
+
+    def visit(prefix: str, module: nn.Module) -> None:
+        for name, child in module.named_children():
+            if child is None or id(child) in seen:
+                continue
+            seen.add(id(child))
+            path = f"{prefix}.{name}" if prefix else name
+            if isinstance(child, (MessagePassing, GPSConv)):
+                found.append((path, child))
+            else:
+                visit(path, child)
+
+    if isinstance(model, (MessagePassing, GPSConv)):
+        return [(type(model).__name__.lower(), model)]
+    visit("", model)
+    return found
+
+
+def default_forward(model: nn.Module) -> Callable[[nn.Module, Any], Any]:
+    """How the probe runs ``model`` without ``forward=``: ``model(data)`` when ``forward`` takes one batch object (one
+    required parameter, and no ``edge_index`` parameter); else :func:`graphnorm.models.forward_adapter`'s call, as
+    the trainer's (PyG's ``model(x, edge_index[, batch=][, batch_size=])``, or the whole batch for a model
+    registered so).
+
+    Raises:
+        TypeError: the forward fits neither, naming its signature and ``forward=``.
+    """
+    if _takes_one_batch(model):
+        return _whole_batch
+    return forward_adapter(model)
+
+
+def _takes_one_batch(model: nn.Module) -> bool:
+    """Whether ``model.forward`` has exactly one required parameter, which may be given by position, and no
+    ``edge_index`` parameter (PyG's ``forward(x, edge_index=None)`` takes the features first)."""
+    parameters = inspect.signature(model.forward).parameters
+    required = [
+        p for p in parameters.values() if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
+    return (
+        len(required) == 1
+        and required[0].kind in (required[0].POSITIONAL_ONLY, required[0].POSITIONAL_OR_KEYWORD)
+        and "edge_index" not in parameters
+    )
+
+
+def _whole_batch(model: nn.Module, data: Any) -> Any:
+    """``model(data)``: a forward that takes the batch object; a ``TypeError`` or ``AttributeError`` in it (the
+    forward wanted something else, e.g. the features alone) says what the probe called and how to change it."""
+    try:
+        return model(data)
+    except (TypeError, AttributeError) as error:
+        raise TypeError(
+            f"CollapseProbe called {type(model).__name__}(data) with the {type(data).__name__} (its forward takes "
+            f"one argument) and it failed: {error}. If the forward takes something else, pass forward=callable(model, "
+            "data), e.g. forward=lambda model, data: model(data.x)"
+        ) from error
 
 
 _FORWARD_SIGNATURES: dict[type, inspect.Signature] = {}
@@ -144,6 +225,7 @@ class _Pass:
     stream: bool  # measure one-graph layers in their hooks
     num_singular_values: int
     cone_tol_deg: float
+    precision: str  # of the collapse metrics (graphnorm.analysis.collapse.PRECISIONS)
     norm_calls: list[tuple[int, RowContext]] = field(default_factory=list)  # (rows, context) in call order
     latest: dict[int, RowContext] = field(default_factory=dict)  # rows -> context of the latest norm call on them
     groups: list[_RowGroup] = field(default_factory=list)
@@ -205,7 +287,9 @@ class _Pass:
         if group is None:
             stream = None
             if self.stream and _one_graph(context):
-                stream = LayerStream(context["edge_index"], self.num_singular_values, self.cone_tol_deg)
+                stream = LayerStream(
+                    context["edge_index"], self.num_singular_values, self.cone_tol_deg, precision=self.precision
+                )
             group = _RowGroup(context, stream)
             self.groups.append(group)
         self.group_of[position] = group
@@ -222,7 +306,9 @@ class CollapseProbe:
     Which layers: ``layers`` if given; else ``model.collapse_layers()`` when the model has it (graphnorm's models
     do); else every graphnorm norm of the model (an instance of a registered norm class), in module order, named by
     its attribute path (``norms.0``), only the outermost of a nesting (a SepNorm, not its inner norms), leaving out
-    a norm the forward pass does not call.
+    a norm the forward pass does not call; else, in a model without graphnorm norms, every top-level
+    message-passing layer (:func:`message_passing_layers`: PyG ``MessagePassing`` modules such as
+    ``BasicGNN.convs``, and ``GPSConv`` layers as a whole), likewise.
 
     Which rows: graphnorm norms are called as ``norm(x, batch=, batch_size=, edge_index=, token_mask=)``, so the
     probe reads the keywords of every (outermost) norm call of the pass: ``token_mask`` marks graph-token rows
@@ -243,18 +329,20 @@ class CollapseProbe:
     (:func:`evaluation_sample`): per-graph mean and std, the pooled rows, and token rows as one set.
 
     Args:
-        model: any ``nn.Module`` containing graphnorm norms, or one with ``collapse_layers()``, or any module with
-            ``layers`` given.
+        model: any ``nn.Module`` containing graphnorm norms or PyG message-passing layers, or one with
+            ``collapse_layers()``, or any module with ``layers`` given.
         layers: modules to watch, or (name, module) pairs; default ``model.collapse_layers()`` when the model has
-            it, else every (outermost) graphnorm norm in module order.
-        forward: ``forward(model, data)`` running the model; default :func:`graphnorm.models.forward_adapter`'s
-            call, as the trainer's: ``model(data.x, data.edge_index[, batch=][, batch_size=])``, or ``model(data)``
-            for a model registered with ``inputs="graphormer"`` (``TypeError`` here when the model's forward fits
-            neither; then pass e.g. ``forward=lambda model, data: model(data)``).
+            it, else every (outermost) graphnorm norm in module order, else every top-level message-passing layer.
+        forward: ``forward(model, data)`` running the model; default :func:`default_forward`: as the trainer,
+            ``model(data.x, data.edge_index[, batch=][, batch_size=])``, or ``model(data)`` for a model registered
+            with ``inputs="graphormer"`` or whose ``forward`` takes one batch object (``TypeError`` here when the
+            model's forward fits none; then pass e.g. ``forward=lambda model, data: model(data.x, data.adj)``).
         at: ``"output"`` (default) measures the rows a watched layer returns, ``"input"`` the rows it receives
             (its first tensor argument).
         num_singular_values: normalized spectrum entries stored as metrics ``sv_000``... (0: none).
         cone_tol_deg: certified accuracy of the cone angle in degrees.
+        precision: ``"float64"`` (default, the reference) or ``"float32"``: how the rows are kept while measured
+            (:func:`~graphnorm.analysis.collapse.collapse_records`); every sum accumulates in float64 either way.
         split: optional label (e.g. "val") added to every record as ``split``.
 
     ``probe(data)`` returns a DataFrame with columns layer (1-based position among the recorded layers), layer_name,
@@ -273,6 +361,7 @@ class CollapseProbe:
         num_singular_values: int = 16,
         cone_tol_deg: float = 1e-3,
         split: str | None = None,
+        precision: str = "float64",
     ) -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"CollapseProbe: model must be a torch.nn.Module, got {type(model).__name__}")
@@ -284,10 +373,11 @@ class CollapseProbe:
                 raise TypeError(f"CollapseProbe: layer {name!r} is a {type(module).__name__}, not an nn.Module")
         self.model = model
         self.layers: list[tuple[str, nn.Module]] = named
-        self.forward = forward or forward_adapter(model)
+        self.forward = forward or default_forward(model)
         self.at = at
         self.num_singular_values = num_singular_values
         self.cone_tol_deg = cone_tol_deg
+        self.precision = check_choice(precision, PRECISIONS, "precision", "CollapseProbe")
         self.split = split
         self._norms = [module for _, module in graphnorm_norms(model)]  # whose calls describe the rows
         self.last_timing: dict[str, float] = {}
@@ -303,7 +393,7 @@ class CollapseProbe:
         """One forward pass in eval mode without grad, on one thread, with hooks on the norms (their keywords) and
         the watched layers (their rows); hooks removed and the mode restored, also on error."""
         names = [name for name, _ in self.layers]
-        run = _Pass(data, names, stream, self.num_singular_values, self.cone_tol_deg)
+        run = _Pass(data, names, stream, self.num_singular_values, self.cone_tol_deg, self.precision)
         handles = [
             module.register_forward_pre_hook(
                 lambda m, args, kwargs: run.on_norm_call(m, args, kwargs), with_kwargs=True
@@ -344,7 +434,10 @@ class CollapseProbe:
             raise RuntimeError(f"CollapseProbe: layers {missing} were not called in the forward pass")
         recorded = sorted(run.group_of)
         if not recorded:
-            raise RuntimeError("CollapseProbe: none of the model's graphnorm norms was called in the forward pass")
+            raise RuntimeError(
+                f"CollapseProbe: none of the layers it found ({', '.join(name for name, _ in self.layers)}) was called "
+                "in the forward pass"
+            )
         self.last_contexts = [run.group_of[position].context for position in recorded]
         return recorded
 
@@ -362,6 +455,7 @@ class CollapseProbe:
                     **group.context,
                     num_singular_values=self.num_singular_values,
                     cone_tol_deg=self.cone_tol_deg,
+                    precision=self.precision,
                 )
                 per_position.update(zip(positions, measured))
         return per_position
@@ -397,12 +491,19 @@ def probe_records(
     split: str | None = None,
     forward: Callable[[nn.Module, Any], Any] | None = None,
     at: str = "output",
+    precision: str = "float64",
 ) -> list[dict]:
     """Records for a run's ``record["layers"]`` (keys layer, layer_name, rows, metric, value, stat[, split]),
     JSON-serializable (plain floats; NaN where a metric is undefined). Call at the end of training with the
     evaluation data (node level: the whole graph; graph level: :func:`evaluation_sample`)."""
     probe = CollapseProbe(
-        model, layers=layers, forward=forward, at=at, num_singular_values=num_singular_values, split=split
+        model,
+        layers=layers,
+        forward=forward,
+        at=at,
+        num_singular_values=num_singular_values,
+        split=split,
+        precision=precision,
     )
     return probe.probe_records(data)
 

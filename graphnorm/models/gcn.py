@@ -13,6 +13,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.autograd.function import once_differentiable
+from torch.utils.checkpoint import checkpoint
 from torch_geometric.nn import GCNConv
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from torch_geometric.utils import add_remaining_self_loops, degree, remove_self_loops
@@ -28,6 +30,7 @@ from graphnorm.models.inputs import (
     check_sizes,
     dropout_nonzeros,
 )
+from graphnorm.models.propagation import SparseAdjacency
 from graphnorm.models.readout import graph_level_batch, pool_graphs
 from graphnorm.models.registry import register_model
 from graphnorm.norms import build_norm
@@ -36,6 +39,7 @@ ADJACENCIES = ("sym", "row")
 LAYER_ORDERS = ("conv-norm-act-dropout", "dropout-conv-norm-act")
 READOUTS = ("mean", "sum", "virtual")  # graph level; None: node level
 ACTIVATIONS = {"relu": F.relu, "elu": F.elu}
+PROPAGATIONS = ("pyg", "sparse")
 
 
 class GCNBlock(nn.Module):
@@ -45,9 +49,12 @@ class GCNBlock(nn.Module):
     ``order="dropout-conv-norm-act"``: dropout -> conv -> norm -> [shared LayerNorm] -> act (Kipf, PairNorm and
     ContraNorm code). ``is_output``: conv only (the classifier), with the dropout before it in the second order.
     ``activation``: ``"relu"`` or ``"elu"``. The conv runs with ``normalize=False`` on the adjacency of
-    :class:`~graphnorm.models.inputs.GraphRows`. The norm is called as every graphnorm norm is,
-    ``norm(x, batch=, batch_size=, edge_index=, token_mask=)``, with the graph's ``edge_index`` without self loops
-    (ContraNorm leaves neighbours out of its negatives) and the virtual-node rows as ``token_mask`` (for SepNorm).
+    :class:`~graphnorm.models.inputs.GraphRows`, or, given ``adjacency`` (``propagation="sparse"``), as the
+    conv's own linear map and bias around a :class:`~graphnorm.models.propagation.SparseAdjacency` product (the
+    same function; the product runs on the narrower side of the linear map). The norm is called as every graphnorm
+    norm is, ``norm(x, batch=, batch_size=, edge_index=, token_mask=)``, with the graph's ``edge_index`` without self
+    loops (ContraNorm leaves neighbours out of its negatives) and the virtual-node rows as ``token_mask`` (for
+    SepNorm).
     """
 
     def __init__(
@@ -75,11 +82,11 @@ class GCNBlock(nn.Module):
         # The first block of a model without an atom encoder sees the raw (often sparse) input features.
         self.input_dropout = dropout_nonzeros if input_features else F.dropout
 
-    def forward(self, x: Tensor, rows: GraphRows) -> Tensor:
+    def forward(self, x: Tensor, rows: GraphRows, adjacency: SparseAdjacency | None = None) -> Tensor:
         skip = x
         if self.order == "dropout-conv-norm-act":
             x = self.input_dropout(x, self.dropout, self.training)
-        x = self.conv(x, rows.propagation_index, rows.propagation_weight)
+        x = self._convolve(x, rows, adjacency)
         if self.is_output:
             return x
         if self.norm is not None:
@@ -88,12 +95,51 @@ class GCNBlock(nn.Module):
             )
         if self.shared_layernorm is not None:
             x = self.shared_layernorm(x)
-        x = self.activation(x)
-        if self.order == "conv-norm-act-dropout":
-            x = F.dropout(x, self.dropout, self.training)
+        if adjacency is not None and self._fuses_relu_dropout():
+            x = _ReLUDropout.apply(x, self.dropout)  # saves its output only (the next linear map saves it anyway)
+        else:
+            x = self.activation(x)
+            if self.order == "conv-norm-act-dropout":
+                x = F.dropout(x, self.dropout, self.training)
         if self.residual:
             x = x + skip
         return x
+
+    def _fuses_relu_dropout(self) -> bool:
+        """ReLU right before a training-mode dropout: one op (:class:`_ReLUDropout`) on the sparse path."""
+        return (
+            self.activation is F.relu and self.order == "conv-norm-act-dropout" and self.training and self.dropout > 0
+        )
+
+    def _convolve(self, x: Tensor, rows: GraphRows, adjacency: SparseAdjacency | None) -> Tensor:
+        """``GCNConv``: :math:`\\hat A (x W^\\top) + b`, with PyG's propagation or the sparse product
+        (:math:`(\\hat A x) W^\\top + b` where ``x`` is dense and narrower than the output: fewer channels to
+        gather)."""
+        if adjacency is None:
+            return self.conv(x, rows.propagation_index, rows.propagation_weight)
+        lin = self.conv.lin
+        out = lin(adjacency(x)) if not x.is_sparse and x.size(1) < lin.out_channels else adjacency(lin(x))
+        return out if self.conv.bias is None else out.add_(self.conv.bias)  # out is fresh: nothing saved it
+
+
+class _ReLUDropout(torch.autograd.Function):
+    """``F.dropout(F.relu(x), p)`` with the same random draws and numbers as those two on the CPU (a Bernoulli
+    ``1 - p`` mask divided by ``1 - p``), saving only the output ``y`` instead of the ReLU output and the float mask:
+    :math:`\\partial y / \\partial x = 1/(1-p)` where :math:`y > 0` (kept and active) and 0 elsewhere."""
+
+    @staticmethod
+    def forward(ctx, x, p):  # noqa: ANN001, ANN205 (autograd.Function signature)
+        noise = torch.empty_like(x).bernoulli_(1 - p).div_(1 - p)  # F.dropout's CPU mask, drawn the same way
+        out = torch.relu(x).mul_(noise)
+        ctx.scale = noise.new_ones(()).div_(1 - p)  # the kept entries' factor, rounded as in the mask
+        ctx.save_for_backward(out)
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_out):  # noqa: ANN001, ANN205
+        (out,) = ctx.saved_tensors
+        return (grad_out * ctx.scale).masked_fill_(out <= 0, 0), None
 
 
 @register_model(
@@ -135,6 +181,16 @@ class DeepGCN(nn.Module):
             at 2 layers on Cora falls clearly short of the published accuracy.
         activation: the hidden blocks' ``"relu"`` (GCN) or ``"elu"`` (the GAT paper, PairNorm's and ContraNorm's
             ``DeepGAT``).
+        propagation: how each conv multiplies by the normalized adjacency. ``"pyg"``: ``GCNConv``'s gather and
+            scatter over the edges. ``"sparse"``: a CSR matrix product on the CPU
+            (:class:`~graphnorm.models.propagation.SparseAdjacency`), the same function up to the order of the sums
+            (float32 round-off), for large graphs: no ``[E, C]`` message tensor per layer, and the adjacency (with
+            the rows of :meth:`graph_rows`) is built once and reused while the same ``edge_index`` (and ``batch``)
+            tensors come back unchanged (in place edits are noticed). In training, a ReLU and the dropout after it
+            are one op there that saves only its output (:class:`_ReLUDropout`: ``F.dropout``'s draws and numbers).
+        checkpoint_layers: when training, keep only each block's input and recompute the block in the backward
+            (:func:`torch.utils.checkpoint.checkpoint`, dropout masks replayed): activation memory of one block
+            instead of all, for about one more forward pass.
     """
 
     def __init__(
@@ -155,9 +211,14 @@ class DeepGCN(nn.Module):
         atom_encoder: str | None = None,
         init: str = "glorot",
         activation: str = "relu",
+        propagation: str = "pyg",
+        checkpoint_layers: bool = False,
     ) -> None:
         super().__init__()
         check_sizes(in_channels, hidden_channels, out_channels, num_layers, dropout, "convs")
+        check_choice(propagation, PROPAGATIONS, "propagation")
+        if not isinstance(checkpoint_layers, bool):
+            raise ValueError(f"checkpoint_layers must be True or False, got {checkpoint_layers!r}")
         check_choice(adjacency, ADJACENCIES, "adjacency")
         check_choice(layer_order, LAYER_ORDERS, "layer_order")
         check_choice(readout, (None, *READOUTS), "readout")
@@ -174,6 +235,9 @@ class DeepGCN(nn.Module):
         self.out_channels = out_channels
         self.num_layers = num_layers
         self.adjacency = adjacency
+        self.propagation = propagation
+        self.checkpoint_layers = checkpoint_layers
+        self._sparse_cache: tuple[tuple, GraphRows, SparseAdjacency] | None = None
         self.readout = readout
         self.virtual_node = virtual_node
         # Raw float features may come as sparse COO (the node-level trainer passes bag-of-words features so).
@@ -210,7 +274,8 @@ class DeepGCN(nn.Module):
         linked in both directions to every node of its graph; its rows are the ``token_mask`` the norms get.
         ``edge_index`` of the result is without self loops, with the virtual-node edges."""
         check_edge_index(edge_index, num_nodes, batch)
-        edge_index, _ = remove_self_loops(edge_index)
+        if bool((edge_index[0] == edge_index[1]).any()):  # else keep the caller's tensor: the same values, no copy
+            edge_index, _ = remove_self_loops(edge_index)
         node_rows = token_rows = token_mask = None
         num_rows = num_nodes
         if self.virtual_node:
@@ -254,13 +319,50 @@ class DeepGCN(nn.Module):
         """``x`` ``[N, in_channels]`` float (or atom ids) -> ``[N, out]`` (node level) or ``[num_graphs, out]``."""
         self._check_input(x)
         batch = graph_level_batch(self.readout, batch, edge_index, x.size(0))
-        rows = self.graph_rows(edge_index, x.size(0), batch, batch_size)
+        if self.propagation == "sparse":
+            rows, adjacency = self._sparse_rows(edge_index, x.size(0), batch, batch_size)
+        else:
+            rows, adjacency = self.graph_rows(edge_index, x.size(0), batch, batch_size), None
         h = self.input_layer(x, rows)  # [num_rows, width]
+        recompute = self.checkpoint_layers and self.training and torch.is_grad_enabled()
         for block in self.blocks:
-            h = block(h, rows)  # [num_rows, hidden] (the node-level classifier: [num_rows, out])
+            # [num_rows, hidden] (the node-level classifier: [num_rows, out])
+            h = checkpoint(block, h, rows, adjacency, use_reentrant=False) if recompute else block(h, rows, adjacency)
         if self.readout is None:
             return h
         return self.head(self._pool(h, rows, batch, batch_size))  # [num_graphs, hidden] -> [num_graphs, out]
+
+    def _sparse_rows(
+        self, edge_index: Tensor, num_nodes: int, batch: Tensor | None, batch_size: int | None
+    ) -> tuple[GraphRows, SparseAdjacency]:
+        """:meth:`graph_rows` and its adjacency as a :class:`SparseAdjacency`, reused while the same graph comes back:
+        the same ``edge_index`` and ``batch`` objects, unedited (their version counters), and the same sizes. The
+        cache holds these tensors, so their memory cannot be reused by another graph that would match by address."""
+        key = (
+            edge_index,
+            edge_index._version,
+            num_nodes,
+            batch,
+            None if batch is None else batch._version,
+            batch_size,
+            self.adjacency,
+        )
+        cached = self._sparse_cache
+        if cached is not None and all(
+            a is b if isinstance(a, Tensor) or isinstance(b, Tensor) else a == b for a, b in zip(cached[0], key)
+        ):
+            return cached[1], cached[2]
+        self._sparse_cache = None  # the old graph's matrices go before the new ones are built
+        rows = self.graph_rows(edge_index, num_nodes, batch, batch_size)
+        adjacency = SparseAdjacency(rows.propagation_index, rows.propagation_weight, rows.num_rows)
+        self._sparse_cache = (key, rows, adjacency)
+        return rows, adjacency
+
+    def __getstate__(self) -> dict:
+        """Pickled (``torch.save``, ``copy.deepcopy``) without the cached graph."""
+        state = dict(self.__dict__)
+        state["_sparse_cache"] = None
+        return state
 
     def _pool(self, h: Tensor, rows: GraphRows, batch: Tensor, batch_size: int | None) -> Tensor:
         """The readout ``[num_rows, hidden] -> [num_graphs, hidden]``: each graph's virtual-node row, or the mean / sum

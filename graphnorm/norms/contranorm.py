@@ -9,6 +9,7 @@ symmetric, one on half of the tiles (:mod:`graphnorm.norms.contranorm_symmetric`
 from __future__ import annotations
 
 import math
+import warnings
 from typing import NamedTuple
 
 import torch
@@ -18,7 +19,7 @@ from torch.autograd.function import FunctionCtx, once_differentiable
 from torch_geometric.utils import to_dense_batch
 
 from graphnorm.checks import check_edge_index, check_positive
-from graphnorm.norms import contranorm_symmetric
+from graphnorm.norms import contranorm_linear, contranorm_symmetric
 from graphnorm.norms.input_checks import check_norm_inputs
 from graphnorm.norms.precision import cast, upcast
 from graphnorm.norms.registry import register_norm
@@ -244,6 +245,10 @@ def _dense_negative_mix(
     return mixed[node_mask]  # [nodes, d]
 
 
+class NeighborsNotExcludedWarning(UserWarning):
+    """ContraNorm with ``exclude_neighbors=True`` was called without ``edge_index`` and took all nodes as negatives."""
+
+
 @register_norm("contranorm")
 class ContraNorm(nn.Module):
     r"""ContraNorm, per graph, from `"ContraNorm: A Contrastive Learning Perspective on Oversmoothing and Beyond"
@@ -268,13 +273,22 @@ class ContraNorm(nn.Module):
         scale: :math:`s`, any finite number (default 1.0).
         tau: the temperature :math:`\tau` (default 1.0).
         exclude_neighbors: the negatives as above (default True); False gives the transformer form, a softmax over all
-            nodes of the graph with the node itself included, and needs no ``edge_index``.
+            nodes of the graph with the node itself included, and needs no ``edge_index``. With True, a call without
+            ``edge_index`` computes that all-nodes form too, with a :class:`NeighborsNotExcludedWarning` at the
+            first such call of the instance (see below).
         identity: the :math:`(1 + s)\,\mathbf{x}_i` term (default True); False gives :math:`\mathbf{x} - sP\mathbf{x}`.
         layer_norm: the trailing ``LayerNorm(channels)`` (default True: the official training scripts always use it,
             ``use_layer_norm``).
         dense_max_nodes: the largest graph computed through padded dense ``n x n`` blocks (``None``:
             ``DENSE_MAX_NODES``); larger ones go through the streaming kernels. Both are exact: a huge value gives the
             reference's dense computation (to compare time and memory), 0 streams every graph.
+        random_features: ``None`` (default) computes ``P x`` exactly; a positive int ``m`` switches every graph to
+            the linear-time estimator of :mod:`~graphnorm.norms.contranorm_linear` with ``m`` positive random
+            features (FAVOR+; time ``O(n m d + E m)``, memory linear in ``n``): numerator and denominator unbiased,
+            their ratio biased by ``O(1/m)``, standard error ``O(1/sqrt(m))``. For graphs too large for the exact
+            kernels' ``n^2`` time; ``dense_max_nodes`` does not apply then.
+        feature_seed: seeds the random features' draw, made once when the module is built (fixed for its life, so
+            the same seed and input give the same output, in training and evaluation alike; default 0).
 
     Differences from the reference, on purpose: a node with no negatives (adjacent to every other node, or alone in its
     graph) gets no repulsive term (:math:`P_{i\cdot} = 0`) where the reference returns NaN; the softmax is per graph in
@@ -285,10 +299,19 @@ class ContraNorm(nn.Module):
     gradients; double backward (a gradient of the gradient) is not supported. Half-precision input is computed
     in float32 throughout, the LayerNorm included (in half, the softmax sums and ``P x`` would keep 8 or 11 bits).
 
+    Inside a model that calls its norms without ``edge_index`` (PyG's ``GCN``, ``GAT``, ``GraphSAGE``, ``GIN`` call
+    ``norm(x, batch, batch_size)``, ``GPSConv`` calls ``norm(x, batch=batch)``), the default form has no neighbours
+    to leave out: it then takes every node of the graph as a negative, exactly as ``exclude_neighbors=False``, and
+    warns once per instance with :class:`NeighborsNotExcludedWarning`. One call after building the model,
+    :func:`graphnorm.norms.pass_edge_index` ``(model)``, hands the model's ``edge_index`` to its norms, and the
+    neighbours are left out again; building with ``exclude_neighbors=False`` keeps the all-nodes form and silences
+    the warning.
+
     Raises:
-        ValueError: ``tau`` not a finite number > 0, ``scale`` not finite, ``dense_max_nodes`` not a non-negative int;
-            in forward, no ``edge_index`` (with ``exclude_neighbors``), a malformed one, or one joining two graphs,
-            or an input on the meta device (the negatives depend on values it does not have).
+        ValueError: ``tau`` not a finite number > 0, ``scale`` not finite, ``dense_max_nodes`` not a non-negative int,
+            ``random_features`` not a positive int or ``None``, ``feature_seed`` not an int;
+            in forward, a malformed ``edge_index`` or one joining two graphs, or an input on the meta device (the
+            negatives depend on values it does not have).
         TypeError: ``edge_index`` is not an integer tensor.
     """
 
@@ -301,6 +324,8 @@ class ContraNorm(nn.Module):
         identity: bool = True,
         layer_norm: bool = True,
         dense_max_nodes: int | None = None,
+        random_features: int | None = None,
+        feature_seed: int = 0,
     ) -> None:
         super().__init__()
         if not (isinstance(scale, (int, float)) and math.isfinite(scale)):
@@ -311,6 +336,13 @@ class ContraNorm(nn.Module):
             raise ValueError(f"contranorm: dense_max_nodes must be a non-negative int, got {dense_max_nodes!r}")
         self.channels = channels
         self.dense_max_nodes = dense_max_nodes
+        self.random_features, self.feature_seed = _check_random_features(random_features, feature_seed)
+        # float64 on the CPU, cast where used; a plain attribute, so checkpoints and state dicts do not change
+        self.feature_weights = (
+            None
+            if random_features is None
+            else contranorm_linear.orthogonal_gaussian_features(random_features, channels, feature_seed)
+        )
         self.scale = float(scale)
         self.tau = check_positive(tau, "tau", "contranorm")
         self.exclude_neighbors = bool(exclude_neighbors)
@@ -328,12 +360,9 @@ class ContraNorm(nn.Module):
         _reject_meta(x=x, batch=batch, edge_index=edge_index)
         check_norm_inputs(x, batch, batch_size, self.channels, "contranorm", per_graph=True)
         if self.exclude_neighbors and edge_index is None:
-            raise ValueError(
-                "contranorm: exclude_neighbors=True needs edge_index (the negatives are the non-neighbours); "
-                "pass edge_index or build with exclude_neighbors=False for the all-nodes (transformer) form"
-            )
+            self._warn_all_nodes()
         excluded = None  # the pairs left out of the negatives, as int64 (the index ops below need it)
-        if self.exclude_neighbors:
+        if self.exclude_neighbors and edge_index is not None:
             check_edge_index(edge_index, x.size(0), where="contranorm")
             excluded = edge_index.long()
         if x.size(0) == 0:
@@ -343,6 +372,25 @@ class ContraNorm(nn.Module):
         base = (1.0 + self.scale) * wide if self.identity else wide
         out = base - self.scale * mixed
         return (self._final_norm(out) if self.layer_norm is not None else out).to(x.dtype)
+
+    @property
+    def needs_edge_index(self) -> bool:
+        """Whether the negatives leave neighbours out (then a call without ``edge_index`` takes all nodes)."""
+        return self.exclude_neighbors
+
+    def _warn_all_nodes(self) -> None:
+        """:class:`NeighborsNotExcludedWarning`, once per instance: a call without ``edge_index`` took all nodes."""
+        if self.__dict__.get("_warned_all_nodes", False):
+            return
+        self.__dict__["_warned_all_nodes"] = True
+        warnings.warn(
+            "contranorm: called without edge_index (as PyG's GCN, GAT, GraphSAGE, GIN and GPSConv call their norms), "
+            "so its negatives are all nodes of each graph (the form of exclude_neighbors=False), not the "
+            "non-neighbours. To leave neighbours out, call graphnorm.norms.pass_edge_index(model) once after building "
+            "the model; to keep the all-nodes form without this warning, build with exclude_neighbors=False",
+            NeighborsNotExcludedWarning,
+            stacklevel=3,
+        )
 
     def _final_norm(self, x: Tensor) -> Tensor:
         """The trailing LayerNorm, its parameters cast to ``x``'s dtype (``nn.LayerNorm`` needs them equal)."""
@@ -356,6 +404,8 @@ class ContraNorm(nn.Module):
         inv_tau = 1.0 / self.tau
         x_hat = F.normalize(x, dim=1)  # row L2, eps 1e-12 as in the reference
         dense_limit = DENSE_MAX_NODES if self.dense_max_nodes is None else self.dense_max_nodes
+        if self.random_features is not None:
+            return self._random_feature_mix(x, x_hat, batch, edge_index, inv_tau, mask_self)
 
         if batch is None:
             return self._single_graph_mix(x, x_hat, inv_tau, edge_index, mask_self, dense_limit)
@@ -385,12 +435,43 @@ class ContraNorm(nn.Module):
             return _dense_negative_mix(x_hat, x, local_batch, 1, inv_tau, edge_rows, edge_cols, mask_self)
         return _large_graph_mix(x_hat, x, inv_tau, edge_rows, edge_cols, mask_self)
 
+    def _random_feature_mix(
+        self, x: Tensor, x_hat: Tensor, batch: Tensor | None, edge_index: Tensor | None, inv_tau: float, mask_self: bool
+    ) -> Tensor:
+        """The linear-time estimate of ``P x`` (:mod:`~graphnorm.norms.contranorm_linear`), graph by graph."""
+        n = x.size(0)
+        weights = self.feature_weights.to(device=x.device, dtype=x.dtype)
+        if batch is None:
+            rows, cols = (None, None) if edge_index is None else (edge_index[0], edge_index[1])
+            return contranorm_linear.random_feature_mix(x_hat, x, inv_tau, weights, [n], rows, cols, mask_self)
+        batch, x, x_hat, edge_index, inverse = _group_nodes_by_graph(batch.long(), x, x_hat, edge_index)
+        rows, cols = _row_sorted_edges(edge_index, batch, n)  # also rejects edges between graphs
+        sizes = torch.unique_consecutive(batch, return_counts=True)[1].tolist()
+        mixed = contranorm_linear.random_feature_mix(x_hat, x, inv_tau, weights, sizes, rows, cols, mask_self)
+        return mixed if inverse is None else mixed[inverse]
+
     def extra_repr(self) -> str:
         return (
             f"{self.channels}, scale={self.scale}, tau={self.tau}, exclude_neighbors={self.exclude_neighbors}, "
             f"identity={self.identity}, layer_norm={self.layer_norm is not None}, "
             f"dense_max_nodes={self.dense_max_nodes}"
+            + (
+                ""
+                if self.random_features is None
+                else f", random_features={self.random_features}, feature_seed={self.feature_seed}"
+            )
         )
+
+
+def _check_random_features(random_features: object, feature_seed: object) -> tuple[int | None, int]:
+    """``(random_features, feature_seed)`` checked: a positive int or ``None``, and an int."""
+    if random_features is not None and (
+        isinstance(random_features, bool) or not isinstance(random_features, int) or random_features < 1
+    ):
+        raise ValueError(f"contranorm: random_features must be a positive int or None, got {random_features!r}")
+    if isinstance(feature_seed, bool) or not isinstance(feature_seed, int):
+        raise ValueError(f"contranorm: feature_seed must be an int, got {feature_seed!r}")
+    return random_features, feature_seed
 
 
 def _reject_meta(**tensors: Tensor | None) -> None:

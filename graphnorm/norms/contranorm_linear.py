@@ -1,0 +1,219 @@
+r"""ContraNorm's negative mix ``P x`` in time and memory linear in the number of nodes, by positive random features.
+
+The exact term (:mod:`graphnorm.norms.contranorm`) is a softmax attention of the normalized rows onto themselves,
+restricted to each node's negatives :math:`\mathcal{N}^-(i)` (its graph's nodes, less itself and its neighbours):
+
+.. math::
+    (P\mathbf{x})_i = \frac{\sum_{j \in \mathcal{N}^-(i)} \kappa(\mathbf{u}_i, \mathbf{u}_j)\, \mathbf{x}_j}
+                           {\sum_{j \in \mathcal{N}^-(i)} \kappa(\mathbf{u}_i, \mathbf{u}_j)}, \qquad
+    \kappa(\mathbf{u}, \mathbf{v}) = \exp(\mathbf{u}^\top \mathbf{v}), \qquad
+    \mathbf{u}_i = \hat{\mathbf{x}}_i / \sqrt{\tau}.
+
+FAVOR+ (Choromanski et al., "Rethinking Attention with Performers", ICLR 2021, https://arxiv.org/abs/2009.14794)
+writes the kernel as an expectation over Gaussian vectors :math:`\mathbf{w} \sim \mathcal{N}(0, I_d)`,
+:math:`\kappa(\mathbf{u}, \mathbf{v}) = \mathbb{E}_\mathbf{w}[\phi_\mathbf{w}(\mathbf{u}) \phi_\mathbf{w}(\mathbf{v})]`
+with :math:`\phi_\mathbf{w}(\mathbf{u}) = \exp(\mathbf{w}^\top \mathbf{u} - \|\mathbf{u}\|^2 / 2)`, and estimates it
+with ``m`` draws :math:`W = [\mathbf{w}_1 \dots \mathbf{w}_m]`:
+:math:`\hat\kappa(\mathbf{u}, \mathbf{v}) = \phi(\mathbf{u})^\top \phi(\mathbf{v}) / m`. Every term is positive, so
+the estimated softmax weights are too (trigonometric features can go negative and blow up a ratio). The sums over
+all of a graph's nodes factor through one ``[m, d + 1]`` summary per graph,
+:math:`Z_g = \sum_{j \in g} \phi(\mathbf{u}_j) [\mathbf{x}_j, 1]^\top`, so the estimate costs :math:`O(nmd)` time.
+
+**Neighbour exclusion** is a sparse correction over the excluded pairs (the edges, deduplicated, and the node itself
+where excluded): the estimator's OWN terms :math:`\hat\kappa(\mathbf{u}_i, \mathbf{u}_j)` are subtracted, not the
+exact ones. The numerator and denominator are then exactly the estimator's sums over the negatives alone, sums of
+positive terms, so the denominator cannot go negative or to zero; subtracting exact terms from an estimated total
+would leave the estimation error of the neighbours' mass in it, and where neighbours carry much of the mass that
+difference can go negative. The correction costs one ``m``-long dot product per excluded pair: :math:`O(Em)` time,
+through sparse CSR kernels (:class:`_ExcludedPairSums`). A node with no negatives gets no repulsive term, as
+in the exact form; this is decided by counting its excluded pairs, never from a cancelled floating-point sum.
+
+**Bias.** With :math:`\mathbf{w}` Gaussian, the numerator and the denominator are each unbiased estimates of the
+exact ones (over the draw of :math:`W`). Their ratio, the output, is not: by the delta method its bias is
+:math:`\mathbb{E}[\hat N / \hat D] - N / D = (N / D) (\mathrm{Var}\,\hat D / D^2 - \mathrm{Cov}(\hat N, \hat D) / (N D))
++ O(m^{-2})`, of order :math:`1/m`, while its standard error is of order :math:`1/\sqrt{m}`; both vanish as ``m``
+grows. The variance of a positive feature grows with :math:`\exp(\|\mathbf{u}\|^2) = \exp(1/\tau)` and with the
+spread of the similarities, so small temperatures need many more features. The rows of :math:`W` are drawn in
+orthogonal blocks (:func:`orthogonal_gaussian_features`): each row is still marginally Gaussian (unbiasedness holds),
+and orthogonality lowers the variance (the paper's Theorem 2).
+
+**Numerics.** The constant :math:`1/\sqrt{m}` and the shifts below cancel in the ratio and are left out: queries are
+:math:`\exp(\mathbf{a}_i - \max_k a_{ik})` (a per-row shift, cancels in row ``i``'s ratio), keys
+:math:`\exp(\mathbf{a}_j - \max a)` (one shift for all keys), :math:`\mathbf{a} = W\mathbf{u} - \|\mathbf{u}\|^2/2`.
+Gradients flow through the estimator by autograd, except the pair correction, which has its own sparse backward.
+Memory: a few ``[n, m]`` feature tensors and ``O(E)`` for the pairs, linear in ``n`` and ``E``; no ``n x n``.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import torch
+from torch import Tensor
+from torch.autograd.function import FunctionCtx, once_differentiable
+
+
+def orthogonal_gaussian_features(num_features: int, dim: int, seed: int) -> Tensor:
+    """``num_features`` Gaussian rows ``[num_features, dim]`` (float64, CPU) drawn in orthogonal blocks from ``seed``.
+
+    Each block of ``dim`` rows is a Haar-random orthogonal matrix (QR of a Gaussian matrix, signs fixed by
+    ``R``'s diagonal) whose rows are rescaled by the norms of independent Gaussian vectors, so every row is marginally
+    ``N(0, I_dim)`` while rows within a block are exactly orthogonal (Performer's ORF). The same seed gives the same
+    rows on every machine (CPU generator, float64).
+    """
+    generator = torch.Generator().manual_seed(seed)
+    blocks = []
+    for _ in range(math.ceil(num_features / dim)):
+        gaussian = torch.randn(dim, dim, generator=generator, dtype=torch.float64, device="cpu")
+        q, r = torch.linalg.qr(gaussian)
+        q = q * torch.sign(torch.diagonal(r)).unsqueeze(0)  # Haar measure: the QR's sign convention removed
+        lengths = torch.randn(dim, dim, generator=generator, dtype=torch.float64, device="cpu").norm(dim=1)  # chi_dim
+        blocks.append(q.t() * lengths.unsqueeze(1))  # rows orthogonal, with Gaussian lengths
+    return torch.cat(blocks, dim=0)[:num_features]
+
+
+def positive_features(x_hat: Tensor, inv_tau: float, weights: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Shifted positive features ``(queries, keys, log_scale)``, each ``[n, m]`` but ``log_scale`` ``[n, 1]``.
+
+    ``queries_i * exp(log_scale_i) = phi(u_i)`` and ``keys_j * exp(shift) = phi(u_j)`` up to the common key shift,
+    so ``sum_j queries_i . keys_j v_j`` times ``exp(log_scale_i)`` is the unbiased kernel sum (without ``1/m``).
+    ``log_scale`` is the query's row shift plus the key shift (both detached: the ratio does not depend on them).
+    """
+    u_sq = x_hat.square().sum(dim=1, keepdim=True) * inv_tau  # [n, 1]: ||u||^2 (1/tau for non-zero rows)
+    logits = torch.mm(x_hat, weights.t()) * math.sqrt(inv_tau) - 0.5 * u_sq  # [n, m]: W u - ||u||^2 / 2
+    row_shift = logits.detach().amax(dim=1, keepdim=True)  # [n, 1]
+    key_shift = row_shift.max() if row_shift.numel() > 0 else row_shift.new_zeros(())
+    queries = torch.exp(logits - row_shift)  # [n, m], max 1 per row
+    keys = queries * torch.exp(row_shift - key_shift)  # [n, m], one shift for every key
+    return queries, keys, row_shift + key_shift
+
+
+def random_feature_sums(
+    x_hat: Tensor,
+    values: Tensor,
+    inv_tau: float,
+    weights: Tensor,
+    graph_sizes: list[int],
+    excluded_rows: Tensor | None,
+    excluded_cols: Tensor | None,
+) -> tuple[Tensor, Tensor]:
+    r"""The estimator's shifted sums over each node's negatives, ``(sums [n, d + 1], log_scale [n, 1])``.
+
+    ``sums[:, :d] * exp(log_scale) / m`` estimates :math:`\sum_{j \in N^-(i)} \exp(S_{ij}) x_j` without bias, and
+    ``sums[:, d] * exp(log_scale) / m`` the softmax denominator. Graphs are the contiguous runs of ``graph_sizes``
+    nodes; ``excluded_rows``/``excluded_cols`` are unique pairs inside a graph (``None``: none).
+    """
+    queries, keys, log_scale = positive_features(x_hat, inv_tau, weights)
+    values_ones = torch.cat([values, values.new_ones(values.size(0), 1)], dim=1)  # [n, d + 1]
+    pieces, start = [], 0
+    for size in graph_sizes:  # per-graph summaries: no mass crosses graphs
+        end = start + size
+        summary = torch.mm(keys[start:end].t(), values_ones[start:end])  # [m, d + 1]
+        pieces.append(torch.mm(queries[start:end], summary))  # [size, d + 1]
+        start = end
+    sums = pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=0)
+    if excluded_rows is not None and excluded_rows.numel() > 0:
+        sums = sums - _ExcludedPairSums.apply(queries, keys, values_ones, excluded_rows, excluded_cols)
+    return sums, log_scale
+
+
+def random_feature_mix(
+    x_hat: Tensor,
+    values: Tensor,
+    inv_tau: float,
+    weights: Tensor,
+    graph_sizes: list[int],
+    edge_rows: Tensor | None,
+    edge_cols: Tensor | None,
+    mask_self: bool,
+) -> Tensor:
+    """The estimate of ``P @ values`` ``[n, d]`` with ``m = weights.size(0)`` positive random features, per graph.
+
+    Args:
+        x_hat: the row-normalized features ``[n, d_hat]``.
+        values: the mixed vectors ``[n, d]`` (the raw features).
+        inv_tau: ``1 / tau``.
+        weights: the random directions ``[m, d_hat]`` (:func:`orthogonal_gaussian_features`), in ``x_hat``'s dtype.
+        graph_sizes: node counts of the graphs, whose nodes are contiguous in this order (sum ``n``).
+        edge_rows, edge_cols: the excluded neighbour pairs (int64 node ids, inside one graph each; duplicates and
+            self-loops allowed), ``None`` for none.
+        mask_self: exclude each node itself too (the negatives form); False keeps it (the transformer form).
+    """
+    n, d = values.shape
+    rows, cols, excluded_per_row = _unique_excluded_pairs(edge_rows, edge_cols, n, mask_self, values.device)
+    sums, _ = random_feature_sums(x_hat, values, inv_tau, weights, graph_sizes, rows, cols)
+    sizes = torch.tensor(graph_sizes, device=values.device)
+    negatives = torch.repeat_interleave(sizes, sizes) - excluded_per_row  # [n] exact count of each row's negatives
+    has_negatives = (negatives > 0).unsqueeze(1)  # [n, 1]
+    tiny = torch.finfo(sums.dtype).tiny
+    denom = torch.where(has_negatives, sums[:, d:].clamp_min(tiny), torch.ones_like(sums[:, d:]))
+    return sums[:, :d] / denom * has_negatives  # rows without negatives: no repulsive term
+
+
+def _unique_excluded_pairs(
+    edge_rows: Tensor | None, edge_cols: Tensor | None, num_nodes: int, mask_self: bool, device: torch.device
+) -> tuple[Tensor | None, Tensor | None, Tensor]:
+    """The excluded pairs once each, ``(rows, cols)`` (``None`` for none), and how many each row has ``[n]``.
+
+    The exact kernel masks a pair once however often it is listed, so duplicates must be subtracted once too."""
+    pieces = []
+    if edge_rows is not None and edge_rows.numel() > 0:
+        pieces.append(edge_rows * num_nodes + edge_cols)
+    if mask_self:
+        self_ids = torch.arange(num_nodes, device=device)
+        pieces.append(self_ids * num_nodes + self_ids)
+    if not pieces:
+        return None, None, torch.zeros(num_nodes, dtype=torch.long, device=device)
+    keys = torch.unique(torch.cat(pieces))  # sorted row-major
+    rows, cols = keys // num_nodes, keys % num_nodes
+    return rows, cols, torch.bincount(rows, minlength=num_nodes)
+
+
+class _ExcludedPairSums(torch.autograd.Function):
+    r"""``C_i = sum_{(i, j) excluded} (q_i . k_j) [v_j, 1]`` ``[n, d + 1]`` through sparse kernels, no gathers.
+
+    The pair weights ``e_ij = q_i . k_j`` are a sampled dense-dense product on the pairs' CSR pattern
+    (``torch.sparse.sampled_addmm``), and ``C = E [v, 1]`` a sparse-dense product; autograd through gathered
+    ``[E, m]`` rows would keep them alive until backward and run memory-bound (measured several times slower).
+    Backward, with ``h = dC``: ``de_ij = h_i . [v_j, 1]`` (sampled again), ``dq = dE k``, ``dk = dE^T q``,
+    ``d[v, 1] = E^T h``; the transposed pattern is built once in forward.
+    """
+
+    @staticmethod
+    def forward(ctx: FunctionCtx, queries: Tensor, keys: Tensor, values_ones: Tensor, rows: Tensor, cols: Tensor):
+        n = queries.size(0)
+        pattern = _csr(rows, cols, queries.new_zeros(rows.numel()), n)
+        pair_weights = torch.sparse.sampled_addmm(pattern, queries, keys.t()).values()  # [E]: q_i . k_j
+        out = torch.mm(_csr(rows, cols, pair_weights, n), values_ones)  # [n, d + 1]
+        ctx.save_for_backward(queries, keys, values_ones, rows, cols, pair_weights)
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: FunctionCtx, grad_out: Tensor) -> tuple[Tensor | None, ...]:
+        queries, keys, values_ones, rows, cols, pair_weights = ctx.saved_tensors
+        n = queries.size(0)
+        grad_out = grad_out.contiguous()
+        by_col = torch.argsort(cols * n + rows)  # the transposed pattern, row-major
+        rows_t, cols_t = cols[by_col], rows[by_col]
+        grad_q = grad_k = grad_v = None
+        if ctx.needs_input_grad[0] or ctx.needs_input_grad[1]:
+            pattern = _csr(rows, cols, grad_out.new_zeros(rows.numel()), n)
+            grad_weights = torch.sparse.sampled_addmm(pattern, grad_out, values_ones.t()).values()  # [E]: dL/de
+            if ctx.needs_input_grad[0]:
+                grad_q = torch.mm(_csr(rows, cols, grad_weights, n), keys)
+            if ctx.needs_input_grad[1]:
+                grad_k = torch.mm(_csr(rows_t, cols_t, grad_weights[by_col], n), queries)
+        if ctx.needs_input_grad[2]:
+            grad_v = torch.mm(_csr(rows_t, cols_t, pair_weights[by_col], n), grad_out)
+        return grad_q, grad_k, grad_v, None, None
+
+
+def _csr(rows: Tensor, cols: Tensor, values: Tensor, num_nodes: int) -> Tensor:
+    """An ``[n, n]`` sparse CSR matrix from row-major sorted unique ``(rows, cols)`` pairs and their values."""
+    crow = torch.zeros(num_nodes + 1, dtype=torch.long, device=rows.device)
+    crow[1:] = torch.bincount(rows, minlength=num_nodes).cumsum(0)
+    with warnings.catch_warnings():  # torch flags CSR as beta once per process; its kernels used here are stable
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta", category=UserWarning)
+        return torch.sparse_csr_tensor(crow, cols, values, (num_nodes, num_nodes), check_invariants=False)
