@@ -11,10 +11,15 @@ from typing import Any
 
 UNKNOWN_VERSION = "0+unknown"  # the version when graphnorm runs from a source tree that pip has not installed
 
-__all__ = ["norms", "available_norms", "build_norm", "__version__"]
+__all__ = ["norms", "available_norms", "build_norm", "pass_edge_index", "__version__"]
 
 # Public name -> the module that defines it (None: the name is that submodule itself).
-_LAZY = {"norms": None, "available_norms": "graphnorm.norms", "build_norm": "graphnorm.norms"}
+_LAZY = {
+    "norms": None,
+    "available_norms": "graphnorm.norms",
+    "build_norm": "graphnorm.norms",
+    "pass_edge_index": "graphnorm.norms",
+}
 
 
 def _installed_version() -> str:

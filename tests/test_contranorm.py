@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import warnings
 
 import pytest
 import torch
@@ -357,8 +358,6 @@ def test_single_node_and_isolated_node_are_finite() -> None:
 def test_bad_input_gives_clear_errors() -> None:
     norm = ContraNorm(4)
     x = torch.randn(5, 4)
-    with pytest.raises(ValueError, match="needs edge_index"):
-        norm(x)
     with pytest.raises(ValueError, match=r"shape \[num_nodes, channels\]"):
         norm(torch.randn(5), edge_index=torch.empty(2, 0, dtype=torch.long))
     with pytest.raises(ValueError, match="built for 4 channels"):
@@ -426,3 +425,27 @@ def test_memory_is_linear_not_quadratic(monkeypatch, undirected) -> None:
     extra = _rss_bytes("VmHWM") - baseline
     assert extra < 0.25 * n * n * 4, f"peak extra memory {extra / 1e6:.1f} MB; n x n would be {n * n * 4 / 1e6:.0f} MB"
     assert torch.isfinite(x.grad).all()
+
+
+def test_without_edge_index_the_default_form_is_the_all_nodes_form_and_warns_once_per_instance() -> None:
+    """Called as PyG's hosts call their norms (no edge_index), the default form computes exclude_neighbors=False's
+    all-nodes form exactly, and says so once per instance; the all-nodes form itself never warns."""
+    from graphnorm.norms import NeighborsNotExcludedWarning
+
+    x = torch.randn(9, 4, dtype=torch.float64)
+    batch = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1, 1])
+    default = make_norm(4, torch.float64)
+    all_nodes = ContraNorm(4, exclude_neighbors=False).double()
+    all_nodes.load_state_dict(default.state_dict())
+    with pytest.warns(NeighborsNotExcludedWarning, match=r"pass_edge_index\(model\).*exclude_neighbors=False"):
+        out = default(x, batch, 2)
+    torch.testing.assert_close(out, all_nodes(x, batch, 2), rtol=0, atol=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        default(x, batch, 2)  # the same instance warns once
+        all_nodes(x)
+    with pytest.warns(NeighborsNotExcludedWarning):
+        make_norm(4, torch.float64)(x)  # another instance warns again
+    # with edges the default form still leaves the neighbours out: a different result
+    edge_index = torch.tensor([[0, 1, 4, 5], [1, 0, 5, 4]])
+    assert not torch.allclose(default(x, batch, 2, edge_index), out)

@@ -16,12 +16,14 @@ from test_analysis_scripts import build_tiny_sweep
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = REPO / "notebooks"
-NAMES = ("sweep_results", "train_collapse", "molecules_collapse")
+NAMES = ("sweep_results", "train_collapse", "molecules_collapse", "pyg_model_collapse", "csbm_depth")
 KERNEL_DIRS = {"repo_root": REPO, "notebooks_dir": NOTEBOOKS}
 # Tiny settings for the execution tests (a few seconds of work each, beside the kernel's start and imports).
 TINY = {
     "train_collapse": {"GRAPHNORM_NB_EPOCHS": "2", "GRAPHNORM_NB_DEPTHS": "2,3"},
     "molecules_collapse": {"GRAPHNORM_NB_GRAPHS": "40", "GRAPHNORM_NB_EPOCHS": "1", "GRAPHNORM_NB_LAYERS": "2"},
+    "pyg_model_collapse": {"GRAPHNORM_NB_EPOCHS": "2", "GRAPHNORM_NB_LAYERS": "3"},
+    "csbm_depth": {"GRAPHNORM_NB_NODES": "1000"},
 }
 
 
@@ -122,7 +124,7 @@ def test_sweep_results_notebook_without_results_says_to_run_the_main_job(tmp_pat
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kernel_dir", KERNEL_DIRS.values(), ids=KERNEL_DIRS.keys())
-@pytest.mark.parametrize("name", ["train_collapse", "molecules_collapse"])
+@pytest.mark.parametrize("name", ["train_collapse", "molecules_collapse", "pyg_model_collapse", "csbm_depth"])
 def test_training_notebook(name, kernel_dir, data_root, monkeypatch):
     env = {**TINY[name], "GRAPHNORM_DATA_MIRROR": os.environ.get("GRAPHNORM_DATA_MIRROR", "")}
     notebook = _execute(name, kernel_dir, env, monkeypatch)

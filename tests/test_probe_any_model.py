@@ -227,10 +227,20 @@ def test_errors_say_what_to_pass() -> None:
         def forward(self, data: Data) -> Tensor:
             return self.norm(data.x)
 
-    with pytest.raises(TypeError, match=r"WholeBatch\.forward\(data\b.*does not follow PyG's.*forward="):
-        CollapseProbe(WholeBatch())
+    class TwoInputs(WholeBatch):
+        def forward(self, data: Data, *, mask: Tensor) -> Tensor:
+            return self.norm(data.x[mask])
+
+    # a forward taking one batch object is called model(data); one the probe cannot call names forward=
+    with pytest.raises(TypeError, match=r"TwoInputs\.forward\(data\b.*does not follow PyG's.*forward="):
+        CollapseProbe(TwoInputs())
     data = Data(x=torch.randn(5, 4), edge_index=torch.tensor([[0, 1], [1, 0]]))
-    table = CollapseProbe(WholeBatch(), forward=lambda model, d: model(d)).probe(data)
+    expected = CollapseProbe(WholeBatch(), forward=lambda model, d: model(d)).probe(data)
+    table = CollapseProbe(WholeBatch()).probe(data)
+    assert list(table.drop_duplicates("layer").layer_name) == ["norm"]
+    assert table.equals(expected)
+    mask = torch.tensor([True, True, False, True, True])
+    table = CollapseProbe(TwoInputs(), forward=lambda model, d: model(d, mask=mask)).probe(data)
     assert list(table.drop_duplicates("layer").layer_name) == ["norm"]
     with pytest.raises(TypeError, match="no x or edge_index.*forward="):
         CollapseProbe(Gin(6, 4, 1)).probe(SimpleNamespace(x=torch.randn(3, 6)))

@@ -10,14 +10,20 @@ One module per norm; next to them, :mod:`~graphnorm.norms.registry` (names to cl
 (what ``x``, ``batch`` and ``token_mask`` must be), :mod:`~graphnorm.norms.reductions` and
 :mod:`~graphnorm.norms.chunked_ops` (per-graph statistics) and :mod:`~graphnorm.norms.parameters` (gain and bias,
 and the base that loads checkpoints keyed as a wrapped PyG module).
+
+Inside someone else's model (PyG's ``GCN``, ``GAT``, ``GraphSAGE``, ``GIN``, ``GPSConv``: their ``norm=`` slot), every
+norm works as it is; :func:`pass_edge_index` ``(model)`` hands the model's ``edge_index`` to the norms that use it
+(ContraNorm's neighbour-excluding form) and gives each position of a repeated instance its own copy
+(:mod:`~graphnorm.norms.hosts`).
 """
 
 from graphnorm.norms.ada_norm import AdaNorm
 from graphnorm.norms.batch_norm import BatchNorm
-from graphnorm.norms.contranorm import ContraNorm
+from graphnorm.norms.contranorm import ContraNorm, NeighborsNotExcludedWarning
 from graphnorm.norms.detach_norm import DetachNorm
 from graphnorm.norms.diff_group_norm import DiffGroupNorm
 from graphnorm.norms.graph_norm import GraphNorm
+from graphnorm.norms.hosts import EdgeIndexHandoff, SharedNormWarning, pass_edge_index, untie_norms
 from graphnorm.norms.identity import Identity
 from graphnorm.norms.instance_norm import InstanceNorm
 from graphnorm.norms.layer_norm import LayerNorm
@@ -36,6 +42,11 @@ __all__ = [
     "norm_class",
     "norm_keywords",
     "register_norm",
+    "pass_edge_index",
+    "untie_norms",
+    "EdgeIndexHandoff",
+    "NeighborsNotExcludedWarning",
+    "SharedNormWarning",
     "AdaNorm",
     "BatchNorm",
     "ContraNorm",

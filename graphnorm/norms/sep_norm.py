@@ -13,6 +13,14 @@ from graphnorm.norms.layer_norm import LayerNorm
 from graphnorm.norms.reductions import num_graphs
 from graphnorm.norms.registry import build_norm, register_norm
 
+# One line for a host without graph-token rows (every PyG model and layer): what is missing, who has it, what else.
+NO_TOKEN_ROWS = (
+    "sepnorm: token_mask is required: SepNorm normalizes one graph-token row per graph apart from the node rows, and "
+    "this host marks none (PyG's GCN, GAT, GraphSAGE, GIN and GPSConv have no token rows); hosts with token rows "
+    "are graphnorm's models 'graphormer', and 'gcn' or 'gat' with virtual_node=True at graph level; elsewhere use "
+    "its node norm alone, e.g. build_norm('layernorm', channels)"
+)
+
 
 @register_norm("sepnorm")
 class SepNorm(nn.Module):
@@ -39,7 +47,8 @@ class SepNorm(nn.Module):
 
     Raises:
         ValueError: ``token_norm`` or ``node_norm`` is ``"sepnorm"`` or unknown, or its keywords are; in forward, a
-            missing or malformed ``token_mask``.
+            missing ``token_mask`` (a host without graph-token rows, e.g. any PyG model: the message names the hosts
+            that have them) or a malformed one.
         TypeError: ``token_mask`` is not a bool tensor.
     """
 
@@ -69,6 +78,8 @@ class SepNorm(nn.Module):
         check_norm_inputs(x, batch, batch_size, self.channels, "sepnorm", per_graph=True)
         if x.size(0) == 0:
             return x.clone()
+        if token_mask is None:
+            raise ValueError(NO_TOKEN_ROWS)
         check_token_mask(x, batch, token_mask, batch_size, "sepnorm")
         graphs = num_graphs(batch, batch_size)
         if batch is None:

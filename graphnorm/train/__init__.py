@@ -9,6 +9,8 @@ the trained model and its task as well. Where to look next:
 * :mod:`~graphnorm.train.loaders`: the run's task (dataset, features), its mini-batches and the probe's sample;
 * :mod:`~graphnorm.train.checkpoints`, :mod:`~graphnorm.train.model_file`: resuming, and the saved model;
 * :mod:`~graphnorm.train.collapse_steps`: collapse metrics while training;
+* :mod:`~graphnorm.train.monitor`: ``CollapseMonitor``, the same metrics in your own training loop, and
+  :mod:`~graphnorm.train.lightning_monitor`: ``CollapseMonitorCallback`` for PyTorch Lightning (optional extra);
 * :mod:`~graphnorm.train.progress`, :mod:`~graphnorm.train.tensorboard_log`: progress lines and curves.
 """
 
@@ -16,13 +18,21 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["run", "train"]
+__all__ = ["run", "train", "CollapseMonitor"]
+# Public name -> the module that defines it, imported on first use; CollapseMonitorCallback needs the optional
+# lightning package, so it is not in __all__ (a star import would fail without it).
+_LAZY = {
+    "run": "loop",
+    "train": "loop",
+    "CollapseMonitor": "monitor",
+    "CollapseMonitorCallback": "lightning_monitor",
+}
 
 
 def __getattr__(name: str) -> Any:
     # The entry points load on first use, so that the light submodules (e.g. the record's keys) import alone.
-    if name in __all__:
-        from graphnorm.train import loop
+    if name in _LAZY:
+        import importlib
 
-        return getattr(loop, name)
+        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

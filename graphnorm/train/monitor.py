@@ -1,0 +1,315 @@
+"""CollapseMonitor: collapse metrics of the weights being trained, every N steps of the user's own training loop.
+
+Built once with the model and a fixed sample, called once per optimizer step::
+
+    monitor = CollapseMonitor(model, data, every=10, out_dir="runs/mine", tensorboard="runs/mine/tb")
+    for step in range(steps):
+        monitor.step(step)  # probes at step 0, 10, 20, ...: the weights before that step's update
+        train_one_step()
+
+Each probe is a :class:`graphnorm.analysis.CollapseProbe` of the model as it is at that moment (eval mode, no
+gradients, the model's mode restored), the same measurement the trainer makes with ``probe_every_steps``
+(:mod:`graphnorm.train.collapse_steps`): rows of :data:`graphnorm.train.record.STEP_COLUMNS`, TensorBoard tags
+``collapse/<metric>/layer_<k>`` (:func:`graphnorm.train.tensorboard_log.collapse_tag`) over the step. The random
+state of torch (CPU and CUDA), Python's ``random`` and NumPy's global generator is saved before a probe and restored
+after it, so a loop with the monitor trains exactly as without it (bit-identical weights, dropout included).
+
+The CSV (``<out_dir>/collapse_steps.csv``) grows by one block of rows per probe, appended in one write and synced to
+disk; a monitor opened on an existing CSV keeps its rows and never writes a step twice, so an interrupted loop can
+go on where it stopped (see ``start_step``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import random
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import Tensor, nn
+
+from graphnorm.analysis.probe import CollapseProbe, LayerSpec
+from graphnorm.files import atomic_write_text, ensure_writable_dir
+from graphnorm.train.collapse_steps import STEP_SINGULAR_VALUES, preserved_rng
+from graphnorm.train.record import STEP_COLUMNS
+from graphnorm.train.tensorboard_log import TensorBoardLog, collapse_tag
+
+__all__ = ["CollapseMonitor", "MONITOR_CSV", "monitor_sample", "preserved_random_state", "step_scalars"]
+
+MONITOR_CSV = "collapse_steps.csv"  # in out_dir: the tidy rows, STEP_COLUMNS [+ split]
+
+
+@contextlib.contextmanager
+def preserved_random_state() -> Iterator[None]:
+    """Restore, when the block ends, torch's random state (CPU and every CUDA device), Python's ``random`` and NumPy's
+    global generator: whatever the block draws, the code after it draws what it would have drawn without it."""
+    python_state, numpy_state = random.getstate(), np.random.get_state()
+    try:
+        with preserved_rng():
+            yield
+    finally:
+        random.setstate(python_state)
+        np.random.set_state(numpy_state)
+
+
+def monitor_sample(sample: Any) -> Any:
+    """``sample`` checked and ready to probe: a PyG ``Data``/``Batch`` (node level: the graph; graph level: a batch
+    of graphs, e.g. :func:`graphnorm.analysis.probe.evaluation_sample`), or a list of ``Data`` made one ``Batch``.
+
+    Raises:
+        TypeError: not a graph (no ``num_nodes``), or a list holding something else than graphs.
+        ValueError: an empty list, a graph without nodes, or node features ``x`` that are not all finite.
+    """
+    if isinstance(sample, (list, tuple)):
+        from torch_geometric.data import Batch, Data
+
+        if not sample:
+            raise ValueError("CollapseMonitor: sample is an empty list; give a graph or a non-empty list of graphs")
+        if not all(isinstance(graph, Data) for graph in sample):
+            kinds = sorted({type(graph).__name__ for graph in sample})
+            raise TypeError(f"CollapseMonitor: a sample list must hold PyG Data graphs, got {', '.join(kinds)}")
+        sample = Batch.from_data_list(list(sample))
+    num_nodes = getattr(sample, "num_nodes", None)
+    if num_nodes is None:
+        raise TypeError(
+            f"CollapseMonitor: sample must be a PyG Data or Batch (or a list of Data), got {type(sample).__name__}"
+        )
+    if num_nodes == 0:
+        raise ValueError("CollapseMonitor: the sample has no nodes; give a graph (or graphs) with nodes to probe")
+    x = getattr(sample, "x", None)
+    if isinstance(x, Tensor) and x.is_floating_point() and not bool(torch.isfinite(x).all()):
+        bad = int((~torch.isfinite(x)).any(dim=-1).sum()) if x.dim() > 1 else int((~torch.isfinite(x)).sum())
+        raise ValueError(
+            f"CollapseMonitor: the sample's node features x hold NaN or infinite values ({bad} of {num_nodes} nodes); "
+            "every metric of every layer would be NaN: clean the features first"
+        )
+    return sample
+
+
+def step_scalars(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """One scalar per probe row, by tag ``<collapse tag>/layer_<k>`` (``collapse/effective_rank/layer_3``; the tags
+    of the trainer's ``collapse_steps`` TensorBoard folder); the singular-value spectrum is left out."""
+    scalars = {}
+    for row in rows:
+        tag = collapse_tag(row)
+        if tag is not None:
+            scalars[f"{tag}/layer_{row['layer']}"] = float(row["value"])
+    return scalars
+
+
+class _StepCsv:
+    """The monitor's tidy CSV: created with its header (atomically), then one appended block per probe.
+
+    Opened on an existing file: the header must be the expected one; a last line cut short by a crash is removed,
+    and with ``start_step`` the rows of steps ``>= start_step`` (an interrupted attempt's) too, by an atomic rewrite.
+    """
+
+    def __init__(self, path: Path, columns: list[str], start_step: int | None) -> None:
+        self.path, self.columns = path, columns
+        if not path.exists():
+            atomic_write_text(path, ",".join(columns) + "\n")
+            self.kept = self._read(",".join(columns) + "\n")
+            return
+        header, _, body = path.read_text(encoding="utf-8").partition("\n")
+        if header.split(",") != columns:
+            raise ValueError(
+                f"CollapseMonitor: {path} has columns {header!r}, not {','.join(columns)!r}: it is not this monitor's "
+                "table (other options or another file); give another out_dir or remove the file"
+            )
+        complete = body[: body.rfind("\n") + 1]  # a crash may have cut the last block inside a line
+        kept = self._read(header + "\n" + complete)
+        changed = complete != body
+        if start_step is not None:
+            later = kept["step"] >= start_step
+            kept, changed = kept[~later], changed or bool(later.any())
+        if changed:
+            atomic_write_text(path, header + "\n" + kept.to_csv(index=False, header=False))
+        self.kept = kept.reset_index(drop=True)
+
+    @staticmethod
+    def _read(text: str) -> pd.DataFrame:
+        """The rows of CSV ``text``: counters as integers (an epoch may be missing), names as written (a layer named
+        ``NA`` stays a name), an empty value as NaN."""
+        types = {"step": "int64", "epoch": "Int64", "layer": "int64", "layer_name": str, "rows": str, "metric": str}
+        return pd.read_csv(
+            io.StringIO(text),
+            dtype=types,
+            keep_default_na=False,
+            na_values={"epoch": [""], "value": [""], "stat": [""]},
+        )
+
+    def append(self, table: pd.DataFrame) -> None:
+        """Add ``table``'s rows in one write, synced to disk before returning."""
+        block = table.to_csv(index=False, header=False, columns=self.columns).encode("utf-8")
+        descriptor = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        try:
+            view = memoryview(block)
+            while view:  # a write to a regular file may be short; write the rest
+                view = view[os.write(descriptor, view) :]
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
+
+
+class CollapseMonitor:
+    """Per-layer collapse metrics of ``model`` on a fixed ``sample`` every ``every`` steps of any training loop.
+
+    ``monitor.step(step)`` (or ``monitor(step)``) probes when ``step`` is a multiple of ``every``: call it once per
+    optimizer step with the number of steps done so far, so step 0 measures the initial weights. It returns the
+    probe's rows as a DataFrame (columns :data:`~graphnorm.train.record.STEP_COLUMNS` [+ split]; ``epoch`` when
+    given), or None when the step is not probed: not a multiple of ``every``, or already in the table (a loop that
+    calls twice per step, gradient accumulation, or a resumed loop repeating written steps).
+
+    A probe is :class:`graphnorm.analysis.CollapseProbe` on the model as it is (its weights of that moment, eval
+    mode, ``torch.no_grad``, the training mode restored afterwards) inside :func:`preserved_random_state`, so the
+    training draws the same random numbers (dropout masks, shuffling) as without the monitor.
+
+    Args:
+        model: the model being trained (any ``nn.Module`` the probe can watch: see ``layers``).
+        sample: what to probe (:func:`monitor_sample`): node level the graph, graph level a fixed batch or list of
+            graphs (e.g. :func:`graphnorm.analysis.probe.evaluation_sample` of the validation split); moved to the
+            model's device when it is elsewhere.
+        every: probe every ``every`` steps (> 0).
+        out_dir: folder of the tidy CSV ``collapse_steps.csv`` (:data:`MONITOR_CSV`); None: rows kept in memory only
+            (:attr:`table`).
+        tensorboard: a log folder (a ``SummaryWriter`` is opened on it) or an open ``SummaryWriter`` (left open by
+            :meth:`close`); scalars ``collapse/<metric>/layer_<k>`` at the step (:func:`step_scalars`).
+        layers: which layers to watch, as in :class:`~graphnorm.analysis.CollapseProbe` (default: its choice).
+        forward: ``forward(model, sample)`` running the model, as in the probe (default: its call).
+        at: ``"output"`` (default) or ``"input"``: the rows leaving or entering the watched layers.
+        num_singular_values: spectrum entries per layer and probe (``sv_000``...); default none, as the trainer's.
+        split: a label added to every row as ``split``.
+        start_step: the first step of a resumed loop: rows of steps ``>= start_step`` already in the CSV (written by
+            the interrupted attempt, after its last checkpoint) are dropped, and TensorBoard hides its points from
+            there. None: keep every written row (steps written are not probed again).
+
+    Raises:
+        ValueError: ``every`` not a positive integer, a bad sample (:func:`monitor_sample`), an existing CSV of other
+            columns, or a model the probe cannot watch (the probe's message names the fix).
+        TypeError: a sample that is not a graph, or ``tensorboard`` neither a folder nor a writer.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        sample: Any,
+        every: int = 10,
+        out_dir: str | os.PathLike | None = None,
+        tensorboard: Any = None,
+        *,
+        layers: LayerSpec | None = None,
+        forward: Callable[[nn.Module, Any], Any] | None = None,
+        at: str = "output",
+        num_singular_values: int = STEP_SINGULAR_VALUES,
+        split: str | None = None,
+        start_step: int | None = None,
+    ) -> None:
+        if isinstance(every, bool) or not isinstance(every, int) or every <= 0:
+            raise ValueError(f"CollapseMonitor: every must be a positive integer (probe every N steps), got {every!r}")
+        if start_step is not None:
+            _check_step(start_step, "start_step")
+        self.sample = monitor_sample(sample)
+        self.every = every
+        self.probe = CollapseProbe(
+            model, layers=layers, forward=forward, at=at, num_singular_values=num_singular_values, split=split
+        )
+        self.columns = [*STEP_COLUMNS, *(["split"] if split is not None else [])]
+        self.csv: _StepCsv | None = None
+        if out_dir is not None:
+            ensure_writable_dir(out_dir, "CollapseMonitor out_dir")
+            self.csv = _StepCsv(Path(out_dir) / MONITOR_CSV, self.columns, start_step)
+        self._tables: list[pd.DataFrame] = [self.csv.kept] if self.csv is not None else []
+        self._written: set[int] = set(self.csv.kept["step"].tolist()) if self.csv is not None else set()
+        self.writer, self._own_writer = _open_writer(tensorboard, start_step)
+        self.seconds = 0.0  # time spent probing, logging and writing in this process
+
+    @property
+    def path(self) -> Path | None:
+        """The CSV's path, or None without ``out_dir``."""
+        return None if self.csv is None else self.csv.path
+
+    @property
+    def table(self) -> pd.DataFrame:
+        """Every row so far: those already in the CSV when the monitor opened it, then this process's probes."""
+        tables = [table for table in self._tables if len(table)]
+        if not tables:
+            return pd.DataFrame(columns=self.columns)
+        return pd.concat(tables, ignore_index=True)
+
+    def step(self, step: int, epoch: int | None = None) -> pd.DataFrame | None:
+        """Probe if ``step`` is a multiple of ``every`` and not yet in the table; the rows, else None."""
+        _check_step(step, "step")
+        return None if step % self.every else self.probe_now(step, epoch)
+
+    __call__ = step
+
+    def probe_now(self, step: int, epoch: int | None = None) -> pd.DataFrame | None:
+        """Probe now, whatever ``every`` says, and record the rows at ``step`` (e.g. the final weights); None, and no
+        probe, when ``step`` is already in the table (a step is written once)."""
+        _check_step(step, "step")
+        if epoch is not None:
+            _check_step(epoch, "epoch")
+        if step in self._written:
+            return None
+        start = time.perf_counter()
+        with preserved_random_state():
+            records = self.probe.probe_records(self._sample_on_model_device())
+        rows = [{"step": step, "epoch": epoch, **record} for record in records]
+        table = pd.DataFrame.from_records(rows, columns=self.columns).astype({"epoch": "Int64"})
+        if self.csv is not None:
+            self.csv.append(table)
+        if self.writer is not None:
+            for tag, value in step_scalars(rows).items():
+                self.writer.add_scalar(tag, value, step)
+            self.writer.flush()
+        self._tables.append(table)
+        self._written.add(step)
+        self.seconds += time.perf_counter() - start
+        return table
+
+    def _sample_on_model_device(self) -> Any:
+        """The sample, moved once to the device of the model's parameters when it is elsewhere (a model moved to
+        the GPU after the monitor was built)."""
+        parameter = next(self.probe.model.parameters(), None)
+        x = getattr(self.sample, "x", None)
+        if parameter is not None and isinstance(x, Tensor) and x.device != parameter.device:
+            self.sample = self.sample.to(parameter.device)
+        return self.sample
+
+    def close(self) -> None:
+        """Close the TensorBoard writer the monitor opened (one given to it stays open)."""
+        if self.writer is not None and self._own_writer:
+            self.writer.close()
+
+    def __enter__(self) -> CollapseMonitor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _check_step(value: Any, what: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise ValueError(f"CollapseMonitor: {what} must be an integer >= 0, got {value!r}")
+
+
+def _open_writer(tensorboard: Any, start_step: int | None) -> tuple[Any, bool]:
+    """(writer, whether the monitor opened it): a ``SummaryWriter`` given as it is, or one on the log folder given
+    (:class:`~graphnorm.train.tensorboard_log.TensorBoardLog`: points from ``start_step`` on hidden; none without)."""
+    if tensorboard is None:
+        return None, False
+    if hasattr(tensorboard, "add_scalar"):
+        return tensorboard, False
+    if not isinstance(tensorboard, (str, os.PathLike)):
+        raise TypeError(
+            f"CollapseMonitor: tensorboard must be a log folder or a SummaryWriter, got {type(tensorboard).__name__}"
+        )
+    folder = Path(tensorboard).expanduser()
+    return TensorBoardLog(str(folder.parent), folder.name, purge_step=start_step).writer, True
