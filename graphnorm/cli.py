@@ -283,7 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
         "norms",
         help="list the registered norms",
         description="Print the names of the registered norms, one per line: the values of a config's 'norm' key "
-        "(options of each: README, 'Norms').",
+        "(options of each: the norms catalogue, docs/catalogue/norms.md).",
     )
     return parser
 

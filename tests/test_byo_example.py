@@ -1,7 +1,8 @@
-"""The README's "Bring your own model and dataset" example runs as written: a GraphSAGE stack and a tiny PyG dataset
-registered from user code, trained by graphnorm's trainer and a sweep, probed layer by layer.
+"""The docs' "Your own model and dataset" example (``docs/how-to/own-model-and-dataset.md``) runs as written: a
+GraphSAGE stack and a tiny PyG dataset registered from user code, trained by graphnorm's trainer and a sweep, probed
+layer by layer.
 
-The code is the first ```python block after the README heading :data:`HEADING` when the README has it (so the README
+The code is the first ```python block after the page's heading :data:`HEADING` when the page has it (so the page
 stays executed), else ``tests/examples/byo_model.py``."""
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from graphnorm.data.registry import _DATASETS
 from graphnorm.models.registry import _MODELS
 
 REPO = Path(__file__).resolve().parents[1]
-HEADING = "## Bring your own model and dataset"
+PAGE = REPO / "docs" / "how-to" / "own-model-and-dataset.md"
+HEADING = "# Your own model and dataset"
 EXAMPLE = REPO / "tests" / "examples" / "byo_model.py"
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -24,19 +26,19 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 def example_code() -> tuple[str, str]:
     """(code, where it comes from)."""
-    readme = (REPO / "README.md").read_text()
-    if HEADING in readme:
-        section = readme.split(HEADING, 1)[1]
+    page = PAGE.read_text() if PAGE.exists() else ""
+    if HEADING in page:
+        section = page.split(HEADING, 1)[1]
         match = re.search(r"```python\n(.*?)```", section, re.DOTALL)
-        assert match, f"README.md: no ```python block after {HEADING!r}"
-        return match.group(1), "README.md"
+        assert match, f"{PAGE.name}: no ```python block after {HEADING!r}"
+        return match.group(1), str(PAGE.relative_to(REPO))
     return EXAMPLE.read_text(), str(EXAMPLE)
 
 
-def test_readme_code_is_the_example_file_when_present() -> None:
+def test_docs_code_is_the_example_file_when_present() -> None:
     code, where = example_code()
-    if where == "README.md":
-        assert code.strip() == EXAMPLE.read_text().strip(), "README example and tests/examples/byo_model.py differ"
+    if where != str(EXAMPLE):
+        assert code.strip() == EXAMPLE.read_text().strip(), f"{where} example and tests/examples/byo_model.py differ"
 
 
 def test_bring_your_own_model_and_dataset(tmp_path: Path) -> None:
