@@ -5,9 +5,12 @@ Usage, from the repository root:
     python analysis/build.py
         rebuild the page from analysis/data/
     python analysis/build.py --collect RUN_DIR --study NAME [--command "graphnorm sweep ..."] [--note "..."]
-        copy a finished sweep folder's tables into analysis/data/NAME/ (with provenance), then rebuild
+        copy a finished sweep folder's tables into analysis/data/NAME/ (with provenance), then rebuild; a new
+        study must be listed under its question in analysis/questions.yaml (the build names it otherwise)
 
-``--data`` and ``--out`` move the data folder and the page (tests build into a temporary folder).
+``--data`` and ``--out`` move the data folder and the page (tests build into a temporary folder). The summary and
+the grouping by question come from ``analysis/questions.yaml`` (``--questions``; with another ``--data`` and no
+``--questions`` the page lists the studies under one heading).
 """
 
 from __future__ import annotations
@@ -22,20 +25,26 @@ if str(HERE) not in sys.path:  # collect.py and page.py sit beside this script (
 
 from collect import collect_sweep  # noqa: E402
 from page import build_page  # noqa: E402
+from questions import load_structure  # noqa: E402
 
 PAGE_COMMAND = "python analysis/build.py"
+QUESTIONS = HERE / "questions.yaml"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", default=str(HERE / "data"), help="folder of tidy tables (default analysis/data)")
+    parser.add_argument("--data", help="folder of tidy tables (default analysis/data)")
     parser.add_argument("--out", default=str(HERE), help="where README.md and figures/ go (default analysis/)")
     parser.add_argument("--collect", metavar="RUN_DIR", help="a finished sweep folder to add as a study")
     parser.add_argument("--study", help="the study's name (folder under --data); required with --collect")
     parser.add_argument("--command", help="the command that produced RUN_DIR, recorded with the study")
     parser.add_argument("--note", help="a remark shown under the study (e.g. which part of a preset ran)")
+    parser.add_argument(
+        "--questions", help="the summary and questions (default analysis/questions.yaml when --data is not given)"
+    )
     args = parser.parse_args(argv)
-    data, out = Path(args.data), Path(args.out)
+    data, out = Path(args.data or HERE / "data"), Path(args.out)
+    questions = args.questions or (None if args.data else QUESTIONS)
     try:
         if args.collect:
             if not args.study:
@@ -45,7 +54,8 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("--study and --command go with --collect RUN_DIR")
         if not data.is_dir():
             raise FileNotFoundError(f"{data} is not a folder of tidy tables (see --data)")
-        print(build_page(data, out, PAGE_COMMAND))
+        structure = load_structure(questions) if questions else None
+        print(build_page(data, out, PAGE_COMMAND, structure))
     except (FileNotFoundError, ValueError) as error:
         print("error: " + " ".join(str(error).splitlines()), file=sys.stderr)  # one line, whatever the error holds
         return 2

@@ -1,22 +1,36 @@
-"""The results page: figures and tables of every study under ``analysis/data/``, written as one markdown page.
+"""The results page: a summary of the findings, then the studies under ``analysis/data/`` grouped by the question
+they answer, written as one markdown page.
 
-Three kinds of data, each a folder or file of ``analysis/data/``:
+The structure comes from ``analysis/questions.yaml`` (see ``questions.py``): the summary's sentences, whose numbers
+are computed here from the collected tables, and the questions with their studies. Every study that is collected
+must be listed by a question (an unlisted one is an error, so nothing leaves the page unnoticed); a listed study that
+is not collected yet is named as such under its question. Without a structure file (``--data`` elsewhere and no
+``--questions``) the page lists every study under one heading, the headline study first.
+
+Kinds of study, each a folder or file of ``analysis/data/``:
 
 * a collected sweep (``<study>/runs.csv``, ``layers.csv``, ``provenance.json``; see ``collect.py``): the sweep's
   metric against depth (with the majority-class line when recorded), the collapse metrics against layer, with
   ``steps.csv`` (runs with ``probe_every_steps``) the collapse over training steps, and the summary tables of
   :func:`graphnorm.sweep.report.summary_markdown`;
+* a folder of tables (``<study>/*.csv`` without ``runs.csv``, e.g. a benchmark's tidy output): each table;
 * ``recorded/measurements.csv``: numbers recorded by hand in the presets' headers before this page existed, one
   measured value a row, shown as tables per study (plus mean ± std over seeds where a study has several), and
   ``recorded/notes.md``, the narrative those numbers came with;
 * ``benchmarks/ratios.csv``: speed ratios against a baseline timed in the same process, with their source.
+
+A study folder's ``notes.md`` is shown under its heading. Numbers are shown with three significant digits (whole
+numbers as written), and each table states its seed count once.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import matplotlib
@@ -25,15 +39,27 @@ matplotlib.use("Agg")  # files only
 
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
+from questions import Structure, finding_sentence  # noqa: E402
 from validate import check_provenance, check_runs, read_csv_file, read_json_file  # noqa: E402
 
 from graphnorm.files import atomic_write_text  # noqa: E402
 from graphnorm.sweep import report  # noqa: E402
-from graphnorm.sweep.tables import markdown_table  # noqa: E402
+from graphnorm.sweep.tables import decimals, markdown_table, significant  # noqa: E402
 
 HEADLINE_STUDY = "cora_depth_quick"  # the README's main job: first on the page when collected
 COLLAPSE_FIGURE_METRICS = ("effective_rank", "mean_cosine", "cone_angle_q90")
 SWEEP_FILES = ("runs.csv", "provenance.json")
+RECORDED, BENCHMARKS = "recorded", "benchmarks"  # data folders that are not one study each
+RECORDED_NOTES = "recorded/notes"
+# Headings of the items that are not one named study (a study's heading is its name, so its anchor is its name).
+HEADINGS = {RECORDED_NOTES: "Notes recorded with these runs", BENCHMARKS: "Benchmark ratios"}
+DIGITS = 3
+WHOLE_NUMBER = re.compile(r"[+-]?\d+")
+RECORDED_INTRO = (
+    "recorded by hand in the preset's header or from the run's record (the run folders were not kept): the "
+    "transcribed values of `recorded/measurements.csv`, one a row, with date, commit and source. Empty seed: not "
+    "stated in the record."
+)
 
 
 @dataclass
@@ -45,6 +71,7 @@ class Study:
     layers: pd.DataFrame
     provenance: dict
     steps: pd.DataFrame  # collapse over training steps; empty when the study has no steps.csv
+    notes: str = ""  # the study folder's notes.md
 
 
 def load_studies(data_dir: Path) -> list[Study]:
@@ -60,8 +87,17 @@ def load_studies(data_dir: Path) -> list[Study]:
         check_provenance(provenance, record_path)
         runs = check_runs(read_csv_file(runs_path), runs_path, provenance, record_path)
         layers, steps = (read_csv_or_empty(folder / name) for name in ("layers.csv", "steps.csv"))
-        studies.append(Study(folder.name, runs, layers, provenance, steps))
+        studies.append(Study(folder.name, runs, layers, provenance, steps, read_notes(folder / "notes.md")))
     return sorted(studies, key=lambda s: (s.name != HEADLINE_STUDY, s.name))
+
+
+def table_folders(data_dir: Path) -> list[Path]:
+    """Study folders that are not collected sweeps: tables (``*.csv``) and a ``notes.md``, e.g. a benchmark's output."""
+    return [
+        folder
+        for folder in sorted(p for p in data_dir.iterdir() if p.is_dir() and p.name not in (RECORDED, BENCHMARKS))
+        if not (folder / "runs.csv").exists() and (any(folder.glob("*.csv")) or (folder / "notes.md").exists())
+    ]
 
 
 def read_csv_or_empty(path: Path) -> pd.DataFrame:
@@ -69,10 +105,45 @@ def read_csv_or_empty(path: Path) -> pd.DataFrame:
     return read_csv_file(path) if path.exists() and path.stat().st_size > 1 else pd.DataFrame()
 
 
+def read_notes(path: Path) -> str:
+    """A study's ``notes.md`` ('' when absent); not UTF-8 is a ``ValueError`` naming it."""
+    if not path.exists():
+        return ""
+    try:
+        return path.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path} cannot be read as UTF-8 text: {' '.join(str(error).split())}") from None
+
+
+def demote(markdown: str, level: int) -> list[str]:
+    """``markdown``'s lines with its headings moved down so that its top level becomes ``level`` (fenced code
+    blocks untouched): notes written as a page of their own sit under a study's heading."""
+    lines, fenced, depths = markdown.splitlines(), False, []
+    for line in lines:
+        fenced = fenced != line.startswith("```")
+        is_heading = not fenced and re.match(r"#{1,6} ", line) is not None
+        depths.append(len(line) - len(line.lstrip("#")) if is_heading else 0)  # 0: not a heading
+    shift = level - min(d for d in depths if d) if any(depths) else 0
+    return [("#" * min(6, d + shift) + line.lstrip("#")) if d else line for line, d in zip(lines, depths)]
+
+
 def save_png(figure: plt.Figure, path: Path) -> None:
     """PNG without a software/date stamp, so the same data give the same bytes."""
     figure.savefig(path, dpi=80, bbox_inches="tight", metadata={"Software": None})
     plt.close(figure)
+
+
+def format_cell(value: object) -> str:
+    """A table cell in the page's one number format: a number with three significant digits, a whole number as
+    written, any other text unchanged."""
+    text = "" if value is None or (isinstance(value, float) and math.isnan(value)) else str(value).strip()
+    if not text or WHOLE_NUMBER.fullmatch(text):
+        return text
+    try:
+        number = float(text)
+    except ValueError:
+        return text
+    return significant(number, DIGITS) if math.isfinite(number) else text
 
 
 def provenance_lines(record: dict) -> list[str]:
@@ -92,7 +163,9 @@ def study_section(study: Study, figures: Path, link_prefix: str) -> list[str]:
     """Markdown of one collected sweep; writes its figures into ``figures``."""
     runs, layers, record = study.runs, study.layers, study.provenance
     metric = record.get("metric")
-    parts = [f"## {study.name}", "", *provenance_lines(record)]
+    parts = [f"### {study.name}", "", *provenance_lines(record)]
+    if study.notes:
+        parts += [*demote(study.notes, 4), ""]
     datasets = report._datasets(runs)
     table = report.layer_table(runs, layers)
     for dataset in datasets:
@@ -122,8 +195,8 @@ def study_section(study: Study, figures: Path, link_prefix: str) -> list[str]:
                 ]
         if not study.steps.empty:
             parts += steps_figure(study, name, figures / f"{study.name}{suffix}_collapse_over_steps.png", link_prefix)
-    summary = report.summary_markdown(runs, layers, metric).split("\n", 1)[1]  # drop "# Sweep summary"
-    parts += [line.replace("## ", "### ", 1) if line.startswith("## ") else line for line in summary.splitlines()]
+    summary = report.summary_markdown(runs, layers, metric, digits=DIGITS).split("\n", 1)[1]  # drop "# Sweep summary"
+    parts += [line.replace("## ", "#### ", 1) if line.startswith("## ") else line for line in summary.splitlines()]
     return [*parts, ""]
 
 
@@ -146,16 +219,17 @@ def steps_figure(study: Study, dataset: str | None, path: Path, link_prefix: str
 
 
 def _cell_table(frame: pd.DataFrame, index: list[str], columns: list[str]) -> str:
-    """Markdown pivot of the recorded values (kept as written) with ``index`` rows and ``columns`` headers."""
+    """Markdown pivot of the values (each through :func:`format_cell`) with ``index`` rows and ``columns`` headers."""
     frame = frame.fillna({c: "" for c in index})
     wide = frame.pivot_table(index=index, columns=columns, values="value", aggfunc="first", sort=False)
     wide.columns = [" ".join(str(c) for c in key if str(c)) if isinstance(key, tuple) else str(key) for key in wide]
-    return markdown_table(wide.astype(object).where(wide.notna(), ""))
+    return markdown_table(wide.astype(object).where(wide.notna(), "").map(format_cell))
 
 
-def seed_summary(frame: pd.DataFrame, path: Path) -> pd.DataFrame:
-    """Mean ± std (sample std) over seeds of every (variant, norm, split, metric, epoch) recorded for >= 2 seeds;
-    a seeded row whose value is not a finite number is a ``ValueError`` naming ``path`` and the line."""
+def seed_summary(frame: pd.DataFrame, path: Path) -> tuple[pd.DataFrame, int]:
+    """Mean ± std (sample std) over seeds of every (variant, norm, split, metric, epoch) recorded for >= 2 seeds,
+    and the usual number of seeds (a cell names its count only where it differs); a seeded row whose value is not a
+    finite number is a ``ValueError`` naming ``path`` and the line."""
     seeded = frame[frame["seed"].astype(str).str.fullmatch(r"\d+")].copy()
     seeded["number"] = pd.to_numeric(seeded["value"], errors="coerce")
     bad = seeded.index[~seeded["number"].map(lambda x: bool(pd.notna(x)) and math.isfinite(x))]
@@ -165,70 +239,165 @@ def seed_summary(frame: pd.DataFrame, path: Path) -> pd.DataFrame:
     keys = ["variant", "norm", "split", "metric", "epoch"]
     stats = seeded.fillna({k: "" for k in keys}).groupby(keys, sort=False)["number"].agg(["mean", "std", "count"])
     stats = stats[stats["count"] >= 2].reset_index()
-    stats["value"] = [f"{m:.3f} ± {s:.3f} (n={n})" for m, s, n in zip(stats["mean"], stats["std"], stats["count"])]
-    return stats
-
-
-def recorded_section(path: Path, notes: Path | None) -> list[str]:
-    """Tables of the hand-recorded measurements, one per study, with their sources, then the notes."""
-    frame = read_csv_file(path, dtype=str, keep_default_na=False).replace("", pd.NA)
-    parts = [
-        "## Recorded measurements (Graphormer and GIN on ZINC and MolHIV, SepNorm vs ShareNorm)",
-        "",
-        "These single runs were recorded by hand, in the presets' headers or from the runs' records and checkpoints; "
-        "their run folders were not kept, so the tables below are regenerated from the transcribed values in "
-        f"`{path.parent.name}/{path.name}` (one measured value a row, with its date, commit where recorded, and "
-        "source). Empty seed: not stated in the record.",
-        "",
+    usual = int(stats["count"].mode().max()) if len(stats) else 0
+    stats["value"] = [
+        f"{significant(m, DIGITS)} ± {s:.{decimals(m, DIGITS)}f}" + ("" if n == usual else f" (n={n})")
+        for m, s, n in zip(stats["mean"], stats["std"], stats["count"])
     ]
-    for study, group in frame.groupby("study", sort=False):
-        first = group.iloc[0]
-        parts += [f"### {study}: {first['dataset']}, {first['model']}", ""]
-        sources = sorted(set(group["source"].dropna()))
-        dates = ", ".join(sorted(set(group["date"].dropna())))
-        commits = ", ".join(sorted(set(group["commit"].dropna()))) or "not recorded"
-        parts += [f"- command: `{c}`" for c in sorted(set(group["command"].dropna()))]
-        parts += [f"- date: {dates}; commit: {commits}; source: {'; '.join(sources)}", ""]
-        parts += [_cell_table(group, ["variant", "norm", "seed", "epoch"], ["split", "metric"])]
-        summary = seed_summary(group, path)
-        if not summary.empty:
-            table = _cell_table(summary, ["variant", "norm", "epoch"], ["split", "metric"])
-            parts += ["Mean ± std over seeds:", "", table]
-    if notes is not None and notes.exists():
-        text = notes.read_text().strip().splitlines()
-        demoted = [f"##{line}" if line.startswith("## ") else line for line in text]  # under this page's ###
-        parts += ["### Notes recorded with these runs", "", *demoted, ""]
+    return stats, usual
+
+
+def read_recorded(path: Path) -> pd.DataFrame:
+    """``recorded/measurements.csv`` as text cells (blank cells as missing)."""
+    return read_csv_file(path, dtype=str, keep_default_na=False).replace("", pd.NA)
+
+
+def recorded_section(study: str, group: pd.DataFrame, path: Path) -> list[str]:
+    """One hand-recorded study: its sources, the values as a table, and mean ± std over seeds where it has several."""
+    first = group.iloc[0]
+    parts = [f"### {study}", "", f"{first['dataset']}, {first['model']}; {RECORDED_INTRO}", ""]
+    sources = sorted(set(group["source"].dropna()))
+    dates = ", ".join(sorted(set(group["date"].dropna())))
+    commits = ", ".join(sorted(set(group["commit"].dropna()))) or "not recorded"
+    parts += [f"- command: `{c}`" for c in sorted(set(group["command"].dropna()))]
+    parts += [f"- date: {dates}; commit: {commits}; source: {'; '.join(sources)}", ""]
+    parts += [_cell_table(group, ["variant", "norm", "seed", "epoch"], ["split", "metric"])]
+    summary, usual = seed_summary(group, path)
+    if not summary.empty:
+        table = _cell_table(summary, ["variant", "norm", "epoch"], ["split", "metric"])
+        parts += [f"Mean ± std over {usual} seeds:", "", table]
     return parts
 
 
+def recorded_notes_section(notes: Path) -> list[str]:
+    """The narrative recorded with the hand-recorded measurements."""
+    return [f"### {HEADINGS[RECORDED_NOTES]}", "", *demote(read_notes(notes), 4), ""]
+
+
 def benchmark_section(path: Path) -> list[str]:
-    """The benchmark ratios table, as collected."""
+    """The benchmark ratios table, as collected, numbers with three significant digits."""
     frame = read_csv_file(path, dtype=str, keep_default_na=False)
+    table = frame.set_index(frame.columns[0]).map(format_cell)
     return [
-        "## Benchmark ratios",
+        f"### {HEADINGS[BENCHMARKS]}",
         "",
         "Time of a graphnorm model or norm over its baseline timed in the same process (interleaved rounds, "
-        "median); below 1 is faster. Absolute times are not comparable across machines or loads.",
+        "median); below 1 is faster. Absolute times are not comparable across machines or loads. From "
+        f"`{BENCHMARKS}/{path.name}`.",
         "",
-        markdown_table(frame.set_index(frame.columns[0])),
+        markdown_table(table),
     ]
 
 
-def build_page(data_dir: Path, out_dir: Path, command: str) -> Path:
-    """Write ``out_dir/README.md`` and ``out_dir/figures/*.png`` from ``data_dir``; returns the page's path."""
-    # Every input read first: data that cannot give a true page leave the last page and figures as they are.
+def table_study_section(folder: Path) -> list[str]:
+    """A folder of tables: its notes, then every CSV as a table (numbers with three significant digits)."""
+    parts = [f"### {folder.name}", ""]
+    notes = read_notes(folder / "notes.md")
+    if notes:
+        parts += [*demote(notes, 4), ""]
+    for path in sorted(folder.glob("*.csv")):
+        frame = read_csv_file(path, dtype=str, keep_default_na=False)
+        table = frame.set_index(frame.columns[0]).map(format_cell)
+        parts += [f"From `{folder.name}/{path.name}`:", "", markdown_table(table)]
+    return parts
+
+
+def collected_items(data_dir: Path, figures: Path) -> dict[str, Callable[[], list[str]]]:
+    """Every study the data folder holds, by the name a question lists it under, with the function that writes its
+    markdown (and its figures into ``figures``); the headline sweep first, then the sweeps, the table folders, the
+    recorded studies and their notes, and the benchmarks. Every input is read and checked here, before anything is
+    written: a study that cannot give a true page is a ``ValueError`` and the last page and figures stay."""
     studies = load_studies(data_dir)
-    recorded, ratios = data_dir / "recorded" / "measurements.csv", data_dir / "benchmarks" / "ratios.csv"
-    tail = recorded_section(recorded, data_dir / "recorded" / "notes.md") if recorded.exists() else []
-    tail += benchmark_section(ratios) if ratios.exists() else []
-    figures = out_dir / "figures"
+    recorded, ratios = data_dir / RECORDED / "measurements.csv", data_dir / BENCHMARKS / "ratios.csv"
+    items: dict[str, Callable[[], list[str]]] = {
+        study.name: partial(study_section, study, figures, "figures/") for study in studies
+    }
+    items.update({folder.name: partial(table_study_section, folder) for folder in table_folders(data_dir)})
+    if recorded.exists():
+        for study, group in read_recorded(recorded).groupby("study", sort=False):
+            seed_summary(group, recorded)  # a bad seeded value fails now, not halfway through writing
+            items[f"{RECORDED}/{study}"] = partial(recorded_section, study, group, recorded)
+        notes = data_dir / RECORDED / "notes.md"
+        if notes.exists():
+            read_notes(notes)
+            items[RECORDED_NOTES] = partial(recorded_notes_section, notes)
+    if ratios.exists():
+        items[BENCHMARKS] = partial(benchmark_section, ratios)
+    for folder in table_folders(data_dir):
+        table_study_section(folder)  # reads (and so checks) its notes and tables
+    return items
+
+
+def study_link(name: str) -> str:
+    """A link to a study's heading (its last path part: ``recorded/zinc_graphormer`` -> ``#zinc_graphormer``)."""
+    if name in HEADINGS:
+        return f"[{HEADINGS[name].lower()}](#{HEADINGS[name].lower().replace(' ', '-')})"
+    anchor = name.rsplit("/", 1)[-1]
+    return f"[{anchor}](#{anchor})"
+
+
+def summary_lines(items: dict, structure: Structure, data_dir: Path) -> list[str]:
+    """The summary of findings, computed from the data; an item no question lists, or a finding that links to a
+    study the page does not show, is a ``ValueError``."""
+    listed = [name for question in structure.questions for name in question.studies]
+    unlisted = [name for name in items if name not in listed]
+    if unlisted:
+        raise ValueError(
+            f"{', '.join(unlisted)} collected under {data_dir} but listed by no question of {structure.path}: "
+            "add each to the studies of the question it answers"
+        )
+    parts = ["## Summary", ""]
+    for finding in structure.findings:
+        if finding.link not in items:
+            raise ValueError(f"{structure.path}: finding {finding.title!r} links to {finding.link!r}, not collected")
+        anchor = study_link(finding.link).split("](", 1)[1]  # "#study)"
+        parts.append(f"- **[{finding.title}]({anchor}**: {finding_sentence(data_dir, finding)}")
+    return [*parts, "", "Questions: " + " · ".join(f"[{q.title}](#{q.anchor})" for q in structure.questions), ""]
+
+
+def grouped_sections(items: dict[str, Callable[[], list[str]]], structure: Structure) -> list[str]:
+    """The studies under their questions, in the structure's order; a listed study that is not collected is named."""
+    parts = []
+    for question in structure.questions:
+        parts += [f"## {question.title}", ""] + ([question.text, ""] if question.text else [])
+        shown = [name for name in question.studies if name in items]
+        missing = [name for name in question.studies if name not in items]
+        if shown:
+            parts += ["Studies: " + ", ".join(study_link(name) for name in shown), ""]
+        if missing:
+            parts += [f"Not collected yet: {', '.join(f'`{name}`' for name in missing)}.", ""]
+        for name in shown:
+            parts += [*items[name](), ""]
+    return parts
+
+
+def single_blank_lines(lines: list[str]) -> list[str]:
+    """``lines`` without a blank line after a blank line, except inside fenced code blocks (kept as written)."""
+    kept, fenced = [], False
+    for line in lines:
+        fenced = fenced != line.startswith("```")
+        if fenced or line or (kept and kept[-1]):
+            kept.append(line)
+    return kept
+
+
+def clear_figures(figures: Path) -> None:
+    """An empty figures folder (the old PNGs go: a study that left the data leaves no figure behind)."""
     figures.mkdir(parents=True, exist_ok=True)
     for old in figures.glob("*.png"):
         old.unlink()
+
+
+def build_page(data_dir: Path, out_dir: Path, command: str, structure: Structure | None = None) -> Path:
+    """Write ``out_dir/README.md`` and ``out_dir/figures/*.png`` from ``data_dir``; returns the page's path.
+    ``structure``: the summary and questions (``questions.yaml``); None lists every study under one heading."""
+    items = collected_items(data_dir, out_dir / "figures")
+    summary = summary_lines(items, structure, data_dir) if structure is not None else []
+    clear_figures(out_dir / "figures")
     parts = [
         "# Results",
         "",
-        "Generated: do not edit. Every figure and table below is rebuilt from the tidy tables under "
+        "Generated: do not edit. Every number, figure and table below is rebuilt from the tidy tables under "
         "`analysis/data/` by one command, from the repository root:",
         "",
         "```bash",
@@ -237,19 +406,24 @@ def build_page(data_dir: Path, out_dir: Path, command: str) -> Path:
         "",
         "Add or refresh a sweep study: `python analysis/build.py --collect RUN_DIR --study NAME --command "
         '"graphnorm sweep ..."` (copies the sweep folder\'s runs.csv / layers.csv into `analysis/data/NAME/` '
-        "with its provenance), then the command above.",
+        "with its provenance), list it under its question in `analysis/questions.yaml`, then the command above.",
         "",
-        "Layers: the collapse tables name the layer they show; the collapse figures draw the robust cone "
-        "(`cone_angle_q90`, the smallest cone of the 90 % of rows closest to their mean direction), the tables the "
-        "exact smallest cone (`cone_angle`) and the robust one beside it when recorded.",
+        "Numbers have three significant digits; a table's title gives its seed count, and a cell names its own "
+        "count only where it differs. Layers: the collapse tables name the layer they show; the collapse figures "
+        "draw the robust cone (`cone_angle_q90`, the smallest cone of the 90 % of rows closest to their mean "
+        "direction), the tables the exact smallest cone (`cone_angle`) and the robust one beside it when recorded.",
         "",
     ]
-    if studies:
-        parts += ["Studies: " + ", ".join(f"[{s.name}](#{s.name})" for s in studies), ""]
-    if all(s.name != HEADLINE_STUDY for s in studies):
-        parts += [f"The Cora depth study (`{HEADLINE_STUDY}`, the README's main job) is not collected yet.", ""]
-    for study in studies:
-        parts += study_section(study, figures, "figures/")
+    if structure is not None:
+        parts += [*summary, *grouped_sections(items, structure)]
+    else:
+        if HEADLINE_STUDY not in items:
+            parts += [f"The Cora depth study (`{HEADLINE_STUDY}`, the README's main job) is not collected yet.", ""]
+        if items:
+            parts += ["## Studies", "", "Studies: " + ", ".join(study_link(name) for name in items), ""]
+        for write in items.values():
+            parts += [*write(), ""]
     page = out_dir / "README.md"
-    atomic_write_text(page, "\n".join([*parts, *tail]).rstrip() + "\n")
+    lines = "\n".join(parts).split("\n")  # a table's markdown is one part of several lines
+    atomic_write_text(page, "\n".join(single_blank_lines(lines)).strip() + "\n")
     return page
