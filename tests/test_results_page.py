@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -15,6 +16,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 BUILD = REPO / "analysis" / "build.py"
+if str(BUILD.parent) not in sys.path:  # the page's modules sit beside build.py (analysis/ is not a package)
+    sys.path.insert(0, str(BUILD.parent))
+
+from page import format_cell  # noqa: E402
 
 
 def _build(*args: str) -> subprocess.CompletedProcess:
@@ -99,24 +104,28 @@ def test_page_shows_figures_and_the_tables_numbers(built):
     for image in images:
         assert (built["out"] / image).stat().st_size > 5000, image
     assert "- command: `graphnorm sweep tiny.yaml`" in page and "8 of 8 runs finished (complete)" in page
-    # The sweep's own metric, mean ± std over the two seeds, as in the collected table.
+    # The sweep's own metric, mean ± std over the two seeds (three significant digits; the count once, in the title).
     runs = pd.read_csv(built["data"] / "tiny" / "runs.csv")
-    section = page.split("### cora: test_acc_last")[1].split("###")[0]
+    section = page.split("#### cora: test_acc_last (mean ± std over 2 seeds)")[1].split("####")[0]
     for (norm, depth), values in runs.groupby(["norm", "num_layers"])["test_acc_last"]:
-        cell = f"{values.mean():.4g} ± {values.std():.2g} (n=2)"
+        cell = f"{values.mean():.3f} ± {values.std():.3f}"  # means in [0.1, 1): three decimals
         row = next(line for line in section.splitlines() if line.startswith(f"| {norm} |"))
-        assert cell in row, (norm, depth, row)
-    assert "| none | 0.8065 ± 0.0092 (n=2) | 0.3065 ± 0.0092 (n=2) ≤maj |" in section
+        assert cell in row and "(n=" not in row, (norm, depth, row)
+    assert "| none | 0.806 ± 0.009 | 0.306 ± 0.009 ≤maj |" in section
     assert "majority class (always the most frequent training class): 0.319" in section
     assert "at the last probed layer (gcn: the classifier output" in page
-    # Every recorded measurement and every benchmark ratio is on the page, as written in its table.
+    assert "effective_rank at the last probed layer (gcn: the classifier output (logits: the last GCN conv, no " \
+        "norm)) (mean ± std over 2 seeds)" in page  # fmt: skip
+    # Every recorded measurement and every benchmark ratio is on the page, in the page's one number format.
     recorded = pd.read_csv(built["data"] / "recorded" / "measurements.csv", dtype=str)
     for value in recorded["value"]:
-        assert f"| {value} |" in page, value
+        assert f"| {format_cell(value)} |" in page, value
     ratios = pd.read_csv(built["data"] / "benchmarks" / "ratios.csv", dtype=str)
     for row in ratios.itertuples(index=False):
-        assert "| " + " | ".join(row) + " |" in page
-    assert "0.489 ± 0.007 (n=3)" in page  # ZINC SepNorm, mean over seeds 0-2 as recorded (0.483, 0.487, 0.497)
+        assert "| " + " | ".join(format_cell(cell) for cell in row) + " |" in page
+    zinc = page.split("### zinc_sepnorm_vs_sharenorm")[1].split("### ")[0]
+    assert "Mean ± std over 3 seeds:" in zinc  # SepNorm over seeds 0-2 as recorded (0.483, 0.487, 0.497)
+    assert "| preset (12 epochs, EMA ~100 steps) | sepnorm | best-val | 0.489 ± 0.007 |" in zinc
 
 
 def test_building_twice_gives_the_same_page_and_figures(built):
@@ -149,3 +158,165 @@ def test_committed_page_is_up_to_date(tmp_path):
     assert (tmp_path / "README.md").read_text() == (REPO / "analysis" / "README.md").read_text()
     built = {p.name for p in (tmp_path / "figures").glob("*.png")}
     assert built == {p.name for p in (REPO / "analysis" / "figures").glob("*.png")}
+
+
+# --- the summary and the grouping by question (analysis/questions.yaml) ----------------------------------------
+
+QUESTIONS = """
+questions:
+  - title: "Does a norm cure depth?"
+    text: "The tiny study."
+    studies: [tiny, not_run_yet]
+  - title: "Scale"
+    studies: [scaling]
+findings:
+  - title: "Depth"
+    link: tiny
+    table: tiny/runs.csv
+    column: test_acc_last
+    where: {num_layers: 8}
+    values:
+      none: {where: {norm: none}}
+      contranorm: {where: {norm: contranorm}}
+    sentence: "at 8 layers ContraNorm keeps {contranorm} (± {contranorm.std}), no norm {none} ({none.n} seeds)."
+"""
+
+
+@pytest.fixture
+def grouped(tmp_path: Path) -> dict[str, Path]:
+    """The tiny sweep without layer metrics (one figure: fast) collected as 'tiny' with a notes.md, a folder of
+    tables 'scaling' (a CSV and notes.md), and a questions file listing both."""
+    sweep = tiny_sweep_folder(tmp_path / "runs" / "tiny")
+    (sweep / "layers.csv").write_text("")
+    data, out = tmp_path / "data", tmp_path / "out"
+    assert _main("--collect", str(sweep), "--study", "tiny", "--data", str(data), "--out", str(out)) == 0
+    notes = "# Why tiny\n\nA narrative.\n\n## Detail\n\n```text\n# not a heading\n```\n"
+    (data / "tiny" / "notes.md").write_text(notes)
+    (data / "scaling").mkdir()
+    (data / "scaling" / "scale.csv").write_text("nodes,epoch_s,peak_gb\n10000,0.0412345,1.23456\n1000000,12.3456,3\n")
+    (data / "scaling" / "notes.md").write_text("Epoch time grows linearly in the edges.\n")
+    (tmp_path / "questions.yaml").write_text(QUESTIONS)
+    return {"data": data, "out": out, "questions": tmp_path / "questions.yaml"}
+
+
+def _grouped_build(grouped: dict[str, Path], capsys) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = _main("--data", str(grouped["data"]), "--out", str(grouped["out"]), "--questions", str(grouped["questions"]))
+    return code, capsys.readouterr().err, (grouped["out"] / "README.md").read_text()
+
+
+def test_summary_numbers_are_computed_from_the_data(grouped, capsys):
+    code, err, page = _grouped_build(grouped, capsys)
+    assert code == 0, err
+    runs = pd.read_csv(grouped["data"] / "tiny" / "runs.csv")
+    deep = runs[runs["num_layers"] == 8].groupby("norm")["test_acc_last"]
+    contranorm, none = deep.mean()["contranorm"], deep.mean()["none"]
+    std = deep.std()["contranorm"]
+    expected = (
+        f"- **[Depth](#tiny)**: at 8 layers ContraNorm keeps {contranorm:.3f} (± {std:.5f}), no norm {none:.3f} "
+        "(2 seeds)."
+    )  # std 0.0092: three significant digits are five decimals
+    assert expected in page.split("## Summary")[1].split("## ")[0]
+    # The summary comes before the questions, the questions in the file's order, each study under its heading.
+    assert page.index("## Summary") < page.index("## Does a norm cure depth?") < page.index("## Scale")
+    assert "Questions: [Does a norm cure depth?](#does-a-norm-cure-depth) · [Scale](#scale)" in page
+    assert "Not collected yet: `not_run_yet`." in page  # listed, not collected: named, not dropped
+
+
+def test_study_notes_and_table_folders_are_shown(grouped, capsys):
+    code, err, page = _grouped_build(grouped, capsys)
+    assert code == 0, err
+    tiny = page.split("### tiny")[1].split("### scaling")[0]
+    assert "#### Why tiny\n\nA narrative.\n\n##### Detail" in tiny  # the notes' headings under the study's
+    assert "```text\n# not a heading\n```" in tiny  # code blocks untouched
+    scaling = page.split("### scaling")[1]
+    assert "Epoch time grows linearly in the edges." in scaling and "From `scaling/scale.csv`:" in scaling
+    assert "| 10000 | 0.0412 | 1.23 |" in scaling and "| 1000000 | 12.3 | 3 |" in scaling  # 3 significant digits
+    assert "\n\n\n" not in page  # one blank line between blocks
+
+
+def test_a_study_no_question_lists_is_an_error(grouped, capsys):
+    questions = grouped["questions"]
+    questions.write_text(QUESTIONS.replace("studies: [scaling]", "studies: [elsewhere]"))
+    code, err, page = _grouped_build(grouped, capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert "scaling collected under" in err and "listed by no question" in err and str(questions) in err
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        (("{norm: none}", "{norm: batchnorm}"), ["finding 'Depth', value 'none'", "0 rows", "at least one"]),
+        (("table: tiny/runs.csv", "table: gone/runs.csv"), ["gone/runs.csv is not collected"]),
+        (("column: test_acc_last", "column: test_mae"), ["has no column 'test_mae'"]),
+        (("({none.n} seeds)", "({other} seeds)"), ["names {other}, not one of its values"]),
+        (("{norm: none}}", "{norm: none}, aggregate: only}"), ["2 rows", "exactly one"]),
+        (("link: tiny", "link: nowhere"), ["links to 'nowhere', not collected"]),
+        (("studies: [scaling]", "studies: [scaling, tiny]"), ["lists 'tiny', already listed"]),
+        (("{norm: none}}", "{norm: none}, aggregate: median}"), ["aggregate must be one of"]),
+        (("findings:", "finding:"), ["unknown top-level key(s) finding"]),
+    ],
+)
+def test_a_finding_without_its_data_is_a_one_line_error(grouped, capsys, change, words):
+    """A number the data do not hold never reaches the page; the last page stays."""
+    assert _grouped_build(grouped, capsys)[0] == 0
+    before = (grouped["out"] / "README.md").read_bytes()
+    grouped["questions"].write_text(QUESTIONS.replace(*change))
+    code, err, _ = _grouped_build(grouped, capsys)
+    assert code == 2 and err.count("\n") == 1 and all(word in err for word in words), err
+    assert (grouped["out"] / "README.md").read_bytes() == before
+
+
+def test_numbers_have_three_significant_digits():
+    from graphnorm.sweep.tables import significant
+
+    cases = {0.8019: "0.802", 0.0098: "0.00980", 85.21: "85.2", 8.568e-05: "8.57e-05", 0.69: "0.690", 0.9996: "1.00"}
+    assert {value: significant(value) for value in cases} == cases
+    assert significant(1234.5) == "1234" and significant(-0.52) == "-0.520" and significant(float("nan")) == ""
+    assert [format_cell(text) for text in ("31", "0.69", "1.21-1.63", "", "8.568e-05")] == [
+        "31", "0.690", "1.21-1.63", "", "8.57e-05"
+    ]  # fmt: skip
+
+
+def test_layer_axes_tick_whole_layers_only():
+    """A 2-layer panel ticks 1 and 2, not 1.2 or 1.4; the depth axis ticks the depths run."""
+    from graphnorm.sweep.report import plot_main_metric_vs_depth, plot_metric_vs_layer
+
+    table = pd.DataFrame(
+        [{"run_id": f"r{depth}", "layer": layer, "metric": "effective_rank", "value": 3.0 / layer, "label": "none",
+          "num_layers": depth, "seed": 0, "dataset": "cora"} for depth in (2, 3) for layer in range(1, depth + 1)]
+    )  # fmt: skip
+    figure = plot_metric_vs_layer(table, metrics=("effective_rank",))
+    for axis in figure.axes:
+        ticks = [tick for tick in axis.get_xticks() if axis.get_xlim()[0] <= tick <= axis.get_xlim()[1]]
+        assert ticks and all(float(tick).is_integer() for tick in ticks), ticks
+    runs = pd.DataFrame({"norm": "none", "num_layers": [2, 8, 32], "seed": 0, "test_acc": [0.8, 0.5, 0.2]})
+    axis = plot_main_metric_vs_depth(runs, "test_acc").axes[0]
+    assert [tick.get_text() for tick in axis.get_xticklabels()] == ["2", "8", "32"]
+    assert not axis.get_xticks(minor=True).size
+
+
+def _anchors(page: str) -> list[str]:
+    """The headings' anchors as GitHub and Python-Markdown make them (code blocks skipped)."""
+    anchors, fenced = [], False
+    for line in page.splitlines():
+        fenced = fenced != line.startswith("```")
+        heading = not fenced and re.match(r"#{1,6} (.*)", line)
+        if heading:
+            anchors.append(re.sub(r"\s+", "-", re.sub(r"[^\w\s-]", "", heading.group(1).lower()).strip()))
+    return anchors
+
+
+@pytest.mark.parametrize("which", ["committed", "grouped"])
+def test_every_link_within_the_page_finds_one_heading(which, request, capsys):
+    """The summary's and the questions' links land on a heading, and no two studies or questions share one."""
+    if which == "committed":
+        page = (REPO / "analysis" / "README.md").read_text()
+    else:
+        code, err, page = _grouped_build(request.getfixturevalue("grouped"), capsys)
+        assert code == 0, err
+    anchors = _anchors(page)
+    sections = _anchors("\n".join(line for line in page.splitlines() if re.match(r"#{2,3} ", line)))
+    assert len(set(sections)) == len(sections), sorted(a for a in sections if sections.count(a) > 1)
+    links = set(re.findall(r"\]\(#([^)]+)\)", page))
+    assert links and not links - set(anchors), sorted(links - set(anchors))

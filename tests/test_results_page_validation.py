@@ -349,26 +349,36 @@ def expected_page(data: bytes, runs_ok: int) -> dict | None:
         cells.setdefault((run.get("dataset", "data"), run["norm"], str(run["depth"])), []).append(run["value"])
         if run["majority"] is not None:
             majority.setdefault(run.get("dataset", "data"), []).append(run["majority"])
+    counts: dict[str, list[int]] = {}
+    for (dataset, _, _), values in cells.items():
+        counts.setdefault(dataset, []).append(len(values))
+    usual = {dataset: max(n for n in found if found.count(n) == max(map(found.count, found))) for dataset, found in
+             counts.items()}  # fmt: skip
     return {
         "finished": f"{len(runs)} of {runs_ok} runs finished",
-        "cells": {key: _mean_std(values) for key, values in cells.items()},
+        "cells": {key: _mean_std(values, usual[key[0]]) for key, values in cells.items()},
         "majority": {dataset: f"{statistics.fmean(values):.3f}" for dataset, values in majority.items()},
+        "counts": {dataset: str(n) for dataset, n in usual.items()},
     }
 
 
-def _mean_std(values: list[float]) -> str:
-    if len(values) == 1:
-        return f"{values[0]:.4g} (n=1)"
-    return f"{statistics.fmean(values):.4g} ± {statistics.stdev(values):.2g} (n={len(values)})"
+def _mean_std(values: list[float], usual: int) -> str:
+    """The page's cell: the mean with three significant digits, the std with as many decimals, the count only
+    where it differs from the table's usual count (computed here without the page's formatting helpers)."""
+    mean = statistics.fmean(values)
+    places = max(0, 2 - math.floor(math.log10(float(f"{abs(mean):.3g}")))) if mean else 2
+    text = f"{mean:.{places}f}" + (f" ± {statistics.stdev(values):.{places}f}" if len(values) > 1 else "")
+    return text + ("" if len(values) == usual else f" (n={len(values)})")
 
 
 def page_numbers(page: str) -> dict:
     """The same numbers as the page shows them (depths as their column headers)."""
-    cells, majority, lines = {}, {}, page.splitlines()
+    cells, majority, counts, lines = {}, {}, {}, page.splitlines()
     for start, line in enumerate(lines):
-        heading = re.fullmatch(rf"### (\S+): {METRIC} \(mean ± std over seeds\)", line)
+        heading = re.fullmatch(rf"#### (\S+): {METRIC} \((?:mean ± std over (\d+) seeds|(1) seed)\)", line)
         if not heading:
             continue
+        counts[heading.group(1)] = heading.group(2) or heading.group(3)
         table = list(itertools.takewhile(lambda row: row.startswith("|"), lines[start + 2 :]))
         depths = [c.strip() for c in table[0].strip("|").split("|")[1:]]
         for row in table[2:]:
@@ -381,7 +391,8 @@ def page_numbers(page: str) -> dict:
         if note:
             majority[heading.group(1)] = note.group(1)
     finished = re.search(r"(\d+ of \d+ runs finished)", page)
-    return {"finished": finished.group(1) if finished else None, "cells": cells, "majority": majority}
+    return {"finished": finished.group(1) if finished else None, "cells": cells, "majority": majority,
+            "counts": counts}  # fmt: skip
 
 
 @pytest.fixture
