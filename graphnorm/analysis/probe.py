@@ -58,7 +58,12 @@ def graphnorm_norms(model: nn.Module) -> list[tuple[str, nn.Module]]:
     """``(name, module)`` of every graphnorm norm in ``model`` (instances of the classes registered in
     :mod:`graphnorm.norms`, at the time of the call), in module order, named by attribute path; only the outermost
     norm of a nesting (a SepNorm, not the token and node norms inside it); each module once."""
-    classes = tuple(norm_class(name) for name in available_norms())
+    return _outermost_modules(model, tuple(norm_class(name) for name in available_norms()))
+
+
+def _outermost_modules(model: nn.Module, classes: tuple[type, ...]) -> list[tuple[str, nn.Module]]:
+    """``(attribute path, module)`` of the modules of ``model`` that are instances of ``classes``, in module order,
+    without looking inside a found one; each module once; ``model`` itself (named by its class) if it is one."""
     if isinstance(model, classes):
         return [(type(model).__name__.lower(), model)]
     found: list[tuple[str, nn.Module]] = []
@@ -113,24 +118,7 @@ def message_passing_layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
     inside another listed layer; each module once."""
     from torch_geometric.nn import GPSConv, MessagePassing
 
-    found: list[tuple[str, nn.Module]] = []
-    seen: set[int] = set()
-
-    def visit(prefix: str, module: nn.Module) -> None:
-        for name, child in module.named_children():
-            if child is None or id(child) in seen:
-                continue
-            seen.add(id(child))
-            path = f"{prefix}.{name}" if prefix else name
-            if isinstance(child, (MessagePassing, GPSConv)):
-                found.append((path, child))
-            else:
-                visit(path, child)
-
-    if isinstance(model, (MessagePassing, GPSConv)):
-        return [(type(model).__name__.lower(), model)]
-    visit("", model)
-    return found
+    return _outermost_modules(model, (MessagePassing, GPSConv))
 
 
 def default_forward(model: nn.Module) -> Callable[[nn.Module, Any], Any]:
