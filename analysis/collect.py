@@ -8,6 +8,8 @@ Written per study:
   per-graph statistic ("value" for one graph, "mean" over a sample of graphs), 6 significant digits.
 * ``steps.csv`` (only when the sweep has one: runs with ``probe_every_steps``): the same metrics, rows and statistic
   of the collapse over training steps (step, epoch, layer), 6 significant digits.
+* ``layers.csv`` and ``steps.csv`` over 1 MiB are written gzip-compressed instead (``layers.csv.gz``: the
+  repository keeps no file over 1 MiB); the page reads either form.
 * ``sweep.yaml``: the sweep's config as it ran (the folder's own copy), so ``graphnorm sweep`` can rerun it.
 * ``provenance.json``: the command, the commit (HEAD when runs.csv was last written), the date, the machine, the
   sweep's metric and how many of the grid's runs finished.
@@ -16,6 +18,7 @@ Written per study:
 from __future__ import annotations
 
 import contextlib
+import gzip
 import json
 import math
 import platform
@@ -27,7 +30,7 @@ from typing import Any
 
 import pandas as pd
 import yaml
-from validate import check_runs, read_csv_file
+from validate import LARGEST_PLAIN_TABLE, check_runs, read_csv_file, read_table_or_empty
 
 LAYER_METRICS = ("effective_rank", "mean_cosine", "cone_angle", "cone_angle_q90")
 STEP_KEYS = ("step", "epoch", "layer")  # what places a steps.csv row besides its run
@@ -101,9 +104,18 @@ def tidy_layers(layers: pd.DataFrame, run_ids: set[str], keys: tuple[str, ...] =
     return table.sort_values(order, kind="stable").reset_index(drop=True)
 
 
-def read_table(path: Path) -> pd.DataFrame:
-    """A sweep's CSV (layers.csv, steps.csv), empty when the file is absent or empty."""
-    return read_csv_file(path) if path.exists() and path.stat().st_size else pd.DataFrame()
+def write_table(table: pd.DataFrame, path: Path) -> None:
+    """``table`` as the CSV ``path``, or as ``<path>.gz`` when its text is over
+    :data:`~validate.LARGEST_PLAIN_TABLE` bytes (gzip without a timestamp: collecting again writes the same bytes);
+    the other form is removed."""
+    text = table.to_csv(index=False).encode()
+    compressed = path.with_name(path.name + ".gz")
+    if len(text) > LARGEST_PLAIN_TABLE:
+        compressed.write_bytes(gzip.compress(text, mtime=0))
+        path.unlink(missing_ok=True)
+    else:
+        path.write_bytes(text)
+        compressed.unlink(missing_ok=True)
 
 
 def provenance(
@@ -171,10 +183,10 @@ def collect_sweep(
     out = Path(data_dir) / study
     out.mkdir(parents=True, exist_ok=True)
     tidy.to_csv(out / "runs.csv", index=False, float_format="%.6g")
-    tidy_layers(read_table(run_dir / "layers.csv"), set(tidy["run_id"])).to_csv(out / "layers.csv", index=False)
-    steps = read_table(run_dir / "steps.csv")
+    write_table(tidy_layers(read_table_or_empty(run_dir / "layers.csv"), set(tidy["run_id"])), out / "layers.csv")
+    steps = read_table_or_empty(run_dir / "steps.csv")
     if not steps.empty:
-        tidy_layers(steps, set(tidy["run_id"]), STEP_KEYS).to_csv(out / "steps.csv", index=False)
+        write_table(tidy_layers(steps, set(tidy["run_id"]), STEP_KEYS), out / "steps.csv")
     if sweep_path.exists():
         shutil.copyfile(sweep_path, out / "sweep.yaml")
     (out / "provenance.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")

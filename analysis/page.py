@@ -40,7 +40,7 @@ matplotlib.use("Agg")  # files only
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 from questions import Structure, finding_sentence  # noqa: E402
-from validate import check_provenance, check_runs, read_csv_file, read_json_file  # noqa: E402
+from validate import check_provenance, check_runs, read_csv_file, read_json_file, read_table_or_empty  # noqa: E402
 
 from graphnorm.files import atomic_write_text  # noqa: E402
 from graphnorm.sweep import report  # noqa: E402
@@ -86,7 +86,7 @@ def load_studies(data_dir: Path) -> list[Study]:
         provenance = read_json_file(record_path)
         check_provenance(provenance, record_path)
         runs = check_runs(read_csv_file(runs_path), runs_path, provenance, record_path)
-        layers, steps = (read_csv_or_empty(folder / name) for name in ("layers.csv", "steps.csv"))
+        layers, steps = (read_table_or_empty(folder / name) for name in ("layers.csv", "steps.csv"))
         studies.append(Study(folder.name, runs, layers, provenance, steps, read_notes(folder / "notes.md")))
     return sorted(studies, key=lambda s: (s.name != HEADLINE_STUDY, s.name))
 
@@ -98,11 +98,6 @@ def table_folders(data_dir: Path) -> list[Path]:
         for folder in sorted(p for p in data_dir.iterdir() if p.is_dir() and p.name not in (RECORDED, BENCHMARKS))
         if not (folder / "runs.csv").exists() and (any(folder.glob("*.csv")) or (folder / "notes.md").exists())
     ]
-
-
-def read_csv_or_empty(path: Path) -> pd.DataFrame:
-    """A study's table, empty when the file is absent or holds no more than a line break."""
-    return read_csv_file(path) if path.exists() and path.stat().st_size > 1 else pd.DataFrame()
 
 
 def read_notes(path: Path) -> str:

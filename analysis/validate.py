@@ -9,6 +9,7 @@ sweep's metric) with a finite number in every metric cell.
 from __future__ import annotations
 
 import csv
+import gzip
 import json
 import math
 import warnings
@@ -22,6 +23,9 @@ REQUIRED_RUN_COLUMNS = ("run_id", "norm", "num_layers", "seed")
 PROVENANCE_KEYS = ("command", "commit", "date", "machine", "source", "runs_ok", "runs_expected")
 NOT_A_RUN_KEY = ("val_", "test_", "train_", "majority_", "reference_")  # metric columns: not what tells two runs apart
 RUN_RECORD_COLUMNS = {"num_eval_nodes", "best_epoch", "epochs_run", "num_params", "wall_time_s"}  # nor are these
+# A collected table over this many bytes is stored gzip-compressed (<name>.csv.gz): the repository holds no file over
+# 1 MiB. Readers take either form (stored_table).
+LARGEST_PLAIN_TABLE = 1 << 20
 RECOLLECT = "collect the sweep again (python analysis/build.py --collect RUN_DIR --study NAME)"
 
 
@@ -30,8 +34,22 @@ def one_line(text: object) -> str:
     return " ".join(str(text).split())
 
 
+def stored_table(path: Path) -> Path:
+    """``path`` (``<name>.csv``) or, when only that exists, its compressed form ``<name>.csv.gz``."""
+    compressed = path.with_name(path.name + ".gz")
+    return compressed if compressed.exists() and not path.exists() else path
+
+
+def read_table_or_empty(path: Path) -> pd.DataFrame:
+    """A table of a sweep or study (``path`` or its ``.gz`` form), empty when the file is absent or holds no more
+    than a line break."""
+    path = stored_table(path)
+    return read_csv_file(path) if path.exists() and path.stat().st_size > 1 else pd.DataFrame()
+
+
 def read_csv_file(path: Path, **kwargs) -> pd.DataFrame:
-    """``path`` read as a UTF-8 CSV (never with its first column taken as an index); a file that is empty, not
+    """``path`` read as a UTF-8 CSV (gzip-compressed when it ends in ``.gz``; never with its first column taken as an
+    index); a file that is empty, not
     UTF-8, names a column twice, or whose rows hold more cells than its header is a ``ValueError`` naming it."""
     try:
         _check_header(path)
@@ -50,7 +68,8 @@ def read_csv_file(path: Path, **kwargs) -> pd.DataFrame:
 
 def _check_header(path: Path) -> None:
     """No column named twice in the header (pandas would rename the second one and read the first)."""
-    with open(path, encoding="utf-8-sig", newline="") as file:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8-sig", newline="") as file:
         header = next(csv.reader(file), [])
     repeated = sorted({name for name in header if header.count(name) > 1})
     if repeated:

@@ -320,3 +320,24 @@ def test_every_link_within_the_page_finds_one_heading(which, request, capsys):
     assert len(set(sections)) == len(sections), sorted(a for a in sections if sections.count(a) > 1)
     links = set(re.findall(r"\]\(#([^)]+)\)", page))
     assert links and not links - set(anchors), sorted(links - set(anchors))
+
+
+def test_a_large_layer_table_is_stored_compressed_and_read_back_the_same(tmp_path, monkeypatch):
+    """A collected table over the size limit is written as <name>.csv.gz (no timestamp: collecting again writes the
+    same bytes) in place of <name>.csv, and the page reads the same rows from it."""
+    import collect
+    from page import load_studies
+
+    sweep = tiny_sweep_folder(tmp_path / "runs" / "tiny")
+    collect.collect_sweep(sweep, "tiny", tmp_path / "plain")
+    monkeypatch.setattr(collect, "LARGEST_PLAIN_TABLE", 1000)
+    study = collect.collect_sweep(sweep, "tiny", tmp_path / "small")
+    assert not (study / "layers.csv").exists() and (study / "layers.csv.gz").stat().st_size < 1000
+    first = (study / "layers.csv.gz").read_bytes()
+    collect.collect_sweep(sweep, "tiny", tmp_path / "small")
+    assert (study / "layers.csv.gz").read_bytes() == first
+    plain, compressed = (load_studies(tmp_path / name)[0].layers for name in ("plain", "small"))
+    assert len(plain) == 3 * (2 + 8) * 4 and plain.equals(compressed)
+    monkeypatch.setattr(collect, "LARGEST_PLAIN_TABLE", 1 << 20)  # small again: back to plain, the .gz removed
+    collect.collect_sweep(sweep, "tiny", tmp_path / "small")
+    assert (study / "layers.csv").exists() and not (study / "layers.csv.gz").exists()
