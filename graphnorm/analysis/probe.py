@@ -23,6 +23,7 @@ from graphnorm.analysis.collapse import PRECISIONS, LayerStream, collapse_record
 from graphnorm.checks import check_choice
 from graphnorm.models.registry import forward_adapter
 from graphnorm.norms import available_norms, norm_class
+from graphnorm.norms.hosts import outermost_modules
 
 __all__ = [
     "CollapseProbe",
@@ -58,30 +59,8 @@ def graphnorm_norms(model: nn.Module) -> list[tuple[str, nn.Module]]:
     """``(name, module)`` of every graphnorm norm in ``model`` (instances of the classes registered in
     :mod:`graphnorm.norms`, at the time of the call), in module order, named by attribute path; only the outermost
     norm of a nesting (a SepNorm, not the token and node norms inside it); each module once."""
-    return _outermost_modules(model, tuple(norm_class(name) for name in available_norms()))
-
-
-def _outermost_modules(model: nn.Module, classes: tuple[type, ...]) -> list[tuple[str, nn.Module]]:
-    """``(attribute path, module)`` of the modules of ``model`` that are instances of ``classes``, in module order,
-    without looking inside a found one; each module once; ``model`` itself (named by its class) if it is one."""
-    if isinstance(model, classes):
-        return [(type(model).__name__.lower(), model)]
-    found: list[tuple[str, nn.Module]] = []
-    seen: set[int] = set()
-
-    def visit(prefix: str, module: nn.Module) -> None:
-        for name, child in module.named_children():
-            if child is None or id(child) in seen:
-                continue
-            seen.add(id(child))
-            path = f"{prefix}.{name}" if prefix else name
-            if isinstance(child, classes):
-                found.append((path, child))
-            else:
-                visit(path, child)
-
-    visit("", model)
-    return found
+    classes = tuple(norm_class(name) for name in available_norms())
+    return outermost_modules(model, lambda module: isinstance(module, classes))
 
 
 def _named_layers(model: nn.Module, layers: LayerSpec | None) -> tuple[list[tuple[str, nn.Module]], bool]:
@@ -118,7 +97,7 @@ def message_passing_layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
     inside another listed layer; each module once."""
     from torch_geometric.nn import GPSConv, MessagePassing
 
-    return _outermost_modules(model, (MessagePassing, GPSConv))
+    return outermost_modules(model, lambda module: isinstance(module, (MessagePassing, GPSConv)))
 
 
 def default_forward(model: nn.Module) -> Callable[[nn.Module, Any], Any]:

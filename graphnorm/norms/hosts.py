@@ -26,7 +26,14 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-__all__ = ["pass_edge_index", "untie_norms", "EdgeIndexHandoff", "SharedNormWarning", "host_aware_forward"]
+__all__ = [
+    "pass_edge_index",
+    "untie_norms",
+    "EdgeIndexHandoff",
+    "SharedNormWarning",
+    "host_aware_forward",
+    "outermost_modules",
+]
 
 # Set on a norm instance (plain attributes, not state): the hand-off it reads, and whether its positions were checked.
 HANDOFF_ATTRIBUTE = "_graphnorm_edge_handoff"
@@ -43,20 +50,28 @@ def is_graphnorm_norm(module: Any) -> bool:
     return isinstance(module, nn.Module) and hasattr(type(module), "registry_name")
 
 
-def _outermost_norms(model: nn.Module) -> list[nn.Module]:
-    """Every graphnorm norm of ``model`` (itself included) once, not descending into a norm (SepNorm's inner norms
-    get their rows and edges from SepNorm)."""
-    found: dict[int, nn.Module] = {}
+def outermost_modules(model: nn.Module, matches: Callable[[nn.Module], bool]) -> list[tuple[str, nn.Module]]:
+    """``(attribute path, module)`` of the modules of ``model`` that ``matches``, in module order, without looking
+    inside a matching one (SepNorm's inner norms, GPSConv's inner conv); each module once; ``model`` itself (named
+    by its class) when it matches."""
+    if matches(model):
+        return [(type(model).__name__.lower(), model)]
+    found: list[tuple[str, nn.Module]] = []
+    seen: set[int] = set()
 
-    def visit(module: nn.Module) -> None:
-        if is_graphnorm_norm(module):
-            found.setdefault(id(module), module)
-            return
-        for child in module.children():
-            visit(child)
+    def visit(prefix: str, module: nn.Module) -> None:
+        for name, child in module.named_children():
+            if child is None or id(child) in seen:
+                continue
+            seen.add(id(child))
+            path = f"{prefix}.{name}" if prefix else name
+            if matches(child):
+                found.append((path, child))
+            else:
+                visit(path, child)
 
-    visit(model)
-    return list(found.values())
+    visit("", model)
+    return found
 
 
 def _norm_positions(model: nn.Module) -> dict[int, list[str]]:
@@ -210,7 +225,7 @@ def pass_edge_index(model: nn.Module) -> EdgeIndexHandoff:
     if not isinstance(model, nn.Module):
         raise TypeError(f"pass_edge_index: model must be a torch.nn.Module, got {type(model).__name__}")
     untied = untie_norms(model)
-    norms = _outermost_norms(model)
+    norms = [norm for _, norm in outermost_modules(model, is_graphnorm_norm)]
     if not norms:
         raise ValueError(
             f"pass_edge_index: {type(model).__name__} contains no graphnorm norm (build them with "
