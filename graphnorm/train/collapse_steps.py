@@ -70,7 +70,7 @@ class StepProbe:
         rows = [{"step": step, "epoch": epoch, **record} for record in records]
         self.rows.extend(rows)
         if self.board is not None:
-            log_step_rows(self.board, rows)
+            log_step_rows(self.board.writer, rows)
         self.seconds += time.perf_counter() - start
 
     def close(self) -> None:
@@ -78,14 +78,25 @@ class StepProbe:
             self.board.close()
 
 
-def log_step_rows(board: TensorBoardLog, rows: list[dict[str, Any]]) -> None:
-    """One scalar per row: ``<collapse tag>/layer_<k>`` (:func:`graphnorm.train.tensorboard_log.collapse_tag`) at the
-    row's optimizer step."""
+def step_scalars(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """One scalar per probe row, by tag ``<collapse tag>/layer_<k>`` (``collapse/effective_rank/layer_3``, from
+    :func:`graphnorm.train.tensorboard_log.collapse_tag`); the singular-value spectrum is left out."""
+    scalars = {}
     for row in rows:
         tag = collapse_tag(row)
         if tag is not None:
-            board.writer.add_scalar(f"{tag}/layer_{row['layer']}", row["value"], row["step"])
-    board.writer.flush()
+            scalars[f"{tag}/layer_{row['layer']}"] = float(row["value"])
+    return scalars
+
+
+def log_step_rows(writer: Any, rows: list[dict[str, Any]]) -> None:
+    """The rows of one probe (one optimizer ``step``) as TensorBoard scalars (:func:`step_scalars`) at that step, on
+    ``writer`` (a ``SummaryWriter``)."""
+    if not rows:
+        return
+    for tag, value in step_scalars(rows).items():
+        writer.add_scalar(tag, value, rows[0]["step"])
+    writer.flush()
 
 
 def check_step_rows(rows: Any) -> None:

@@ -37,9 +37,9 @@ from torch import Tensor, nn
 
 from graphnorm.analysis.probe import CollapseProbe, LayerSpec
 from graphnorm.files import atomic_write_text, ensure_writable_dir
-from graphnorm.train.collapse_steps import STEP_SINGULAR_VALUES, preserved_rng
+from graphnorm.train.collapse_steps import STEP_SINGULAR_VALUES, log_step_rows, preserved_rng, step_scalars
 from graphnorm.train.record import STEP_COLUMNS
-from graphnorm.train.tensorboard_log import TensorBoardLog, collapse_tag
+from graphnorm.train.tensorboard_log import TensorBoardLog
 
 __all__ = ["CollapseMonitor", "MONITOR_CSV", "monitor_sample", "preserved_random_state", "step_scalars"]
 
@@ -91,17 +91,6 @@ def monitor_sample(sample: Any) -> Any:
             "every metric of every layer would be NaN: clean the features first"
         )
     return sample
-
-
-def step_scalars(rows: list[dict[str, Any]]) -> dict[str, float]:
-    """One scalar per probe row, by tag ``<collapse tag>/layer_<k>`` (``collapse/effective_rank/layer_3``; the tags
-    of the trainer's ``collapse_steps`` TensorBoard folder); the singular-value spectrum is left out."""
-    scalars = {}
-    for row in rows:
-        tag = collapse_tag(row)
-        if tag is not None:
-            scalars[f"{tag}/layer_{row['layer']}"] = float(row["value"])
-    return scalars
 
 
 class _StepCsv:
@@ -266,9 +255,7 @@ class CollapseMonitor:
         if self.csv is not None:
             self.csv.append(table)
         if self.writer is not None:
-            for tag, value in step_scalars(rows).items():
-                self.writer.add_scalar(tag, value, step)
-            self.writer.flush()
+            log_step_rows(self.writer, rows)
         self._tables.append(table)
         self._written.add(step)
         self.seconds += time.perf_counter() - start
