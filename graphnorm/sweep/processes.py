@@ -60,17 +60,13 @@ def init_worker(driver_pid: int, environment: dict[str, str] | None = None) -> N
     handles it); end this worker when the driver is gone (:func:`_exit_with_driver`); take the driver's
     ``environment`` of this sweep (workers fork from a forkserver that keeps the environment of the first sweep in the
     driver process: a later sweep there, in a notebook say, would otherwise not pass its changes on). Variables read
-    only when a process starts (``OMP_WAIT_POLICY``) keep the forkserver's values. Last, load the collapse probe's
-    compiled kernels (:func:`graphnorm.analysis.collapse.warm_kernels`), so the first run's probe does not stall on
-    them at the end of its training."""
+    only when a process starts (``OMP_WAIT_POLICY``) keep the forkserver's values. The collapse probe's compiled
+    kernels come loaded from the forkserver (:mod:`graphnorm.sweep.preload`)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if environment is not None:
         os.environ.clear()
         os.environ.update(environment)
     threading.Thread(target=_exit_with_driver, args=(driver_pid,), name="driver-watchdog", daemon=True).start()
-    from graphnorm.analysis.collapse import warm_kernels
-
-    warm_kernels()
 
 
 def _exit_with_driver(driver_pid: int) -> None:

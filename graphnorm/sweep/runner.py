@@ -431,11 +431,11 @@ def _run_process_pool(
     log_cpu_plan(plan, log)
     workers, threads = plan.workers, plan.threads
     # forkserver, not fork: forking a process that already runs torch's thread pools can deadlock. The server
-    # imports torch and the run function's module once, and every worker forks from it instead of importing them
-    # again (slow imports).
+    # imports torch, the probe's compiled kernels (graphnorm.sweep.preload) and the run function's module once, and
+    # every worker forks from it instead of loading them again.
     context = multiprocessing.get_context("forkserver")
     module = getattr(run_fn, "__module__", None)
-    context.set_forkserver_preload(["graphnorm.sweep", *([module] if module and module != "__main__" else [])])
+    context.set_forkserver_preload(["graphnorm.sweep.preload", *([module] if module and module != "__main__" else [])])
     with passive_openmp_wait():
         environment = dict(os.environ)  # the workers' (see init_worker)
     pool = concurrent.futures.ProcessPoolExecutor(
