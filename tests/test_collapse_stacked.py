@@ -104,15 +104,16 @@ def test_one_node_graph_layers():
     assert math.isnan(values["mean_cosine"]) and values["cone_angle"] == 0.0
 
 
+@pytest.mark.parametrize("background", [False, True])
 @pytest.mark.parametrize("chunk_layers", [1, 2, 64])
-def test_layer_stream_chunks_equal_each_layer_alone(chunk_layers, monkeypatch):
+def test_layer_stream_chunks_equal_each_layer_alone(chunk_layers, background, monkeypatch):
     """Layers added out of order, in two widths, some replaced while waiting in a chunk and some after their chunk
-    was measured; an invalid layer leaves the earlier one of its index in place."""
+    was measured (on the second thread too); an invalid layer leaves the earlier one of its index in place."""
     generator = torch.Generator().manual_seed(3)
     edge_index = _edges(generator, True)
     monkeypatch.setattr(collapse, "_CHUNK_BYTES", chunk_layers * _layer_bytes(8, 800))
     xs = _layers(generator) + [torch.randn(NUM_ROWS, 3, generator=generator)]
-    stream = LayerStream(edge_index, num_singular_values=4)
+    stream = LayerStream(edge_index, num_singular_values=4, background=background)
     stream.add(2, torch.randn(NUM_ROWS, 8, generator=generator))  # replaced below
     stream.add(7, torch.randn(NUM_ROWS, 8, generator=generator))  # other width before: replaced by width 3
     for index in (6, 0, 5, 1, 2, 7, 4, 3):

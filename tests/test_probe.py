@@ -28,6 +28,7 @@ from graphnorm.analysis import (
     singular_values,
     stable_rank,
 )
+from graphnorm.analysis.collapse import LayerStream
 from graphnorm.analysis.probe import TABLE_COLUMNS
 from graphnorm.models import DeepGCN
 
@@ -209,3 +210,42 @@ def test_stacked_fast_path_graph_level_equals_per_graph_reference():
         assert table["token", "effective_rank", "value"] == pytest.approx(effective_rank(tokens), rel=1e-8)
         assert table["token", "cone_angle", "value"] == pytest.approx(cone_angle(tokens, tol_deg=tol), abs=1e-8)
         assert table["node", "effective_rank", "pooled"] == pytest.approx(effective_rank(x[~token_mask]), rel=1e-8)
+
+
+def test_background_probe_gives_the_same_records_and_follows_the_thread_count(monkeypatch):
+    """background=True (metrics on a second thread beside the forward) and False give identical records; the
+    default follows torch's thread count, read before the probe's forward sets one thread."""
+    torch.manual_seed(0)
+    data = _random_graph(300, num_edges=900)
+    model = DeepGCN(8, 16, 3, num_layers=24, norm="pairnorm")
+    monkeypatch.setattr("graphnorm.analysis.collapse._CHUNK_BYTES", 2 * 8 * 7 * 300 * 16)  # chunks of 2 layers
+    here = CollapseProbe(model, background=False).probe_records(data)
+    beside = CollapseProbe(model, background=True).probe_records(data)
+    assert here == beside
+    seen = []
+    monkeypatch.setattr(
+        "graphnorm.analysis.probe.LayerStream",
+        lambda *args, background, **kwargs: seen.append(background) or LayerStream(*args, **kwargs),
+    )
+    previous = torch.get_num_threads()
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            CollapseProbe(model).probe_records(data)
+    finally:
+        torch.set_num_threads(previous)
+    assert seen == [False, True]
+    with pytest.raises(TypeError, match="background must be True, False or None"):
+        CollapseProbe(model, background="yes")
+
+
+def test_background_probe_stops_its_thread_when_the_forward_fails():
+    import threading
+
+    model = DeepGCN(8, 16, 3, num_layers=6, norm="pairnorm")
+    data = _random_graph(50)
+    data.x[3, 2] = math.nan
+    before = {thread.name for thread in threading.enumerate()}
+    with pytest.raises(ValueError, match="NaN or Inf"):
+        CollapseProbe(model, background=True).probe_records(data)
+    assert not [t for t in threading.enumerate() if t.name.startswith("graphnorm-probe") and t.name not in before]

@@ -202,10 +202,10 @@ def test_cone_of_a_subset_by_index_equals_the_copied_subset():
 
 
 def test_warm_kernels_compiles_every_kernel_the_probe_runs():
-    from graphnorm.analysis import collapse
+    from graphnorm.analysis import collapse, cone
 
     warm_kernels()
-    for kernel in (collapse._edge_products, solver.wolfe_min_norm_point):  # the top-level kernels
+    for kernel in (collapse._edge_products, cone.exact_and_robust_cones):  # the top-level kernels
         assert kernel.signatures, kernel
     assert {str(sig[0].dtype) for sig in collapse._edge_products.signatures} >= {"float32", "float64"}
     # And afterwards a probe of either precision gives records (nothing left to compile is not observable here).

@@ -14,6 +14,7 @@ import functools
 import math
 import sys
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -23,7 +24,12 @@ import torch
 from torch import Tensor
 from torch_geometric.utils import to_dense_batch
 
-from graphnorm.analysis.cone import ROBUST_CONE_LEVEL, cone_from_unit_rows, robust_cone_from_unit_rows
+from graphnorm.analysis.cone import (
+    ROBUST_CONE_LEVEL,
+    cone_from_unit_rows,
+    exact_and_robust_cones,
+    robust_cone_from_unit_rows,
+)
 from graphnorm.analysis.magnitude import SAFE_EXPONENT, check_not_too_large, invariant_shift, scale_by_power_of_two
 from graphnorm.analysis.metrics import _gram_f64
 from graphnorm.analysis.min_norm_point import WORKING_SIZE
@@ -372,13 +378,9 @@ def _cones(layer: _Layer, tol_deg: float) -> tuple[float, float, Tensor]:
     mask = layer.nonzero
     if not bool(mask.any()):
         return math.nan, math.nan, torch.zeros(layer.x.size(1), dtype=torch.float64)
-    all_rows = bool(mask.all())
-    units = (layer.units if all_rows else layer.units[mask]).numpy()
-    norms = (layer.norms if all_rows else layer.norms[mask]).numpy()
-    units_sum, weighted_sum = units.sum(axis=0), norms @ units
-    exact = cone_from_unit_rows(units, norms, tol_deg, units_sum=units_sum, weighted_sum=weighted_sum)[0]
-    robust = robust_cone_from_unit_rows(
-        units, norms, ROBUST_CONE_LEVEL, tol_deg, units_sum=units_sum, weighted_sum=weighted_sum
+    rows = np.arange(mask.numel()) if bool(mask.all()) else mask.nonzero().flatten().numpy()
+    exact, robust, units_sum = exact_and_robust_cones(
+        layer.units.numpy(), layer.norms.numpy(), rows, ROBUST_CONE_LEVEL, tol_deg
     )
     return exact, robust, torch.from_numpy(units_sum)
 
@@ -460,7 +462,7 @@ def _sum_by(index: np.ndarray, weights: np.ndarray, size: int) -> np.ndarray:
     return flat.reshape(num_layers, size)
 
 
-@numba.njit(cache=True, fastmath={"reassoc", "contract"})
+@numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
 def _edge_products(
     x: np.ndarray, source: np.ndarray, target: np.ndarray, dots: np.ndarray, squared: np.ndarray
 ) -> None:
@@ -817,9 +819,13 @@ class LayerStream:
     """:func:`collapse_records_layers` fed one layer at a time, for rows that form one graph (no ``batch``, no token
     rows): the probe hands each layer's output over in its forward hook, while the output is still in cache, and the
     stream copies it (float64) into a chunk of a few layers, validates it at once, and measures the chunk when it is
-    full (stacked: unit rows, Gram matrices, edge gathers) keeping only a small summary per layer ([d, d] Gram matrix,
-    unit-row sum, cones, edge metrics). Memory: one chunk of float64 rows per width (within _CHUNK_BYTES, at least one
-    layer), not every layer's output. :meth:`records` measures what is left and batches the rest over layers.
+    full (stacked: unit rows, Gram matrices, edge gathers, cones, spectra) keeping only each layer's records. Memory:
+    one chunk of float64 rows per width (within _CHUNK_BYTES, at least one layer), two with ``background``, not every
+    layer's output. :meth:`records` measures what is left.
+
+    ``background``: a full chunk is measured on a second thread when that thread is idle, else at once by the caller,
+    so the caller (the probe's forward pass) and the second thread share the work on two cores. Every chunk is
+    measured by the same functions either way, on one thread each; the records are the same.
 
     Gives the records of :func:`collapse_records_layers` on the same layers (with the same ``precision``).
     """
@@ -830,14 +836,18 @@ class LayerStream:
         num_singular_values: int = 16,
         cone_tol_deg: float = 1e-3,
         precision: str = "float64",
+        background: bool = False,
     ):
         self.precision = check_choice(precision, PRECISIONS, "precision", "collapse_metrics")
         self.edge_index = edge_index
         self.num_singular_values = num_singular_values
         self.cone_tol_deg = cone_tol_deg
         self._rows: _Rows | None = None
-        self._chunks: dict[int, tuple[_StackBuffers, list[int]]] = {}  # width -> (buffers, layer index per slot)
-        self._parts: dict[int, tuple[int, tuple[_SetSummary, dict | None]]] = {}
+        self._chunks: dict[int, tuple[_StackBuffers, list[int]]] = {}  # width -> (filling buffers, index per slot)
+        self._free: dict[int, list[_StackBuffers]] = {}  # width -> buffers of measured chunks (background only)
+        self._measuring: list[tuple[Future, int, list[int], _StackBuffers]] = []  # (records, width, indices, buffers)
+        self._records: dict[int, list[dict]] = {}
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="graphnorm-probe") if background else None
 
     def add(self, index: int, x: Tensor) -> None:
         """Measure layer ``index`` (0-based position) with output ``x`` [n, d]; a later call for the same index
@@ -848,8 +858,7 @@ class LayerStream:
                 self._rows = _build_rows(x.size(0), self.edge_index, None, None)
             width = x.size(1)
             if width not in self._chunks:
-                capacity = _chunk_capacity(self._rows.num_rows, self._rows.num_edges, width)
-                self._chunks[width] = (_StackBuffers(capacity, self._rows.num_rows, width, self.precision), [])
+                self._chunks[width] = (self._new_buffers(width), [])
             buffers, indices = self._chunks[width]
             buffers.load(len(indices), x, None)  # validates x before an earlier call's layer is replaced
             self._discard(index, width)
@@ -857,10 +866,17 @@ class LayerStream:
             if len(indices) == buffers.capacity:
                 self._measure(width)
 
+    def _new_buffers(self, width: int) -> _StackBuffers:
+        """Buffers for a chunk of layers of ``width``."""
+        capacity = _chunk_capacity(self._rows.num_rows, self._rows.num_edges, width)
+        return _StackBuffers(capacity, self._rows.num_rows, width, self.precision)
+
     def _discard(self, index: int, loading_width: int) -> None:
         """Forget layer ``index`` (measured, or waiting in a chunk: the chunk's later layers, and the layer being
         loaded in the first free slot of the chunk of ``loading_width``, move up a slot)."""
-        self._parts.pop(index, None)
+        if any(index in indices for _, _, indices, _ in self._measuring):
+            self._collect()
+        self._records.pop(index, None)
         for width, (buffers, indices) in self._chunks.items():
             if index in indices:
                 slot = indices.index(index)
@@ -869,29 +885,57 @@ class LayerStream:
                     target[slot : count - 1] = target[slot + 1 : count].clone()
                 indices.remove(index)
 
-    def _measure(self, width: int) -> None:
-        """Measure the layers waiting in the chunk of ``width`` and keep their summaries."""
+    def _measure(self, width: int, here: bool = False) -> None:
+        """Measure the layers waiting in the chunk of ``width``: on the second thread when it is idle (the chunk's
+        buffers are then swapped for free ones), else here, so the two threads share the work."""
         buffers, indices = self._chunks[width]
-        if indices:
-            parts = _one_graph_parts(buffers.stack(len(indices)), self._rows, self.cone_tol_deg)
-            self._parts.update((index, (width, part)) for index, part in zip(indices, parts))
+        if not indices:
+            return
+        for entry in [entry for entry in self._measuring if entry[0].done()]:
+            self._take(entry)
+        if here or self._executor is None or self._measuring:
+            self._records.update(zip(indices, _chunk_records(buffers, len(indices), self._rows, self)))
             indices.clear()
+            return
+        future = self._executor.submit(_chunk_records, buffers, len(indices), self._rows, self)
+        self._measuring.append((future, width, list(indices), buffers))
+        free = self._free.setdefault(width, [])
+        self._chunks[width] = (free.pop() if free else self._new_buffers(width), [])
+
+    def _take(self, entry: tuple[Future, int, list[int], _StackBuffers]) -> None:
+        """Wait for one chunk being measured, keep its records and free its buffers."""
+        self._measuring.remove(entry)
+        future, width, indices, buffers = entry
+        self._free.setdefault(width, []).append(buffers)
+        self._records.update(zip(indices, future.result()))
+
+    def _collect(self) -> None:
+        """Wait for every chunk being measured."""
+        while self._measuring:
+            self._take(self._measuring[0])
 
     def records(self) -> list[list[dict]]:
-        """Records of every added layer, in index order (layers of equal width batched together)."""
-        with single_thread():
-            for width in self._chunks:
-                self._measure(width)
-        indices = sorted(self._parts)
-        results: dict[int, list[dict]] = {}
-        widths: dict[int, list[int]] = {}
-        for index in indices:
-            widths.setdefault(self._parts[index][0], []).append(index)
-        with single_thread():
-            for group in widths.values():
-                group_records = _one_graph_records([self._parts[i][1] for i in group], self.num_singular_values)
-                results.update(zip(group, group_records))
-        return [results[index] for index in indices]
+        """Records of every added layer, in index order."""
+        try:
+            with single_thread():
+                for width in self._chunks:  # the last chunks here, beside the second thread's
+                    self._measure(width, here=True)
+                self._collect()
+        finally:
+            self.close()
+        return [self._records[index] for index in sorted(self._records)]
+
+    def close(self) -> None:
+        """Stop the second thread (after the chunk it is measuring); the stream measures no more layers on it."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=True, cancel_futures=True)
+            self._executor = None
+
+
+def _chunk_records(buffers: _StackBuffers, count: int, rows: _Rows, stream: LayerStream) -> list[list[dict]]:
+    """Records of the first ``count`` layers loaded in ``buffers`` (one graph), as :func:`collapse_records_layers`."""
+    parts = _one_graph_parts(buffers.stack(count), rows, stream.cone_tol_deg)
+    return _one_graph_records(parts, stream.num_singular_values)
 
 
 def collapse_records(

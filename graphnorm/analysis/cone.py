@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 import torch
 from torch import Tensor
@@ -20,7 +21,14 @@ from torch import Tensor
 from graphnorm.analysis.magnitude import check_not_too_large, rescale_for_invariant
 from graphnorm.analysis.min_norm_point import WORKING_SIZE, wolfe_min_norm_point
 
-__all__ = ["ConeAngle", "cone_angle", "cone_angle_info", "robust_cone_angle", "ROBUST_CONE_LEVEL"]
+__all__ = [
+    "ConeAngle",
+    "cone_angle",
+    "cone_angle_info",
+    "robust_cone_angle",
+    "exact_and_robust_cones",
+    "ROBUST_CONE_LEVEL",
+]
 
 ROBUST_CONE_LEVEL = 0.9  # default q of the robust cone: the collapse probe records it as metric cone_angle_q90
 
@@ -105,27 +113,48 @@ def cone_from_unit_rows(
     ``rows``: indices of the rows of ``units`` / ``norms`` that form the set (default all; a subset is not copied,
     and the sums given are then the subset's).
     """
-    set_norms = norms if rows is None else norms[rows]
+    units = np.ascontiguousarray(units, dtype=np.float64)
+    norms = np.ascontiguousarray(norms, dtype=np.float64)
+    rows = np.arange(units.shape[0]) if rows is None else np.asarray(rows, dtype=np.intp)
     if units_sum is None or weighted_sum is None:
-        set_units = units if rows is None else units[rows]
+        set_units = units[rows]
         units_sum = set_units.sum(axis=0) if units_sum is None else units_sum
-        weighted_sum = set_norms @ set_units if weighted_sum is None else weighted_sum
-    if rows is None:
-        rows = np.arange(units.shape[0])
-    # Certificate for 90 degrees: two hull points that are (near) zero when the rows surround the origin.
-    threshold = math.sin(math.radians(tol_deg))
-    mean_unit = units_sum / rows.size
-    weighted = weighted_sum / set_norms.sum()
-    smallest = min(math.sqrt(float(mean_unit @ mean_unit)), math.sqrt(float(weighted @ weighted)))
-    if smallest <= threshold:
-        return 90.0, None, 90.0 - math.degrees(math.acos(min(smallest, 1.0))), 0, True
-    p, upper, lower, iterations = wolfe_min_norm_point(
-        np.ascontiguousarray(units), rows, np.ascontiguousarray(units_sum), tol_deg, max_iter, WORKING_SIZE
+        weighted_sum = norms[rows] @ set_units if weighted_sum is None else weighted_sum
+    angle, axis, gap, iterations, converged = _cone_of_rows(
+        units, norms, rows, np.ascontiguousarray(units_sum), np.ascontiguousarray(weighted_sum), tol_deg, max_iter
     )
+    return angle, (axis if axis.size else None), gap, iterations, converged
+
+
+@numba.njit(cache=True, nogil=True)
+def _cone_of_rows(
+    units: np.ndarray,
+    norms: np.ndarray,
+    rows: np.ndarray,
+    units_sum: np.ndarray,
+    weighted_sum: np.ndarray,
+    tol_deg: float,
+    max_iter: int,
+) -> tuple[float, np.ndarray, float, int, bool]:
+    """:func:`cone_from_unit_rows` compiled, all arguments given (an empty axis stands for None): the certificate
+    for 90 degrees, then Wolfe's algorithm."""
+    threshold = math.sin(math.radians(tol_deg))
+    norm_total = 0.0
+    for row in rows:
+        norm_total += norms[row]
+    mean_square, weighted_square = 0.0, 0.0
+    for k in range(units_sum.size):
+        mean, weighted = units_sum[k] / rows.size, weighted_sum[k] / norm_total
+        mean_square += mean * mean
+        weighted_square += weighted * weighted
+    smallest = min(math.sqrt(mean_square), math.sqrt(weighted_square))
+    if smallest <= threshold:
+        return 90.0, np.empty(0), 90.0 - math.degrees(math.acos(min(smallest, 1.0))), 0, True
+    p, upper, lower, iterations = wolfe_min_norm_point(units, rows, units_sum, tol_deg, max_iter, WORKING_SIZE)
     converged = min(upper, 90.0) - lower <= tol_deg
-    norm_p = math.sqrt(float(p @ p))
+    norm_p = math.sqrt(p @ p)
     if upper >= 90.0 or norm_p == 0.0:
-        return 90.0, None, max(0.0, 90.0 - lower), iterations, converged
+        return 90.0, np.empty(0), max(0.0, 90.0 - lower), iterations, converged
     return upper, p / norm_p, upper - lower, iterations, converged
 
 
@@ -186,25 +215,73 @@ def robust_cone_from_unit_rows(
     ``units.sum(axis=0)`` and ``norms @ units`` when the caller has them (the subset's sums are then these minus the
     left-out rows', a pass over a tenth of the rows instead of a copy of the rest).
     """
-    m = units.shape[0]
-    total = units.sum(axis=0) if units_sum is None else units_sum
-    total_norm = math.sqrt(float(total @ total))
+    units = np.ascontiguousarray(units, dtype=np.float64)
+    norms = np.ascontiguousarray(norms, dtype=np.float64)
+    units_sum = units.sum(axis=0) if units_sum is None else np.ascontiguousarray(units_sum)
+    weighted_sum = norms @ units if weighted_sum is None else np.ascontiguousarray(weighted_sum)
+    return _robust_cone_of_rows(units, norms, np.arange(units.shape[0]), units_sum, weighted_sum, q, tol_deg)
+
+
+@numba.njit(cache=True, nogil=True)
+def _robust_cone_of_rows(
+    units: np.ndarray,
+    norms: np.ndarray,
+    rows: np.ndarray,
+    units_sum: np.ndarray,
+    weighted_sum: np.ndarray,
+    q: float,
+    tol_deg: float,
+) -> float:
+    """:func:`robust_cone_from_unit_rows` compiled, of the rows ``rows`` of ``units`` (their sums given)."""
+    m, width = rows.size, units_sum.size
+    total_norm = math.sqrt(units_sum @ units_sum)
     if total_norm <= m * math.sin(math.radians(tol_deg)):
         return 90.0
-    cosines = units @ (total / total_norm)
     k = math.ceil(q * m - 1e-9)  # guard q * m landing a hair above an integer
-    if k < m:
-        threshold = np.partition(cosines, m - k)[m - k]  # k-th largest cosine
-        keep = cosines >= threshold
-        kept, left_out = np.flatnonzero(keep), np.flatnonzero(~keep)
-        subset_sum = total - units[left_out].sum(axis=0)
-        subset_weighted = None
-        if weighted_sum is not None:
-            subset_weighted = weighted_sum - norms[left_out] @ units[left_out]
-        return cone_from_unit_rows(
-            units, norms, tol_deg, units_sum=subset_sum, rows=kept, weighted_sum=subset_weighted
-        )[0]
-    return cone_from_unit_rows(units, norms, tol_deg, units_sum=total, weighted_sum=weighted_sum)[0]
+    if k >= m:
+        return _cone_of_rows(units, norms, rows, units_sum, weighted_sum, tol_deg, 10_000)[0]
+    direction = units_sum / total_norm
+    cosines = np.empty(m)
+    for i in range(m):
+        unit, total = units[rows[i]], 0.0
+        for column in range(width):
+            total += unit[column] * direction[column]
+        cosines[i] = total
+    threshold = np.partition(cosines, m - k)[m - k]  # k-th largest cosine
+    kept = np.empty(m, dtype=rows.dtype)
+    left_sum, left_weighted = np.zeros(width), np.zeros(width)
+    count = 0
+    for i in range(m):
+        row = rows[i]
+        if cosines[i] >= threshold:
+            kept[count] = row
+            count += 1
+        else:  # the subset's sums are the set's minus the left-out rows' (a tenth of the rows)
+            for column in range(width):
+                left_sum[column] += units[row, column]
+                left_weighted[column] += norms[row] * units[row, column]
+    return _cone_of_rows(
+        units, norms, kept[:count], units_sum - left_sum, weighted_sum - left_weighted, tol_deg, 10_000
+    )[0]
+
+
+@numba.njit(cache=True, nogil=True)
+def exact_and_robust_cones(
+    units: np.ndarray, norms: np.ndarray, rows: np.ndarray, q: float, tol_deg: float
+) -> tuple[float, float, np.ndarray]:
+    """The exact cone (:func:`cone_from_unit_rows`) and the robust cone of level ``q``
+    (:func:`robust_cone_from_unit_rows`) of the rows ``rows`` of ``units`` [n, d] (unit rows, C-contiguous, whose
+    original rows had ``norms``), and the rows' sum; one compiled call (the collapse probe's, per layer), which
+    computes the sums both cones share once."""
+    width = units.shape[1]
+    units_sum, weighted_sum = np.zeros(width), np.zeros(width)
+    for row in rows:
+        for column in range(width):
+            units_sum[column] += units[row, column]
+            weighted_sum[column] += norms[row] * units[row, column]
+    exact = _cone_of_rows(units, norms, rows, units_sum, weighted_sum, tol_deg, 10_000)[0]
+    robust = _robust_cone_of_rows(units, norms, rows, units_sum, weighted_sum, q, tol_deg)
+    return exact, robust, units_sum
 
 
 def robust_cone_angle(x: Tensor | np.ndarray, q: float = ROBUST_CONE_LEVEL, tol_deg: float = 1e-4) -> float:

@@ -282,7 +282,7 @@ def _combination(points: np.ndarray, active: np.ndarray, weights: np.ndarray, co
             out[k] += weight * row[k]
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def wolfe_min_norm_point(
     points: np.ndarray, rows: np.ndarray, points_sum: np.ndarray, tol_deg: float, max_iter: int, working_size: int
 ) -> tuple[np.ndarray, float, float, int]:

@@ -193,6 +193,7 @@ class _Pass:
     num_singular_values: int
     cone_tol_deg: float
     precision: str  # of the collapse metrics (graphnorm.analysis.collapse.PRECISIONS)
+    background: bool  # streams measure full chunks on a second thread while the forward goes on
     norm_calls: list[tuple[int, RowContext]] = field(default_factory=list)  # (rows, context) in call order
     latest: dict[int, RowContext] = field(default_factory=dict)  # rows -> context of the latest norm call on them
     groups: list[_RowGroup] = field(default_factory=list)
@@ -255,7 +256,11 @@ class _Pass:
             stream = None
             if self.stream and _one_graph(context):
                 stream = LayerStream(
-                    context["edge_index"], self.num_singular_values, self.cone_tol_deg, precision=self.precision
+                    context["edge_index"],
+                    self.num_singular_values,
+                    self.cone_tol_deg,
+                    precision=self.precision,
+                    background=self.background,
                 )
             group = _RowGroup(context, stream)
             self.groups.append(group)
@@ -265,6 +270,12 @@ class _Pass:
             group.streamed.add(position)
         else:
             group.outputs[position] = x if owned else x.clone()
+
+    def close(self) -> None:
+        """Stop the streams' second threads (a pass that ends early)."""
+        for group in self.groups:
+            if group.stream is not None:
+                group.stream.close()
 
 
 class CollapseProbe:
@@ -289,8 +300,9 @@ class CollapseProbe:
 
     How: one forward pass in eval mode under ``torch.no_grad()`` on one thread, with hooks on the watched layers
     and pre-hooks on the norms (the model's mode is restored afterwards, also on error). A layer whose rows form one
-    graph is measured in its hook by a :class:`~graphnorm.analysis.collapse.LayerStream` while its output is in
-    cache, keeping only a small summary; other layers are copied and measured together by
+    graph is copied in its hook, while its output is in cache, into a :class:`~graphnorm.analysis.collapse.LayerStream`,
+    which measures every few layers and keeps only their records (on a second thread while the forward goes on, when
+    ``background``); other layers are copied and measured together by
     :func:`~graphnorm.analysis.collapse.collapse_records_layers`. Either way the records equal
     :func:`~graphnorm.analysis.collapse.collapse_records` called per layer. Graph-level data is one PyG ``Batch``
     (:func:`evaluation_sample`): per-graph mean and std, the pooled rows, and token rows as one set.
@@ -311,6 +323,10 @@ class CollapseProbe:
         precision: ``"float64"`` (default, the reference) or ``"float32"``: how the rows are kept while measured
             (:func:`~graphnorm.analysis.collapse.collapse_records`); every sum accumulates in float64 either way.
         split: optional label (e.g. "val") added to every record as ``split``.
+        background: measure the one-graph layers on a second thread while the forward pass runs, so the probe costs
+            about the longer of the two instead of their sum; default (None): when torch may use two or more
+            threads (``torch.get_num_threads()``), i.e. the process has a core to spare. A sweep worker given one
+            thread measures on its own thread. The records are the same either way.
 
     ``probe(data)`` returns a DataFrame with columns layer (1-based position among the recorded layers), layer_name,
     rows ("node"/"token"), metric, stat, value; ``probe_records(data)`` the same as a list of dicts. After a call,
@@ -329,6 +345,7 @@ class CollapseProbe:
         cone_tol_deg: float = 1e-3,
         split: str | None = None,
         precision: str = "float64",
+        background: bool | None = None,
     ) -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"CollapseProbe: model must be a torch.nn.Module, got {type(model).__name__}")
@@ -346,6 +363,9 @@ class CollapseProbe:
         self.cone_tol_deg = cone_tol_deg
         self.precision = check_choice(precision, PRECISIONS, "precision", "CollapseProbe")
         self.split = split
+        if background is not None and not isinstance(background, bool):
+            raise TypeError(f"CollapseProbe: background must be True, False or None, got {background!r}")
+        self.background = background
         self._norms = [module for _, module in graphnorm_norms(model)]  # whose calls describe the rows
         self.last_timing: dict[str, float] = {}
         self.last_contexts: list[RowContext] = []
@@ -360,7 +380,9 @@ class CollapseProbe:
         """One forward pass in eval mode without grad, on one thread, with hooks on the norms (their keywords) and
         the watched layers (their rows); hooks removed and the mode restored, also on error."""
         names = [name for name, _ in self.layers]
-        run = _Pass(data, names, stream, self.num_singular_values, self.cone_tol_deg, self.precision)
+        # Read before single_thread() sets one thread: two or more mean the process may use a second core.
+        background = self.background if self.background is not None else torch.get_num_threads() >= 2
+        run = _Pass(data, names, stream, self.num_singular_values, self.cone_tol_deg, self.precision, background)
         handles = [
             module.register_forward_pre_hook(
                 lambda m, args, kwargs: run.on_norm_call(m, args, kwargs), with_kwargs=True
@@ -374,6 +396,9 @@ class CollapseProbe:
             with torch.no_grad(), single_thread():
                 self.forward(self.model, data)
                 run.finish()
+        except BaseException:
+            run.close()
+            raise
         finally:
             for handle in handles:
                 handle.remove()
@@ -432,8 +457,11 @@ class CollapseProbe:
         start = time.perf_counter()
         run = self._run(data, stream=True)
         captured = time.perf_counter()
-        recorded = self._recorded(run)
-        per_position = self._measure(run)
+        try:
+            recorded = self._recorded(run)
+            per_position = self._measure(run)
+        finally:
+            run.close()
         extra = {} if self.split is None else {"split": self.split}
         records = [
             {"layer": layer, "layer_name": self.layers[position][0], **record, **extra}
