@@ -49,4 +49,6 @@ def test_blas_threads_change_no_number():
     with threadpool_limits(1, user_api="blas"):
         one = cone.cone_from_unit_rows(units, norms, 1e-3)[0]
     assert one == two
-    assert {r["metric"]: r["value"] for r in records}["cone_angle"] == one
+    # The probe's unit rows come from its own compiled pass (row norms summed in another order): the same cone up to
+    # round-off.
+    assert {r["metric"]: r["value"] for r in records}["cone_angle"] == pytest.approx(one, rel=1e-12)

@@ -249,3 +249,17 @@ def test_background_probe_stops_its_thread_when_the_forward_fails():
     with pytest.raises(ValueError, match="NaN or Inf"):
         CollapseProbe(model, background=True).probe_records(data)
     assert not [t for t in threading.enumerate() if t.name.startswith("graphnorm-probe") and t.name not in before]
+
+
+def test_probe_reuses_its_row_buffers_between_calls():
+    """A second probe takes the first one's row buffers from the probe's pool (none allocated anew), same records."""
+    torch.manual_seed(0)
+    data = _random_graph(200, num_edges=500)
+    probe = CollapseProbe(DeepGCN(8, 16, 3, num_layers=12, norm="pairnorm"), background=True)
+    first = probe.probe_records(data)
+    pooled = {key: [id(buffers) for buffers in values] for key, values in probe._pool.items()}
+    assert pooled and all(pooled.values())
+    assert probe.probe_records(data) == first
+    assert {key: sorted(id(b) for b in values) for key, values in probe._pool.items()} == {
+        key: sorted(ids) for key, ids in pooled.items()
+    }

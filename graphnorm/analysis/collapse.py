@@ -141,26 +141,18 @@ class _Rows:
     edge_graph: Tensor | None  # graph of each kept edge (batched input)
     edge_both_ways: bool
 
-    # NumPy views for the edge metrics (set from the fields above): endpoints, graphs, node rows per graph,
-    # kept-edge neighbours per node row.
+    # NumPy views for the edge metrics (set from the fields above): endpoints, graphs, node rows per graph.
     edge_source_np: np.ndarray | None = field(init=False)
     edge_target_np: np.ndarray | None = field(init=False)
     edge_graph_np: np.ndarray | None = field(init=False)
     batch_np: np.ndarray | None = field(init=False)
     node_counts_np: np.ndarray = field(init=False)
-    neighbour_count_np: np.ndarray | None = field(init=False)
 
     def __post_init__(self) -> None:
         self.edge_source_np, self.edge_target_np = _numpy(self.edge_source), _numpy(self.edge_target)
         self.edge_graph_np, self.batch_np = _numpy(self.edge_graph), _numpy(self.batch)
         counts = self.node_counts if self.node_counts is not None else torch.tensor([float(self.num_node_rows)])
         self.node_counts_np = counts.to(torch.float64).numpy()
-        self.neighbour_count_np = None
-        if self.edge_source is not None:
-            count = np.bincount(self.edge_source_np, minlength=self.num_node_rows).astype(np.float64)
-            if self.edge_both_ways:
-                count += np.bincount(self.edge_target_np, minlength=self.num_node_rows)
-            self.neighbour_count_np = count
 
     @property
     def num_edges(self) -> int:
@@ -242,10 +234,11 @@ class _Layer:
     units: Tensor  # [m, d], zero rows stay zero
 
 
-def _load_rows(x: Tensor, rows: Tensor | None, out_x: Tensor, out_norms: Tensor) -> int:
-    """Copy the given rows of ``x`` into ``out_x`` [m, d] (float64) and their norms into ``out_norms`` [m]; rejects
-    NaN / Inf. Returns ``k`` where the rows were scaled by ``2**k`` (0 unless their entries are extreme: every metric
-    but the Dirichlet energy is scale-invariant, and the energy is scaled back, see
+def _load_rows(x: Tensor, rows: Tensor | None, out_x: Tensor, out_norms: Tensor, out_units: Tensor) -> int:
+    """Copy the given rows of ``x`` into ``out_x`` [m, d] (float64, or float32 for ``precision="float32"``), their
+    float64 norms into ``out_norms`` [m] and their unit rows into ``out_units`` [m, d] (one compiled pass,
+    :func:`_widen_rows`); rejects NaN / Inf. Returns ``k`` where the rows were scaled by ``2**k`` (0 unless their
+    entries are extreme: every metric but the Dirichlet energy is scale-invariant, and the energy is scaled back, see
     :func:`graphnorm.analysis.magnitude.rescale_for_invariant`).
 
     Validation costs little: a row holding NaN or Inf has a non-finite norm, so the element-wise check runs only
@@ -255,13 +248,16 @@ def _load_rows(x: Tensor, rows: Tensor | None, out_x: Tensor, out_norms: Tensor)
     x = x.detach().to("cpu")
     if rows is not None:
         x = x.index_select(0, rows)
-    out_x.copy_(x)
-    norms = _row_norms(out_x, out_norms)
+    if x.dtype not in (torch.float32, torch.float64):  # halves and integers: widened exactly (NumPy has no bfloat16)
+        x = x.to(out_x.dtype)
+    _widen_rows(x.contiguous().numpy(), out_x.numpy(), out_norms.numpy(), out_units.numpy())
+    norms = out_norms
     shift = 0
     if not _ordinary_scale(norms):  # only then look at every entry: the common case costs one pass over the norms
         shift = _rescale_in_place(out_x)
         if shift:
             _row_norms(out_x, out_norms)
+            _unit_rows(out_x, out_norms, out=out_units)
     if not bool(torch.isfinite(norms).all()):
         finite = torch.isfinite(out_x)
         if out_x.dtype != x.dtype and bool(torch.isfinite(x).all()):
@@ -275,6 +271,26 @@ def _load_rows(x: Tensor, rows: Tensor | None, out_x: Tensor, out_norms: Tensor)
             )
     check_not_too_large(float(norms.square().sum()), out_x.size(0), "collapse_metrics")
     return shift
+
+
+@numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+def _widen_rows(x: np.ndarray, out_x: np.ndarray, out_norms: np.ndarray, out_units: np.ndarray) -> None:
+    """``out_x`` = ``x`` [m, d] in ``out_x``'s dtype, ``out_norms`` [m] the float64 norms of the stored rows and
+    ``out_units`` [m, d] the stored rows over their norms (zero rows stay zero), one row at a time while it is in
+    cache (as :func:`_row_norms` and :func:`_unit_rows`, up to the order of each norm's sum). NaN and Inf carry
+    into the norms, where the caller checks them."""
+    rows, width = x.shape
+    for i in range(rows):
+        squared = 0.0
+        for k in range(width):
+            out_x[i, k] = x[i, k]
+            value = np.float64(out_x[i, k])
+            squared += value * value
+        norm = math.sqrt(squared)
+        out_norms[i] = norm
+        divisor = norm if norm > 0.0 else 1.0
+        for k in range(width):
+            out_units[i, k] = np.float64(out_x[i, k]) / divisor
 
 
 def _row_norms(x: Tensor, out: Tensor) -> Tensor:
@@ -324,6 +340,7 @@ class _StackBuffers:
         self.norms = torch.empty(capacity, num_rows, dtype=torch.float64)
         self.units = torch.empty(capacity, num_rows, width, dtype=torch.float64)
         self.shifts = [0] * capacity  # layer ``slot`` was scaled by 2**shifts[slot] (see _load_rows)
+        self.key = (capacity, num_rows, width, precision)  # what buffers of the same shapes share
 
     @property
     def capacity(self) -> int:
@@ -331,14 +348,14 @@ class _StackBuffers:
         return self.x.size(0)
 
     def load(self, slot: int, x: Tensor, rows: Tensor | None) -> None:
-        """Copy the given rows of layer ``x`` into ``slot`` (validated as :func:`_load_rows` does)."""
-        self.shifts[slot] = _load_rows(x, rows, self.x[slot], self.norms[slot])
+        """Copy the given rows of layer ``x`` into ``slot`` with their norms and unit rows (validated as
+        :func:`_load_rows` does)."""
+        self.shifts[slot] = _load_rows(x, rows, self.x[slot], self.norms[slot], self.units[slot])
 
     def stack(self, count: int) -> _Stack:
-        """The first ``count`` loaded layers, with their unit rows (valid until the buffers are loaded again)."""
+        """The first ``count`` loaded layers (valid until the buffers are loaded again)."""
         x, norms = self.x[:count], self.norms[:count]
-        nonzero, units = _unit_rows(x, norms, out=self.units[:count])
-        return _Stack(x, norms, nonzero, units, self.shifts[:count])
+        return _Stack(x, norms, norms > 0, self.units[:count], self.shifts[:count])
 
 
 def _grams(x: Tensor) -> Tensor:
@@ -463,46 +480,68 @@ def _sum_by(index: np.ndarray, weights: np.ndarray, size: int) -> np.ndarray:
 
 
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
-def _edge_products(
-    x: np.ndarray, source: np.ndarray, target: np.ndarray, dots: np.ndarray, squared: np.ndarray
+def _edge_sums(
+    x: np.ndarray,
+    norms: np.ndarray,
+    source: np.ndarray,
+    target: np.ndarray,
+    edge_graph: np.ndarray,
+    both_ways: bool,
+    energy: np.ndarray,
+    cosine_sum: np.ndarray,
+    live_count: np.ndarray,
 ) -> None:
-    """For every layer of ``x`` [L, m, d] and edge (source, target) [E]: the dot product of the endpoint rows into
-    ``dots`` [L, E] and their squared distance into ``squared`` [L, E] (compiled: one pass over each edge's two rows,
-    in cache, instead of NumPy's row gathers and einsums). The squared distance sums explicit differences (not
-    squared norms minus cross terms), so an energy decaying to 1e-30 is not lost to cancellation; the sums over d may
-    run in any order (vectorized), which changes them by round-off only."""
+    """For every layer of ``x`` [L, m, d] (row norms ``norms`` [L, m]) and edge (source, target) [E], in one pass
+    over each edge's two rows (compiled, in cache): the squared distance of the endpoint rows added to
+    ``energy`` [L, G] at the edge's graph (``edge_graph`` [E], empty for one graph), and, where neither row is zero,
+    their cosine added to ``cosine_sum`` [L, m] and 1 to ``live_count`` [L, m] at the source (and at the target when
+    ``both_ways``). The squared distance sums explicit differences (not squared norms minus cross terms), so an energy
+    decaying to 1e-30 is not lost to cancellation; sums over d may run in any order (vectorized), which changes them
+    by round-off only. Float32 rows are widened: their products are exact in float64."""
     num_layers, _, width = x.shape
     for layer in range(num_layers):
-        rows = x[layer]
+        rows, row_norms = x[layer], norms[layer]
         for edge in range(source.size):
-            a, b = rows[source[edge]], rows[target[edge]]
+            head, tail = source[edge], target[edge]
+            a, b = rows[head], rows[tail]
             dot, distance = 0.0, 0.0
             for k in range(width):
-                left, right = np.float64(a[k]), np.float64(b[k])  # float32 rows: products exact in float64
+                left, right = np.float64(a[k]), np.float64(b[k])
                 dot += left * right
                 difference = left - right
                 distance += difference * difference
-            dots[layer, edge], squared[layer, edge] = dot, distance
+            energy[layer, edge_graph[edge] if edge_graph.size else 0] += distance
+            if row_norms[head] > 0.0 and row_norms[tail] > 0.0:
+                cosine = dot / (row_norms[head] * row_norms[tail])
+                cosine_sum[layer, head] += cosine
+                live_count[layer, head] += 1.0
+                if both_ways:
+                    cosine_sum[layer, tail] += cosine
+                    live_count[layer, tail] += 1.0
 
 
 def _edge_metrics_stacked(stack: _Stack, rows: _Rows) -> dict[str, np.ndarray]:
     """Dirichlet energies and neighbour MAD of stacked layers per graph: {name: [L, num_graphs]} (NaN where
     undefined).
 
-    One pass over the endpoint rows of every edge gives its dot product (cosine, neighbour MAD) and squared distance
-    (Dirichlet) (:func:`_edge_products`); per-node and per-graph sums are one bincount for all layers."""
+    One pass over the endpoint rows of every edge gives the per-graph squared distances (Dirichlet) and the per-node
+    sums of neighbour cosines (neighbour MAD) (:func:`_edge_sums`); per-graph sums over nodes are one bincount for
+    all layers."""
     x, norms = stack.x.numpy(), stack.norms.numpy()
     num_layers, num_rows, _ = x.shape
-    source, target = rows.edge_source_np, rows.edge_target_np
-    dots, squared = np.empty((num_layers, source.size)), np.empty((num_layers, source.size))
-    _edge_products(x, source, target, dots, squared)
+    energy = np.zeros((num_layers, rows.num_graphs))
+    cosine_sum, count = np.zeros((num_layers, num_rows)), np.zeros((num_layers, num_rows))
+    no_graphs = np.empty(0, dtype=np.int64)
+    edge_graph = rows.edge_graph_np if rows.edge_graph_np is not None else no_graphs
+    _edge_sums(
+        x, norms, rows.edge_source_np, rows.edge_target_np, edge_graph, rows.edge_both_ways, energy, cosine_sum, count
+    )
     if rows.edge_both_ways:  # each stored pair stands for both directions
-        squared *= 2.0
+        energy *= 2.0
     squared_norms = np.square(norms)
     if rows.batch is None:
-        energy, frobenius_sq = squared.sum(axis=1)[:, None], squared_norms.sum(axis=1)[:, None]
+        frobenius_sq = squared_norms.sum(axis=1)[:, None]
     else:
-        energy = _sum_by(rows.edge_graph_np, squared, rows.num_graphs)
         frobenius_sq = _sum_by(rows.batch_np, squared_norms, rows.num_graphs)
     per_node = np.maximum(rows.node_counts_np, 1.0)
     result = {"dirichlet_energy": _unscaled_energy(energy / per_node, stack.shifts)}
@@ -510,19 +549,6 @@ def _edge_metrics_stacked(stack: _Stack, rows: _Rows) -> dict[str, np.ndarray]:
     result["dirichlet_energy_normalized"] = normalized / per_node
     # Neighbour MAD: node i's mean cosine distance to its non-self, non-zero neighbours j is
     # 1 - sum_j cos(x_i, x_j) / #{j}; edges touching a zero row (no direction) are left out of both sums.
-    source_norms, target_norms = norms[:, source], norms[:, target]
-    if bool(stack.nonzero.all()):
-        cosine = dots / (source_norms * target_norms)
-        count = rows.neighbour_count_np
-    else:
-        live = (source_norms > 0) & (target_norms > 0)
-        cosine = np.where(live, dots / np.where(live, source_norms * target_norms, 1.0), 0.0)
-        count = _sum_by(source, live, num_rows)
-        if rows.edge_both_ways:
-            count += _sum_by(target, live, num_rows)
-    cosine_sum = _sum_by(source, cosine, num_rows)
-    if rows.edge_both_ways:
-        cosine_sum += _sum_by(target, cosine, num_rows)
     has_targets = count > 0
     node_mad = np.where(has_targets, 1.0 - cosine_sum / np.maximum(count, 1.0), 0.0)
     if rows.batch is None:
@@ -837,6 +863,7 @@ class LayerStream:
         cone_tol_deg: float = 1e-3,
         precision: str = "float64",
         background: bool = False,
+        buffer_pool: dict[tuple, list[_StackBuffers]] | None = None,
     ):
         self.precision = check_choice(precision, PRECISIONS, "precision", "collapse_metrics")
         self.edge_index = edge_index
@@ -848,6 +875,9 @@ class LayerStream:
         self._measuring: list[tuple[Future, int, list[int], _StackBuffers]] = []  # (records, width, indices, buffers)
         self._records: dict[int, list[dict]] = {}
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="graphnorm-probe") if background else None
+        # Buffers from earlier streams over rows of the same size, and for later ones (MB-sized fresh tensors cost
+        # their page faults again each time).
+        self._pool = {} if buffer_pool is None else buffer_pool
 
     def add(self, index: int, x: Tensor) -> None:
         """Measure layer ``index`` (0-based position) with output ``x`` [n, d]; a later call for the same index
@@ -867,9 +897,10 @@ class LayerStream:
                 self._measure(width)
 
     def _new_buffers(self, width: int) -> _StackBuffers:
-        """Buffers for a chunk of layers of ``width``."""
+        """Buffers for a chunk of layers of ``width`` (from the pool when it has such buffers)."""
         capacity = _chunk_capacity(self._rows.num_rows, self._rows.num_edges, width)
-        return _StackBuffers(capacity, self._rows.num_rows, width, self.precision)
+        pooled = self._pool.get((capacity, self._rows.num_rows, width, self.precision))
+        return pooled.pop() if pooled else _StackBuffers(capacity, self._rows.num_rows, width, self.precision)
 
     def _discard(self, index: int, loading_width: int) -> None:
         """Forget layer ``index`` (measured, or waiting in a chunk: the chunk's later layers, and the layer being
@@ -881,7 +912,7 @@ class LayerStream:
             if index in indices:
                 slot = indices.index(index)
                 count = len(indices) + (width == loading_width)
-                for target in (buffers.x, buffers.norms):
+                for target in (buffers.x, buffers.norms, buffers.units):
                     target[slot : count - 1] = target[slot + 1 : count].clone()
                 indices.remove(index)
 
@@ -923,6 +954,10 @@ class LayerStream:
                 self._collect()
         finally:
             self.close()
+        for buffers in [buffers for buffers, _ in self._chunks.values()] + sum(self._free.values(), []):
+            self._pool.setdefault(buffers.key, []).append(buffers)
+        self._chunks.clear()
+        self._free.clear()
         return [self._records[index] for index in sorted(self._records)]
 
     def close(self) -> None:

@@ -194,6 +194,7 @@ class _Pass:
     cone_tol_deg: float
     precision: str  # of the collapse metrics (graphnorm.analysis.collapse.PRECISIONS)
     background: bool  # streams measure full chunks on a second thread while the forward goes on
+    buffer_pool: dict  # the probe's row buffers, reused by every pass
     norm_calls: list[tuple[int, RowContext]] = field(default_factory=list)  # (rows, context) in call order
     latest: dict[int, RowContext] = field(default_factory=dict)  # rows -> context of the latest norm call on them
     groups: list[_RowGroup] = field(default_factory=list)
@@ -261,6 +262,7 @@ class _Pass:
                     self.cone_tol_deg,
                     precision=self.precision,
                     background=self.background,
+                    buffer_pool=self.buffer_pool,
                 )
             group = _RowGroup(context, stream)
             self.groups.append(group)
@@ -369,6 +371,7 @@ class CollapseProbe:
         self._norms = [module for _, module in graphnorm_norms(model)]  # whose calls describe the rows
         self.last_timing: dict[str, float] = {}
         self.last_contexts: list[RowContext] = []
+        self._pool: dict = {}  # row buffers kept between probes (graphnorm.analysis.collapse.LayerStream)
 
     def capture(self, data: Any) -> list[Tensor]:
         """One forward pass in eval mode without grad; the rows of every recorded layer (its last call)."""
@@ -382,7 +385,9 @@ class CollapseProbe:
         names = [name for name, _ in self.layers]
         # Read before single_thread() sets one thread: two or more mean the process may use a second core.
         background = self.background if self.background is not None else torch.get_num_threads() >= 2
-        run = _Pass(data, names, stream, self.num_singular_values, self.cone_tol_deg, self.precision, background)
+        run = _Pass(
+            data, names, stream, self.num_singular_values, self.cone_tol_deg, self.precision, background, self._pool
+        )
         handles = [
             module.register_forward_pre_hook(
                 lambda m, args, kwargs: run.on_norm_call(m, args, kwargs), with_kwargs=True
