@@ -211,3 +211,47 @@ def test_warm_kernels_compiles_every_kernel_the_probe_runs():
     # And afterwards a probe of either precision gives records (nothing left to compile is not observable here).
     for precision in PRECISIONS:
         assert collapse_records(torch.rand(40, 3) + 0.1, torch.randint(0, 40, (2, 80)), precision=precision)
+
+
+def _robust_subset(units: np.ndarray, q: float) -> np.ndarray:
+    """S_q of :func:`robust_cone_from_unit_rows`, computed here in NumPy."""
+    total = units.sum(axis=0)
+    cosines = units @ (total / np.linalg.norm(total))
+    k = math.ceil(q * len(units) - 1e-9)
+    return np.flatnonzero(cosines >= np.sort(cosines)[len(units) - k])
+
+
+def test_warm_started_robust_cone_is_within_tol_of_a_cold_start():
+    """The robust cone's solve starts from the exact cone's final corral (the rows of it in S_q): the answer stays
+    certified, so it is within the tolerance of a cold start on S_q, and never wider than the exact cone."""
+    from graphnorm.analysis import cone
+
+    rng = np.random.default_rng(11)
+    tol, q = 1e-3, 0.9
+    row_sets = []
+    for num_rows, width, spread in ((1500, 8, 1.0), (900, 16, 0.3), (400, 12, 2.0), (2000, 64, 0.05)):
+        axis = rng.standard_normal(width)
+        row_sets.append(axis / np.linalg.norm(axis) + spread * rng.standard_normal((num_rows, width)))
+    collapsed = np.tile(rng.standard_normal(24), (1200, 1)) + 1e-3 * rng.standard_normal((1200, 24))
+    collapsed[:30] = rng.standard_normal((30, 24))  # a few outliers that decide the exact cone
+    row_sets.append(collapsed)
+    warm_started = 0
+    for x in row_sets:
+        norms = np.linalg.norm(x, axis=1)
+        units = x / norms[:, None]
+        rows = np.arange(len(units))
+        units_sum, weighted_sum = units.sum(axis=0), norms @ units
+        exact, robust, _, _ = cone._both_cones(units, norms, rows, units_sum, weighted_sum, q, tol)
+        subset = _robust_subset(units, q)
+        cold = cone_from_unit_rows(units, norms, tol, rows=subset)[0]
+        assert robust == pytest.approx(cold, abs=tol)
+        assert robust <= exact + tol
+        assert exact == cone_from_unit_rows(units, norms, tol, units_sum=units_sum, weighted_sum=weighted_sum)[0]
+        # The public one-matrix function and the probe's compiled call give the same numbers.
+        assert robust == robust_cone_from_unit_rows(units, norms, q, tol, units_sum, weighted_sum)
+        assert robust == pytest.approx(cone.exact_and_robust_cones(units, norms, rows, q, tol)[1], abs=tol)
+        corral = cone._cone_from_start(
+            units, norms, rows, units_sum, weighted_sum, tol, 10_000, np.empty(0, dtype=np.intp), np.empty(0)
+        )[5]
+        warm_started += bool(np.isin(corral, subset).any())
+    assert warm_started >= 3  # the warm start is exercised, not only the cold fallback

@@ -2,8 +2,9 @@
 model; how each metric family's cost grows with rows; and the first probe of a fresh process.
 
 ``graphnorm.analysis.CollapseProbe(model).probe(data)`` runs one eval/no-grad forward with hooks on every layer that
-measure each layer's output as it appears (one graph) and then batches the rest over layers. The baseline is one
-forward pass of the same model in eval mode under ``torch.no_grad()`` (the least any probe must do). Interleaved
+copy each layer's output as it appears (one graph) into chunks of a few layers, measured on a second thread beside the
+forward when torch has two or more threads (else in the hooks), and then batches the rest over layers. The baseline is
+one forward pass of the same model in eval mode under ``torch.no_grad()`` (the least any probe must do). Interleaved
 rounds; the probe / forward ratio of each round (min and median) is reported with the probe's own split, the load
 average while the rounds ran, and the peak memory of one probe and one forward beside their time (also for a 64-layer
 model on a 20,000-node random graph: the probe keeps a bounded chunk of layers, not every layer's output). Target
@@ -99,7 +100,7 @@ def _measure(data: Data, num_layers: int, repeats: int, min_seconds: float) -> d
 def _part_timers(probe: CollapseProbe, data: Data) -> dict[str, Callable[[], None]]:
     """Each part of the probe's metrics on its captured layers of the model's hidden width (one stack of every such
     layer), as the probe runs them (graphnorm.analysis.collapse's own functions, one thread): float64 copy with row
-    norms and validation, unit rows, float64 Gram matrices, edge metrics (Dirichlet energies, neighbour MAD), exact
+    norms, unit rows and validation, float64 Gram matrices, edge metrics (Dirichlet energies, neighbour MAD), exact
     and robust cone angles."""
     outputs = [x for x in probe.capture(data) if x.size(1) == HIDDEN]
     rows = collapse._build_rows(outputs[0].size(0), data.edge_index, None, None)
@@ -119,7 +120,6 @@ def _part_timers(probe: CollapseProbe, data: Data) -> dict[str, Callable[[], Non
 
     parts = {
         "copy": copy,
-        "unit rows": lambda: buffers.stack(len(outputs)),
         "Gram": lambda: collapse._grams(stack.x),
         "edges": lambda: collapse._edge_metrics_stacked(stack, rows),
         "cones": cones,
@@ -208,8 +208,9 @@ def run(quick: bool = False, out_dir: Path | None = None, repeats: int | None = 
         f"{graph} ({data.num_nodes} nodes), DeepGCN with {' and '.join(map(str, depths))} layers (norm {NORM}, hidden "
         f"{HIDDEN}); probe = CollapseProbe(model).probe(data) over every layer with the default metrics (each layer "
         "measured in its forward hook, the rest batched over layers); baseline = one eval/no-grad forward with this "
-        f"run's torch threads ({torch.get_num_threads()}) and on one thread (the probe runs its own forward and "
-        f"metrics on one thread); {repeats} interleaved rounds, ratio of each round, min and median. "
+        f"run's torch threads ({torch.get_num_threads()}) and on one thread (the probe runs its own forward on one "
+        "thread and, with two or more torch threads, measures layers on a second thread beside it: "
+        f"CollapseProbe(background=None)); {repeats} interleaved rounds, ratio of each round, min and median. "
         f"Target (issue 20): probe / forward <= {TARGET_RATIO} at 64 layers, against the one-thread forward. Peak "
         "memory: extra resident memory of one call over the memory before it (_common.peak_memory). Second table: "
         "one probe and one forward on a larger random graph, timed once each, for memory. Third table: the probe's "
@@ -294,7 +295,7 @@ def _row_families(x: torch.Tensor, edge_index: torch.Tensor) -> dict[str, Callab
         collapse._ranks(collapse._singular_values_from([collapse._grams(stack.x)[0]], None))
 
     parts = {
-        "rows (copy, norms, unit rows)": lambda: (buffers.load(0, x, None), buffers.stack(1)),
+        "rows (copy, norms, unit rows)": lambda: buffers.load(0, x, None),
         "spectrum (Gram, eigvalsh)": spectrum,
         "cones (exact, q90), mean cosine, MAD": lambda: collapse._cones(layer, 1e-3),
         "edges (Dirichlet, neighbour MAD)": lambda: collapse._edge_metrics_stacked(stack, rows),

@@ -24,12 +24,7 @@ import torch
 from torch import Tensor
 from torch_geometric.utils import to_dense_batch
 
-from graphnorm.analysis.cone import (
-    ROBUST_CONE_LEVEL,
-    cone_from_unit_rows,
-    exact_and_robust_cones,
-    robust_cone_from_unit_rows,
-)
+from graphnorm.analysis.cone import ROBUST_CONE_LEVEL, exact_and_robust_cones
 from graphnorm.analysis.magnitude import SAFE_EXPONENT, check_not_too_large, invariant_shift, scale_by_power_of_two
 from graphnorm.analysis.metrics import _gram_f64
 from graphnorm.analysis.min_norm_point import WORKING_SIZE
@@ -637,11 +632,16 @@ def _per_graph_metrics_stacked(stack: _Stack, rows: _Rows, cone_tol_deg: float) 
         graph_norms = sorted_norms[layer, start:stop]
         if not mask.all():
             graph_units, graph_norms = graph_units[mask], graph_norms[mask]
-        if not bool(certified_90[layer, graph]):
-            cones[layer, graph] = cone_from_unit_rows(graph_units, graph_norms, cone_tol_deg)[0]
-        robust_cones[layer, graph] = robust_cone_from_unit_rows(
-            graph_units, graph_norms, ROBUST_CONE_LEVEL, cone_tol_deg
+        exact, robust, _ = exact_and_robust_cones(
+            np.ascontiguousarray(graph_units),
+            np.ascontiguousarray(graph_norms),
+            np.arange(graph_norms.size),
+            ROBUST_CONE_LEVEL,
+            cone_tol_deg,
         )
+        if not bool(certified_90[layer, graph]):
+            cones[layer, graph] = exact
+        robust_cones[layer, graph] = robust
 
     counts = rows.node_counts
     result = {

@@ -136,8 +136,30 @@ def _cone_of_rows(
     tol_deg: float,
     max_iter: int,
 ) -> tuple[float, np.ndarray, float, int, bool]:
-    """:func:`cone_from_unit_rows` compiled, all arguments given (an empty axis stands for None): the certificate
-    for 90 degrees, then Wolfe's algorithm."""
+    """:func:`cone_from_unit_rows` compiled, all arguments given (an empty axis stands for None)."""
+    no_start = np.empty(0, dtype=np.intp)
+    angle, axis, gap, iterations, converged, _, _ = _cone_from_start(
+        units, norms, rows, units_sum, weighted_sum, tol_deg, max_iter, no_start, np.empty(0)
+    )
+    return angle, axis, gap, iterations, converged
+
+
+@numba.njit(cache=True, nogil=True)
+def _cone_from_start(
+    units: np.ndarray,
+    norms: np.ndarray,
+    rows: np.ndarray,
+    units_sum: np.ndarray,
+    weighted_sum: np.ndarray,
+    tol_deg: float,
+    max_iter: int,
+    start_rows: np.ndarray,
+    start_weights: np.ndarray,
+) -> tuple[float, np.ndarray, float, int, bool, np.ndarray, np.ndarray]:
+    """:func:`_cone_of_rows` with Wolfe started from the corral ``start_rows`` / ``start_weights`` (empty: the
+    solver's own start, see :func:`graphnorm.analysis.min_norm_point.wolfe_min_norm_point`): the certificate for
+    90 degrees, then Wolfe's algorithm. Also returns the final corral's rows and weights (empty when the
+    certificate answered without a solve)."""
     threshold = math.sin(math.radians(tol_deg))
     norm_total = 0.0
     for row in rows:
@@ -149,13 +171,16 @@ def _cone_of_rows(
         weighted_square += weighted * weighted
     smallest = min(math.sqrt(mean_square), math.sqrt(weighted_square))
     if smallest <= threshold:
-        return 90.0, np.empty(0), 90.0 - math.degrees(math.acos(min(smallest, 1.0))), 0, True
-    p, upper, lower, iterations = wolfe_min_norm_point(units, rows, units_sum, tol_deg, max_iter, WORKING_SIZE)
+        gap = 90.0 - math.degrees(math.acos(min(smallest, 1.0)))
+        return 90.0, np.empty(0), gap, 0, True, np.empty(0, dtype=np.intp), np.empty(0)
+    p, upper, lower, iterations, corral, weights = wolfe_min_norm_point(
+        units, rows, units_sum, tol_deg, max_iter, WORKING_SIZE, start_rows, start_weights
+    )
     converged = min(upper, 90.0) - lower <= tol_deg
     norm_p = math.sqrt(p @ p)
     if upper >= 90.0 or norm_p == 0.0:
-        return 90.0, np.empty(0), max(0.0, 90.0 - lower), iterations, converged
-    return upper, p / norm_p, upper - lower, iterations, converged
+        return 90.0, np.empty(0), max(0.0, 90.0 - lower), iterations, converged, corral, weights
+    return upper, p / norm_p, upper - lower, iterations, converged, corral, weights
 
 
 def cone_angle_info(x: Tensor | np.ndarray, tol_deg: float = 1e-4, max_iter: int = 10_000) -> ConeAngle:
@@ -214,12 +239,39 @@ def robust_cone_from_unit_rows(
     m sin(tol_deg) the rows have no mean direction: 90.0 ("at least 90"). ``units_sum`` and ``weighted_sum``:
     ``units.sum(axis=0)`` and ``norms @ units`` when the caller has them (the subset's sums are then these minus the
     left-out rows', a pass over a tenth of the rows instead of a copy of the rest).
+
+    Computed as in :func:`exact_and_robust_cones`, whose numbers it gives: the solve on S_q starts from the exact
+    cone's final corral, so the exact cone of all the rows is solved first.
     """
     units = np.ascontiguousarray(units, dtype=np.float64)
     norms = np.ascontiguousarray(norms, dtype=np.float64)
     units_sum = units.sum(axis=0) if units_sum is None else np.ascontiguousarray(units_sum)
     weighted_sum = norms @ units if weighted_sum is None else np.ascontiguousarray(weighted_sum)
-    return _robust_cone_of_rows(units, norms, np.arange(units.shape[0]), units_sum, weighted_sum, q, tol_deg)
+    return _both_cones(units, norms, np.arange(units.shape[0]), units_sum, weighted_sum, q, tol_deg)[1]
+
+
+@numba.njit(cache=True)
+def _inner_products_in_order(units: np.ndarray, rows: np.ndarray, vector: np.ndarray) -> np.ndarray:
+    """``units[rows] @ vector``, each sum added in column order (so a tie between rows stays a tie whatever the
+    rows' order), four rows at a time: four independent sums keep the floating-point adder busy where one sum waits
+    on each previous addition."""
+    m, width = rows.size, vector.size
+    out = np.empty(m)
+    for first in range(0, m - 3, 4):
+        a, b, c, e = units[rows[first]], units[rows[first + 1]], units[rows[first + 2]], units[rows[first + 3]]
+        total_a, total_b, total_c, total_e = 0.0, 0.0, 0.0, 0.0
+        for column in range(width):
+            total_a += a[column] * vector[column]
+            total_b += b[column] * vector[column]
+            total_c += c[column] * vector[column]
+            total_e += e[column] * vector[column]
+        out[first], out[first + 1], out[first + 2], out[first + 3] = total_a, total_b, total_c, total_e
+    for i in range(m - m % 4, m):
+        unit, total = units[rows[i]], 0.0
+        for column in range(width):
+            total += unit[column] * vector[column]
+        out[i] = total
+    return out
 
 
 @numba.njit(cache=True, nogil=True)
@@ -231,38 +283,78 @@ def _robust_cone_of_rows(
     weighted_sum: np.ndarray,
     q: float,
     tol_deg: float,
-) -> float:
-    """:func:`robust_cone_from_unit_rows` compiled, of the rows ``rows`` of ``units`` (their sums given)."""
+    exact: float,
+    corral: np.ndarray,
+    corral_weights: np.ndarray,
+) -> tuple[float, int]:
+    """:func:`robust_cone_from_unit_rows` compiled, of the rows ``rows`` of ``units`` (their sums given), from the
+    exact cone of those rows: its angle ``exact`` (the answer when S_q is every row) and its final corral
+    ``corral`` / ``corral_weights``. Wolfe on S_q starts from the corral's rows that are in S_q, their weights
+    scaled to sum 1 (its own start when none is): the exact cone's outliers left out, the rest of its corral is
+    usually near S_q's. Returns (angle, Wolfe major cycles on S_q)."""
     m, width = rows.size, units_sum.size
     total_norm = math.sqrt(units_sum @ units_sum)
     if total_norm <= m * math.sin(math.radians(tol_deg)):
-        return 90.0
+        return 90.0, 0
     k = math.ceil(q * m - 1e-9)  # guard q * m landing a hair above an integer
     if k >= m:
-        return _cone_of_rows(units, norms, rows, units_sum, weighted_sum, tol_deg, 10_000)[0]
-    direction = units_sum / total_norm
-    cosines = np.empty(m)
-    for i in range(m):
-        unit, total = units[rows[i]], 0.0
-        for column in range(width):
-            total += unit[column] * direction[column]
-        cosines[i] = total
+        return exact, 0
+    cosines = _inner_products_in_order(units, rows, units_sum / total_norm)
     threshold = np.partition(cosines, m - k)[m - k]  # k-th largest cosine
     kept = np.empty(m, dtype=rows.dtype)
+    in_subset = np.zeros(units.shape[0], dtype=np.bool_)
     left_sum, left_weighted = np.zeros(width), np.zeros(width)
     count = 0
     for i in range(m):
         row = rows[i]
         if cosines[i] >= threshold:
             kept[count] = row
+            in_subset[row] = True
             count += 1
         else:  # the subset's sums are the set's minus the left-out rows' (a tenth of the rows)
             for column in range(width):
                 left_sum[column] += units[row, column]
                 left_weighted[column] += norms[row] * units[row, column]
-    return _cone_of_rows(
-        units, norms, kept[:count], units_sum - left_sum, weighted_sum - left_weighted, tol_deg, 10_000
-    )[0]
+    start_rows, start_weights = np.empty(corral.size, dtype=np.intp), np.empty(corral.size)
+    starts = 0
+    for j in range(corral.size):
+        if in_subset[corral[j]]:
+            start_rows[starts], start_weights[starts] = corral[j], corral_weights[j]
+            starts += 1
+    angle, _, _, iterations, _, _, _ = _cone_from_start(
+        units,
+        norms,
+        kept[:count],
+        units_sum - left_sum,
+        weighted_sum - left_weighted,
+        tol_deg,
+        10_000,
+        start_rows[:starts],
+        start_weights[:starts],
+    )
+    return angle, iterations
+
+
+@numba.njit(cache=True, nogil=True)
+def _both_cones(
+    units: np.ndarray,
+    norms: np.ndarray,
+    rows: np.ndarray,
+    units_sum: np.ndarray,
+    weighted_sum: np.ndarray,
+    q: float,
+    tol_deg: float,
+) -> tuple[float, float, int, int]:
+    """The exact cone of the rows ``rows`` of ``units`` (their sums given), then the robust cone of level ``q``
+    started from the exact cone's final corral; (exact, robust, major cycles of each)."""
+    no_start = np.empty(0, dtype=np.intp)
+    exact, _, _, exact_iterations, _, corral, weights = _cone_from_start(
+        units, norms, rows, units_sum, weighted_sum, tol_deg, 10_000, no_start, np.empty(0)
+    )
+    robust, robust_iterations = _robust_cone_of_rows(
+        units, norms, rows, units_sum, weighted_sum, q, tol_deg, exact, corral, weights
+    )
+    return exact, robust, exact_iterations, robust_iterations
 
 
 @numba.njit(cache=True, nogil=True)
@@ -272,15 +364,14 @@ def exact_and_robust_cones(
     """The exact cone (:func:`cone_from_unit_rows`) and the robust cone of level ``q``
     (:func:`robust_cone_from_unit_rows`) of the rows ``rows`` of ``units`` [n, d] (unit rows, C-contiguous, whose
     original rows had ``norms``), and the rows' sum; one compiled call (the collapse probe's, per layer), which
-    computes the sums both cones share once."""
+    computes the sums both cones share once and starts the robust cone's solve from the exact cone's corral."""
     width = units.shape[1]
     units_sum, weighted_sum = np.zeros(width), np.zeros(width)
     for row in rows:
         for column in range(width):
             units_sum[column] += units[row, column]
             weighted_sum[column] += norms[row] * units[row, column]
-    exact = _cone_of_rows(units, norms, rows, units_sum, weighted_sum, tol_deg, 10_000)[0]
-    robust = _robust_cone_of_rows(units, norms, rows, units_sum, weighted_sum, q, tol_deg)
+    exact, robust, _, _ = _both_cones(units, norms, rows, units_sum, weighted_sum, q, tol_deg)
     return exact, robust, units_sum
 
 

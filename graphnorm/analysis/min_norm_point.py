@@ -162,13 +162,31 @@ def _join_corral(
         grown[:count, :count], grown_factor[:count, :count] = gram[:count, :count], factor[:count, :count]
         gram, factor = grown, grown_factor
     new = points[row]
-    for j in range(count + 1):
+    # Four inner products at a time: each still adds in column order (the same sums bit for bit), but four
+    # independent sums keep the floating-point adder busy where one sum waits on each previous addition.
+    for first in range(0, count - 3, 4):
+        a, b, c, e = (
+            points[active[first]],
+            points[active[first + 1]],
+            points[active[first + 2]],
+            points[active[first + 3]],
+        )
+        total_a, total_b, total_c, total_e = 0.0, 0.0, 0.0, 0.0
+        for k in range(new.size):
+            total_a += new[k] * a[k]
+            total_b += new[k] * b[k]
+            total_c += new[k] * c[k]
+            total_e += new[k] * e[k]
+        gram[count, first], gram[count, first + 1] = total_a, total_b
+        gram[count, first + 2], gram[count, first + 3] = total_c, total_e
+    for j in range(count - count % 4, count + 1):  # the rest, and the new row itself
         other = points[active[j]] if j < count else new
         total = 0.0
         for k in range(new.size):
             total += new[k] * other[k]
         gram[count, j] = total
-        gram[j, count] = total
+    for j in range(count):
+        gram[j, count] = gram[count, j]
     active[count] = row
     if factored:
         factored = _factor_append(factor, count, gram[count, :count] + 1.0, gram[count, count] + 1.0)
@@ -284,11 +302,24 @@ def _combination(points: np.ndarray, active: np.ndarray, weights: np.ndarray, co
 
 @numba.njit(cache=True, nogil=True)
 def wolfe_min_norm_point(
-    points: np.ndarray, rows: np.ndarray, points_sum: np.ndarray, tol_deg: float, max_iter: int, working_size: int
-) -> tuple[np.ndarray, float, float, int]:
+    points: np.ndarray,
+    rows: np.ndarray,
+    points_sum: np.ndarray,
+    tol_deg: float,
+    max_iter: int,
+    working_size: int,
+    start_rows: np.ndarray,
+    start_weights: np.ndarray,
+) -> tuple[np.ndarray, float, float, int, np.ndarray, np.ndarray]:
     """Min-norm point of conv(points[rows]) for unit rows ``points`` [n, d] (C-contiguous), the set's rows given by
     index ``rows`` (a subset is not copied) with sum ``points_sum``; returns (p, certified upper bound in degrees,
-    lower bound, major cycles).
+    lower bound, major cycles, the final corral's rows and weights).
+
+    Start: the corral ``start_rows`` (distinct rows of the set) with ``start_weights`` (positive; scaled to sum 1),
+    first brought to the min-norm point of its own hull by minor cycles, e.g. the final corral of a superset's
+    solve restricted to this set; when ``start_rows`` is empty, the row closest to the mean direction, usually
+    already near the final axis. The start only changes the path: the stop criterion and the all-rows check below
+    are the same, so the bounds returned are certified either way.
 
     Working set: the O(n d) search for the most violating row dominates, so each major cycle searches only a
     working set of rows (at first the ``working_size`` pointing furthest from the mean direction, and the start).
@@ -297,20 +328,28 @@ def wolfe_min_norm_point(
     """
     num_points, width = rows.size, points.shape[1]
     all_inner = _products_of(points, rows, points_sum, np.empty(num_points))  # alignment with the mean direction
-    # Start at the row closest to the mean direction: usually already near the final axis.
-    start = rows[np.argmax(all_inner)]
+    cold = start_rows.size == 0
+    start = np.array([rows[np.argmax(all_inner)]]) if cold else start_rows
     everything = num_points <= 2 * working_size
     working = rows
     if not everything:
-        working = _with_rows(points.shape[0], rows[_smallest(all_inner, working_size)], np.array([start]))
+        working = _with_rows(points.shape[0], rows[_smallest(all_inner, working_size)], start)
     working_points = points[working]
     inner = np.empty(working.size)
     active, weights = np.empty(num_points, dtype=np.intp), np.empty(num_points)
     # The corral's inner products and the Cholesky factor of G + 1 1^T (affinely independent: at most d + 1 rows).
     gram, factor = np.zeros((width + 2, width + 2)), np.zeros((width + 2, width + 2))
-    gram, factor, factored = _join_corral(points, active, 0, gram, factor, True, start)
-    weights[0], count = 1.0, 1
-    p, new_p = points[start].copy(), np.empty(width)
+    factored = True
+    for j in range(start.size):
+        gram, factor, factored = _join_corral(points, active, j, gram, factor, factored, start[j])
+    count = start.size
+    if cold:
+        weights[0] = 1.0
+    else:
+        weights[:count] = start_weights / start_weights.sum()
+        count, factored = _minor_cycles(active, weights, count, gram, factor, factored)
+    p, new_p = np.empty(width), np.empty(width)
+    _combination(points, active, weights, count, p)
     best_upper, lower = 180.0, 0.0
     for iteration in range(1, max_iter + 1):
         norm_p = math.sqrt(p @ p)
@@ -328,21 +367,22 @@ def wolfe_min_norm_point(
             upper, lower = _bounds_deg(norm_p, all_inner.min())
             best_upper = min(best_upper, upper)
             if min(best_upper, 90.0) - lower <= tol_deg or working.size == num_points:
-                return p, best_upper, lower, iteration
+                return p, best_upper, lower, iteration, active[:count].copy(), weights[:count].copy()
             # Here num_points > 2 * working_size (else the working set was every row and the solver returned).
             working = _with_rows(points.shape[0], working, rows[_smallest(all_inner, working_size)])
             working_points, inner = points[working], np.empty(working.size)
             candidate = rows[np.argmin(all_inner)]
             if _in_corral(active, count, candidate):
-                return p, best_upper, lower, iteration
+                return p, best_upper, lower, iteration, active[:count].copy(), weights[:count].copy()
         gram, factor, factored = _join_corral(points, active, count, gram, factor, factored, candidate)
         weights[count] = 0.0
         count, factored = _minor_cycles(active, weights, count + 1, gram, factor, factored)
         _combination(points, active, weights, count, new_p)
         if math.sqrt(new_p @ new_p) >= norm_p * (1.0 - 1e-14):
-            # Wolfe decreases ||p|| strictly in exact arithmetic; no progress means round-off has taken over.
+            # Wolfe decreases ||p|| strictly in exact arithmetic; no progress means round-off has taken over (the
+            # corral returned is the last one, whose point is as near the origin as p up to round-off).
             upper, lower = _bounds_deg(norm_p, _products_of(points, rows, p, np.empty(num_points)).min())
-            return p, min(best_upper, upper), lower, iteration
+            return p, min(best_upper, upper), lower, iteration, active[:count].copy(), weights[:count].copy()
         p, new_p = new_p, p
     upper, lower = _bounds_deg(math.sqrt(p @ p), _products_of(points, rows, p, np.empty(num_points)).min())
-    return p, min(best_upper, upper), lower, max_iter
+    return p, min(best_upper, upper), lower, max_iter, active[:count].copy(), weights[:count].copy()
