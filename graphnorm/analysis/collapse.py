@@ -68,6 +68,8 @@ _ROW_DTYPES = {"float64": torch.float64, "float32": torch.float32}
 
 # Float64 working memory per chunk of stacked layers ([layers, rows, d] a few times and the edge gathers).
 _CHUNK_BYTES = 64 * 2**20
+# Chunks a background stream lets wait for its second thread before the caller measures one itself.
+_QUEUED_CHUNKS = 2
 
 
 def spectrum_metric_name(index: int) -> str:
@@ -236,8 +238,9 @@ def _load_rows(x: Tensor, rows: Tensor | None, out_x: Tensor, out_norms: Tensor,
     entries are extreme: every metric but the Dirichlet energy is scale-invariant, and the energy is scaled back, see
     :func:`graphnorm.analysis.magnitude.rescale_for_invariant`).
 
-    Validation costs little: a row holding NaN or Inf has a non-finite norm, so the element-wise check runs only
-    when some norm is non-finite (then it names the count); the size check reads the row norms."""
+    Validation costs little: the compiled pass also returns the largest norm, whether every norm is finite and the
+    sum of squared norms; only a non-finite norm (a NaN or Inf entry: then the element-wise check names the count) or
+    an extreme largest norm takes the slower path."""
     if x.device.type == "meta":
         raise ValueError("collapse_metrics: x is on the meta device (it has no values); pass a CPU or GPU tensor")
     x = x.detach().to("cpu")
@@ -245,7 +248,12 @@ def _load_rows(x: Tensor, rows: Tensor | None, out_x: Tensor, out_norms: Tensor,
         x = x.index_select(0, rows)
     if x.dtype not in (torch.float32, torch.float64):  # halves and integers: widened exactly (NumPy has no bfloat16)
         x = x.to(out_x.dtype)
-    _widen_rows(x.contiguous().numpy(), out_x.numpy(), out_norms.numpy(), out_units.numpy())
+    largest, squared_sum, finite = _widen_rows(
+        x.contiguous().numpy(), out_x.numpy(), out_norms.numpy(), out_units.numpy()
+    )
+    if finite and (out_norms.numel() == 0 or 2.0**-SAFE_EXPONENT <= largest <= 2.0**SAFE_EXPONENT):
+        check_not_too_large(squared_sum, out_x.size(0), "collapse_metrics")
+        return 0
     norms = out_norms
     shift = 0
     if not _ordinary_scale(norms):  # only then look at every entry: the common case costs one pass over the norms
@@ -269,12 +277,15 @@ def _load_rows(x: Tensor, rows: Tensor | None, out_x: Tensor, out_norms: Tensor,
 
 
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
-def _widen_rows(x: np.ndarray, out_x: np.ndarray, out_norms: np.ndarray, out_units: np.ndarray) -> None:
+def _widen_rows(
+    x: np.ndarray, out_x: np.ndarray, out_norms: np.ndarray, out_units: np.ndarray
+) -> tuple[float, float, bool]:
     """``out_x`` = ``x`` [m, d] in ``out_x``'s dtype, ``out_norms`` [m] the float64 norms of the stored rows and
     ``out_units`` [m, d] the stored rows over their norms (zero rows stay zero), one row at a time while it is in
-    cache (as :func:`_row_norms` and :func:`_unit_rows`, up to the order of each norm's sum). NaN and Inf carry
-    into the norms, where the caller checks them."""
+    cache (as :func:`_row_norms` and :func:`_unit_rows`, up to the order of each norm's sum). Returns the largest
+    norm, the sum of squared norms and whether every norm is finite (NaN and Inf carry into the norms)."""
     rows, width = x.shape
+    largest, squared_sum, finite = 0.0, 0.0, True
     for i in range(rows):
         squared = 0.0
         for k in range(width):
@@ -283,9 +294,13 @@ def _widen_rows(x: np.ndarray, out_x: np.ndarray, out_norms: np.ndarray, out_uni
             squared += value * value
         norm = math.sqrt(squared)
         out_norms[i] = norm
+        finite = finite and math.isfinite(norm)
+        largest = max(largest, norm)
+        squared_sum += squared
         divisor = norm if norm > 0.0 else 1.0
         for k in range(width):
             out_units[i, k] = np.float64(out_x[i, k]) / divisor
+    return largest, squared_sum, finite
 
 
 def _row_norms(x: Tensor, out: Tensor) -> Tensor:
@@ -401,8 +416,7 @@ def _cones(layer: _Layer, tol_deg: float) -> tuple[float, float, Tensor]:
 class _SetSummary:
     """What the edge-free metrics of one row set need from each layer, small enough to keep for every layer."""
 
-    gram: Tensor | None  # [d, d] when tall, else None (then x is kept for the SVD)
-    x: Tensor | None
+    sigma: Tensor  # [min(m, d)] singular values, descending
     units_sum: Tensor  # [d]
     num_nonzero: int
     num_rows: int
@@ -411,18 +425,21 @@ class _SetSummary:
 
 
 def _summarize_sets(stack: _Stack, cone_tol_deg: float) -> list[_SetSummary]:
-    """The :class:`_SetSummary` of every stacked layer: Gram matrices in one batched product when tall."""
+    """The :class:`_SetSummary` of every stacked layer: singular values from one batched eigvalsh of the Gram
+    matrices when tall, else one batched SVD."""
     num_rows, width = stack.x.shape[1:]
     tall = num_rows > 2 * width
-    grams = _grams(stack.x) if tall else None
+    if tall:
+        sigma = _singular_values_from(list(_grams(stack.x)), None)
+    else:
+        sigma = _singular_values_from(None, list(stack.x.double()))
     summaries = []
     for index, num_nonzero in enumerate(stack.nonzero.sum(-1).tolist()):
         layer = _Layer(stack.x[index], stack.norms[index], stack.nonzero[index], stack.units[index])
         cone, cone_q90, units_sum = _cones(layer, cone_tol_deg)
         summaries.append(
             _SetSummary(
-                gram=grams[index] if tall else None,
-                x=None if tall else layer.x.to(torch.float64, copy=True),  # the stack lives in reused buffers
+                sigma=sigma[index],
                 units_sum=units_sum,
                 num_nonzero=num_nonzero,
                 num_rows=num_rows,
@@ -435,10 +452,7 @@ def _summarize_sets(stack: _Stack, cone_tol_deg: float) -> list[_SetSummary]:
 
 def _set_metrics(summaries: list[_SetSummary], num_singular_values: int) -> list[dict[str, float]]:
     """Edge-free metrics of one set of rows for every layer, batched over layers."""
-    tall = summaries[0].gram is not None
-    sigma = _singular_values_from(
-        [s.gram for s in summaries] if tall else None, None if tall else [s.x for s in summaries]
-    )
+    sigma = torch.stack([s.sigma for s in summaries])
     effective, stable = _ranks(sigma)
     m = torch.tensor([s.num_nonzero for s in summaries], dtype=torch.float64)
     units_sum = torch.stack([s.units_sum for s in summaries])
@@ -845,12 +859,13 @@ class LayerStream:
     """:func:`collapse_records_layers` fed one layer at a time, for rows that form one graph (no ``batch``, no token
     rows): the probe hands each layer's output over in its forward hook, while the output is still in cache, and the
     stream copies it (float64) into a chunk of a few layers, validates it at once, and measures the chunk when it is
-    full (stacked: unit rows, Gram matrices, edge gathers, cones, spectra) keeping only each layer's records. Memory:
-    one chunk of float64 rows per width (within _CHUNK_BYTES, at least one layer), two with ``background``, not every
-    layer's output. :meth:`records` measures what is left.
+    full (stacked: Gram matrices and spectra, edge sums, cones) keeping only a small summary per layer. Memory: one
+    chunk of float64 rows per width (within _CHUNK_BYTES, at least one layer), up to three with ``background``, not
+    every layer's output. :meth:`records` measures what is left and batches the rest over layers.
 
-    ``background``: a full chunk is measured on a second thread when that thread is idle, else at once by the caller,
-    so the caller (the probe's forward pass) and the second thread share the work on two cores. Every chunk is
+    ``background``: a full chunk is measured on a second thread (up to _QUEUED_CHUNKS of them wait for it; beyond
+    that the caller measures the chunk at once), so the caller (the probe's forward pass) and the second thread share
+    the work on two cores. Every chunk is
     measured by the same functions either way, on one thread each; the records are the same.
 
     Gives the records of :func:`collapse_records_layers` on the same layers (with the same ``precision``).
@@ -872,8 +887,8 @@ class LayerStream:
         self._rows: _Rows | None = None
         self._chunks: dict[int, tuple[_StackBuffers, list[int]]] = {}  # width -> (filling buffers, index per slot)
         self._free: dict[int, list[_StackBuffers]] = {}  # width -> buffers of measured chunks (background only)
-        self._measuring: list[tuple[Future, int, list[int], _StackBuffers]] = []  # (records, width, indices, buffers)
-        self._records: dict[int, list[dict]] = {}
+        self._measuring: list[tuple[Future, int, list[int], _StackBuffers]] = []  # (parts, width, indices, buffers)
+        self._parts: dict[int, tuple[int, tuple[_SetSummary, dict | None]]] = {}  # index -> (width, its summary)
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="graphnorm-probe") if background else None
         # Buffers from earlier streams over rows of the same size, and for later ones (MB-sized fresh tensors cost
         # their page faults again each time).
@@ -907,7 +922,7 @@ class LayerStream:
         loaded in the first free slot of the chunk of ``loading_width``, move up a slot)."""
         if any(index in indices for _, _, indices, _ in self._measuring):
             self._collect()
-        self._records.pop(index, None)
+        self._parts.pop(index, None)
         for width, (buffers, indices) in self._chunks.items():
             if index in indices:
                 slot = indices.index(index)
@@ -917,28 +932,29 @@ class LayerStream:
                 indices.remove(index)
 
     def _measure(self, width: int, here: bool = False) -> None:
-        """Measure the layers waiting in the chunk of ``width``: on the second thread when it is idle (the chunk's
-        buffers are then swapped for free ones), else here, so the two threads share the work."""
+        """Measure the layers waiting in the chunk of ``width``: on the second thread unless ``here`` or too many
+        chunks wait for it already (the chunk's buffers are then swapped for free ones), else here."""
         buffers, indices = self._chunks[width]
         if not indices:
             return
         for entry in [entry for entry in self._measuring if entry[0].done()]:
             self._take(entry)
-        if here or self._executor is None or self._measuring:
-            self._records.update(zip(indices, _chunk_records(buffers, len(indices), self._rows, self)))
+        if here or self._executor is None or len(self._measuring) >= _QUEUED_CHUNKS:
+            parts = _one_graph_parts(buffers.stack(len(indices)), self._rows, self.cone_tol_deg)
+            self._parts.update((index, (width, part)) for index, part in zip(indices, parts))
             indices.clear()
             return
-        future = self._executor.submit(_chunk_records, buffers, len(indices), self._rows, self)
+        future = self._executor.submit(_one_graph_parts, buffers.stack(len(indices)), self._rows, self.cone_tol_deg)
         self._measuring.append((future, width, list(indices), buffers))
         free = self._free.setdefault(width, [])
         self._chunks[width] = (free.pop() if free else self._new_buffers(width), [])
 
     def _take(self, entry: tuple[Future, int, list[int], _StackBuffers]) -> None:
-        """Wait for one chunk being measured, keep its records and free its buffers."""
+        """Wait for one chunk being measured, keep its summaries and free its buffers."""
         self._measuring.remove(entry)
         future, width, indices, buffers = entry
         self._free.setdefault(width, []).append(buffers)
-        self._records.update(zip(indices, future.result()))
+        self._parts.update((index, (width, part)) for index, part in zip(indices, future.result()))
 
     def _collect(self) -> None:
         """Wait for every chunk being measured."""
@@ -946,7 +962,7 @@ class LayerStream:
             self._take(self._measuring[0])
 
     def records(self) -> list[list[dict]]:
-        """Records of every added layer, in index order."""
+        """Records of every added layer, in index order (the per-layer values of each width batched over layers)."""
         try:
             with single_thread():
                 for width in self._chunks:  # the last chunks here, beside the second thread's
@@ -958,19 +974,21 @@ class LayerStream:
             self._pool.setdefault(buffers.key, []).append(buffers)
         self._chunks.clear()
         self._free.clear()
-        return [self._records[index] for index in sorted(self._records)]
+        widths: dict[int, list[int]] = {}
+        for index in sorted(self._parts):
+            widths.setdefault(self._parts[index][0], []).append(index)
+        results: dict[int, list[dict]] = {}
+        with single_thread():
+            for group in widths.values():
+                group_records = _one_graph_records([self._parts[i][1] for i in group], self.num_singular_values)
+                results.update(zip(group, group_records))
+        return [results[index] for index in sorted(results)]
 
     def close(self) -> None:
         """Stop the second thread (after the chunk it is measuring); the stream measures no more layers on it."""
         if self._executor is not None:
             self._executor.shutdown(wait=True, cancel_futures=True)
             self._executor = None
-
-
-def _chunk_records(buffers: _StackBuffers, count: int, rows: _Rows, stream: LayerStream) -> list[list[dict]]:
-    """Records of the first ``count`` layers loaded in ``buffers`` (one graph), as :func:`collapse_records_layers`."""
-    parts = _one_graph_parts(buffers.stack(count), rows, stream.cone_tol_deg)
-    return _one_graph_records(parts, stream.num_singular_values)
 
 
 def collapse_records(
