@@ -149,6 +149,10 @@ def _norm_context(module: nn.Module, args: tuple, kwargs: dict) -> RowContext:
     cls = type(module)
     if cls not in _FORWARD_SIGNATURES:
         _FORWARD_SIGNATURES[cls] = inspect.signature(cls.forward)
+    parameters = _FORWARD_SIGNATURES[cls].parameters
+    if len(args) <= 1 and all(key in parameters for key in CONTEXT_KEYS):
+        # x alone by position: binding would put the context keywords where they are (a shortcut, called per norm)
+        return {key: value if isinstance(value := kwargs.get(key), Tensor) else None for key in CONTEXT_KEYS}
     try:
         arguments = _FORWARD_SIGNATURES[cls].bind_partial(module, *args, **kwargs).arguments
     except TypeError:
@@ -200,6 +204,10 @@ class _Pass:
     groups: list[_RowGroup] = field(default_factory=list)
     group_of: dict[int, _RowGroup] = field(default_factory=dict)  # position -> its group (the last call's)
     pending: dict[int, tuple[Tensor, int]] = field(default_factory=dict)  # position -> (output, norm calls before)
+    data_fields: dict[str, Any] = field(init=False)  # data's num_nodes, batch and edge_index, read once
+
+    def __post_init__(self) -> None:
+        self.data_fields = {key: getattr(self.data, key, None) for key in ("num_nodes", "batch", "edge_index")}
 
     def on_norm_call(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
         """Record the rows and keywords of one norm call (a forward pre-hook)."""
@@ -236,7 +244,7 @@ class _Pass:
 
     def _completed(self, context: RowContext | None, rows: int, name: str | None = None) -> RowContext:
         """``context`` with what it lacks taken from ``data`` when the rows are ``data``'s nodes."""
-        num_nodes = getattr(self.data, "num_nodes", None)
+        num_nodes = self.data_fields["num_nodes"]
         if rows != num_nodes:
             if context is None:
                 raise ValueError(
@@ -247,7 +255,7 @@ class _Pass:
         context = dict(context or dict.fromkeys(CONTEXT_KEYS))
         for key in ("batch", "edge_index"):
             if context[key] is None:
-                context[key] = getattr(self.data, key, None)
+                context[key] = self.data_fields[key]
         return context
 
     def _add(self, position: int, x: Tensor, context: RowContext, owned: bool = False) -> None:
