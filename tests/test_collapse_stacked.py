@@ -122,12 +122,29 @@ def test_layer_stream_chunks_equal_each_layer_alone(chunk_layers, background, mo
     stream.add(0, xs[0])  # replaced again after its chunk may have been measured
     bad = xs[1].clone()
     bad[4, 0] = math.inf
-    with pytest.raises(ValueError, match="NaN or Inf"):
-        stream.add(1, bad)
+    if not background:  # a background stream checks a layer when it measures it (next test)
+        with pytest.raises(ValueError, match="NaN or Inf"):
+            stream.add(1, bad)
     got = stream.records()
     assert len(got) == len(xs)
     for x, records in zip(xs, got):
         _assert_same_records(records, collapse_records(x, edge_index=edge_index, num_singular_values=4))
+
+
+def test_background_stream_reports_an_invalid_layer_when_read(monkeypatch):
+    """With ``background`` a layer is staged as it is and checked when its chunk is measured: the same error, from
+    records(), and the second thread is stopped."""
+    generator = torch.Generator().manual_seed(4)
+    monkeypatch.setattr(collapse, "_CHUNK_BYTES", 2 * _layer_bytes(8, 800))
+    xs = _layers(generator)
+    xs[3] = xs[3].clone()
+    xs[3][7, 1] = math.nan
+    stream = LayerStream(_edges(generator, True), num_singular_values=4, background=True)
+    for index, x in enumerate(xs):
+        stream.add(index, x)
+    with pytest.raises(ValueError, match="NaN or Inf"):
+        stream.records()
+    assert stream._executor is None
 
 
 def test_chunk_memory_is_bounded():

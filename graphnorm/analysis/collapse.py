@@ -351,6 +351,8 @@ class _StackBuffers:
         self.units = torch.empty(capacity, num_rows, width, dtype=torch.float64)
         self.shifts = [0] * capacity  # layer ``slot`` was scaled by 2**shifts[slot] (see _load_rows)
         self.key = (capacity, num_rows, width, precision)  # what buffers of the same shapes share
+        self.staging: Tensor | None = None  # [capacity, m, d]: layers copied as they came, loaded later
+        self.staged = [False] * capacity  # slot holds a staged layer not loaded yet
 
     @property
     def capacity(self) -> int:
@@ -361,6 +363,36 @@ class _StackBuffers:
         """Copy the given rows of layer ``x`` into ``slot`` with their norms and unit rows (validated as
         :func:`_load_rows` does)."""
         self.shifts[slot] = _load_rows(x, rows, self.x[slot], self.norms[slot], self.units[slot])
+
+    def stage(self, slot: int, x: Tensor) -> None:
+        """Copy layer ``x`` into ``slot`` of the staging buffer as it is (one memcpy), to be loaded and validated
+        later by :meth:`load_staged`; a layer the staging buffer cannot hold as it is (not on the CPU, another dtype
+        than float32 / float64 or than the layers staged before it) is loaded at once instead."""
+        x = x.detach()
+        plain = x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64)
+        if not plain or (self.staging is not None and self.staging.dtype != x.dtype):
+            self.load(slot, x, None)
+            self.staged[slot] = False
+            return
+        if self.staging is None:
+            self.staging = torch.empty(self.x.shape, dtype=x.dtype)
+        self.staging[slot].copy_(x)
+        self.staged[slot] = True
+
+    def load_staged(self, count: int) -> None:
+        """Load the staged layers among the first ``count`` slots (:meth:`load`: validated then)."""
+        for slot in range(count):
+            if self.staged[slot]:
+                self.staged[slot] = False
+                self.load(slot, self.staging[slot], None)
+
+    def move_up(self, slot: int, count: int) -> None:
+        """Drop the layer in ``slot`` of the first ``count`` slots: the later ones move up a slot."""
+        for target in (self.x, self.norms, self.units, self.staging):
+            if target is not None:
+                target[slot : count - 1] = target[slot + 1 : count].clone()
+        for flags in (self.shifts, self.staged):
+            flags[slot : count - 1] = flags[slot + 1 : count]
 
     def stack(self, count: int) -> _Stack:
         """The first ``count`` loaded layers (valid until the buffers are loaded again)."""
@@ -863,10 +895,11 @@ class LayerStream:
     chunk of float64 rows per width (within _CHUNK_BYTES, at least one layer), up to three with ``background``, not
     every layer's output. :meth:`records` measures what is left and batches the rest over layers.
 
-    ``background``: a full chunk is measured on a second thread (up to _QUEUED_CHUNKS of them wait for it; beyond
-    that the caller measures the chunk at once), so the caller (the probe's forward pass) and the second thread share
-    the work on two cores. Every chunk is
-    measured by the same functions either way, on one thread each; the records are the same.
+    ``background``: the hook only copies the layer as it is into a staging buffer; a full chunk is loaded (float64
+    rows, norms, unit rows, validation) and measured on a second thread (up to _QUEUED_CHUNKS chunks wait for it;
+    beyond that the caller measures the chunk at once), so the caller (the probe's forward pass) and the second thread
+    share the work on two cores. Every chunk is measured by the same functions either way, on one thread each; the
+    records are the same.
 
     Gives the records of :func:`collapse_records_layers` on the same layers (with the same ``precision``).
     """
@@ -896,7 +929,9 @@ class LayerStream:
 
     def add(self, index: int, x: Tensor) -> None:
         """Measure layer ``index`` (0-based position) with output ``x`` [n, d]; a later call for the same index
-        replaces it. ``ValueError`` / ``TypeError`` as :func:`collapse_records` for invalid ``x``."""
+        replaces it. ``ValueError`` / ``TypeError`` as :func:`collapse_records` for invalid ``x`` (a shape error at
+        once; with ``background``, NaN / Inf and extreme values when the layer's chunk is measured, from
+        :meth:`records`)."""
         _check_layer(x, None if self._rows is None else self._rows.num_rows, index + 1)
         with single_thread():
             if self._rows is None:
@@ -905,7 +940,10 @@ class LayerStream:
             if width not in self._chunks:
                 self._chunks[width] = (self._new_buffers(width), [])
             buffers, indices = self._chunks[width]
-            buffers.load(len(indices), x, None)  # validates x before an earlier call's layer is replaced
+            if self._executor is None:
+                buffers.load(len(indices), x, None)  # validates x before an earlier call's layer is replaced
+            else:
+                buffers.stage(len(indices), x)  # loaded (and validated) on the thread that measures the chunk
             self._discard(index, width)
             indices.append(index)
             if len(indices) == buffers.capacity:
@@ -925,10 +963,7 @@ class LayerStream:
         self._parts.pop(index, None)
         for width, (buffers, indices) in self._chunks.items():
             if index in indices:
-                slot = indices.index(index)
-                count = len(indices) + (width == loading_width)
-                for target in (buffers.x, buffers.norms, buffers.units):
-                    target[slot : count - 1] = target[slot + 1 : count].clone()
+                buffers.move_up(indices.index(index), len(indices) + (width == loading_width))
                 indices.remove(index)
 
     def _measure(self, width: int, here: bool = False) -> None:
@@ -940,11 +975,11 @@ class LayerStream:
         for entry in [entry for entry in self._measuring if entry[0].done()]:
             self._take(entry)
         if here or self._executor is None or len(self._measuring) >= _QUEUED_CHUNKS:
-            parts = _one_graph_parts(buffers.stack(len(indices)), self._rows, self.cone_tol_deg)
+            parts = _measure_chunk(buffers, len(indices), self._rows, self.cone_tol_deg)
             self._parts.update((index, (width, part)) for index, part in zip(indices, parts))
             indices.clear()
             return
-        future = self._executor.submit(_one_graph_parts, buffers.stack(len(indices)), self._rows, self.cone_tol_deg)
+        future = self._executor.submit(_measure_chunk, buffers, len(indices), self._rows, self.cone_tol_deg)
         self._measuring.append((future, width, list(indices), buffers))
         free = self._free.setdefault(width, [])
         self._chunks[width] = (free.pop() if free else self._new_buffers(width), [])
@@ -989,6 +1024,14 @@ class LayerStream:
         if self._executor is not None:
             self._executor.shutdown(wait=True, cancel_futures=True)
             self._executor = None
+
+
+def _measure_chunk(
+    buffers: _StackBuffers, count: int, rows: _Rows, cone_tol_deg: float
+) -> list[tuple[_SetSummary, dict | None]]:
+    """:func:`_one_graph_parts` of the first ``count`` layers of ``buffers``, the staged ones loaded first."""
+    buffers.load_staged(count)
+    return _one_graph_parts(buffers.stack(count), rows, cone_tol_deg)
 
 
 def collapse_records(
