@@ -208,3 +208,28 @@ def test_majority_class_is_the_training_nodes_most_frequent() -> None:
     assert majority_accuracy(SimpleNamespace(y=y, train_mask=tie, val_mask=val), evaluated) == 0.0  # class 1
     no_val = torch.zeros(10, dtype=torch.bool)  # still tied: the lower class, 0
     assert majority_accuracy(SimpleNamespace(y=y, train_mask=tie, val_mask=no_val), evaluated) == pytest.approx(2 / 3)
+
+
+def test_final_probe_gets_the_graph_on_the_cpu_with_the_model(data_root: Path, monkeypatch) -> None:
+    """The probe runs on the CPU: run() moves the model there and the probed graph too (node-level training moves the
+    task's graph to the run's device in place, so on a GPU it would still be there)."""
+    from torch_geometric.data import Data
+
+    from graphnorm.train import loop
+
+    moved = []
+
+    class RecordingData(Data):
+        def to(self, device, *args, **kwargs):
+            moved.append(str(device))
+            return super().to(device, *args, **kwargs)
+
+    original = loop.probe_sample
+
+    def sample_on_record(model, task, config):
+        data, split = original(model, task, config)
+        return RecordingData(**data.to_dict()), split
+
+    monkeypatch.setattr(loop, "probe_sample", sample_on_record)
+    record = run(kipf_config(0, data_root, epochs=1, probe=True))
+    assert moved == ["cpu"] and record["layers"]

@@ -83,6 +83,7 @@ def run(config: RunConfig) -> dict[str, Any]:
         start = time.perf_counter()
         model = model.to("cpu")
         data, split = probe_sample(model, task, config)
+        data = data.to("cpu")  # training may have moved the task's graph to the GPU (PyG's Data.to works in place)
         record["layers"] = probe_records(model, data, split=split, precision=config.probe_precision)
         record["probe_time_s"] = time.perf_counter() - start
         board = open_tensorboard(config, purge_step=0, part="collapse")  # layer steps, apart from the epochs
