@@ -14,6 +14,7 @@ model on a 20,000-node random graph: the probe keeps a bounded chunk of layers, 
     python -m experiments.benchmarks.bench_probe --ratio [--repeats N]   # one line: probe / forward at 64 layers
     python -m experiments.benchmarks.bench_probe --rows 1e4 1e5 1e6      # metric families vs rows, fitted exponent
     python -m experiments.benchmarks.bench_probe --first-call            # first probe in fresh processes
+    python -m experiments.benchmarks.bench_probe --deviations            # vs the same-numbers fixture's probe tables
 """
 
 from __future__ import annotations
@@ -244,27 +245,36 @@ def run(quick: bool = False, out_dir: Path | None = None, repeats: int | None = 
 
 def probe_ratio(num_layers: int = 64, repeats: int = 9) -> dict:
     """Probe / one-thread forward of a ``num_layers`` PairNorm DeepGCN on Cora: ``repeats`` interleaved rounds, the
-    ratio of each round, and their median (the one number the target is judged on)."""
+    ratio of each round, and their median (the one number the target is judged on); beside it the ratio to a forward
+    with this process's torch threads (what a user's own timing of ``model(x, edge_index)`` sees)."""
     data = load_cora()
     torch.manual_seed(0)
     model = DeepGCN(data.num_features, HIDDEN, int(data.y.max()) + 1, num_layers, norm=NORM, dropout=0.5)
     probe = CollapseProbe(model)
 
-    def forward_one_thread() -> None:
+    def forward() -> None:
         model.eval()
-        with torch.no_grad(), single_thread():
+        with torch.no_grad():
             model(data.x, data.edge_index)
 
-    fns = {"forward": forward_one_thread, "probe": lambda: probe.probe(data)}
+    def forward_one_thread() -> None:
+        with single_thread():
+            forward()
+
+    fns = {"forward": forward_one_thread, "forward, torch threads": forward, "probe": lambda: probe.probe(data)}
     load_before = os.getloadavg()[0]
     samples = _common.time_interleaved_samples(fns, repeats=repeats, min_seconds=0.0)
     ratios = [p / f for p, f in zip(samples["probe"], samples["forward"])]
+    ratios_threads = [p / f for p, f in zip(samples["probe"], samples["forward, torch threads"])]
     return {
         "layers": num_layers,
         "forward 1 thread (ms, median)": _common.median(samples["forward"]) * 1e3,
+        f"forward {torch.get_num_threads()} threads (ms, median)": _common.median(samples["forward, torch threads"])
+        * 1e3,
         "probe (ms, median)": _common.median(samples["probe"]) * 1e3,
         "probe / forward (median)": _common.median(ratios),
         "probe / forward (min)": min(ratios),
+        "probe / forward with torch threads (median)": _common.median(ratios_threads),
         "rounds": repeats,
         "load average (1 min, before / after)": f"{load_before:.2f} / {os.getloadavg()[0]:.2f}",
     }
@@ -356,6 +366,35 @@ def first_call_seconds(warm: bool, compile_kernels: bool = False) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def fixture_deviations() -> list[dict]:
+    """Largest deviation per metric of today's probe from the float64 probe tables recorded in the same-numbers
+    fixture (tests/fixtures/refactor_records.json: seeded tiny Cora, ZINC and MolHIV runs, recomputed in a child
+    process capped at AVX2 as the fixture test does): relative for every value but the cone angles (degrees) and the
+    normalized spectrum sv_* (absolute), beside the tolerance tests/test_refactor_fixtures.py allows."""
+    from graphnorm.data.root import resolve_root
+    from tests.test_refactor_fixtures import FIXTURE, probe_value_tolerance, records_capped_at_avx2
+
+    expected = json.loads(FIXTURE.read_text())
+    with tempfile.TemporaryDirectory() as tmp:
+        got = records_capped_at_avx2(str(resolve_root()), Path(tmp) / "records.json")
+    worst: dict[str, dict] = {}
+    for name, parts in got.items():
+        for record, reference in zip(json.loads(parts["layers"]), json.loads(expected[name]["layers"])):
+            value, wanted = record["value"], reference["value"]
+            if wanted is None or value is None or wanted != wanted:
+                continue
+            metric = "sv_*" if record["metric"].startswith("sv_") else record["metric"]
+            absolute = metric.startswith("cone_angle") or metric == "sv_*"
+            size = abs(value - wanted) if absolute or wanted == 0 else abs(value - wanted) / abs(wanted)
+            tolerance = probe_value_tolerance(record["metric"], wanted)
+            allowed = tolerance if absolute or wanted == 0 else tolerance / abs(wanted)
+            row = worst.setdefault(metric, {"metric": metric, "deviation": 0.0, "allowed": allowed, "values": 0})
+            row["values"] += 1
+            if size > row["deviation"]:
+                row.update(deviation=size, allowed=allowed, run=name)
+    return sorted(worst.values(), key=lambda row: row["metric"])
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
@@ -364,7 +403,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=9, help="interleaved rounds of --ratio / --rows")
     parser.add_argument("--rows", type=float, nargs="+", default=None, help="row counts of the scaling table")
     parser.add_argument("--first-call", action="store_true", help="first probe in fresh processes, cold and warmed")
+    parser.add_argument("--deviations", action="store_true", help="deviations from the same-numbers fixture's probe")
     args = parser.parse_args(argv)
+    if args.deviations:
+        print(common.markdown_table(fixture_deviations()))
     if args.ratio:
         print(common.format_row(probe_ratio(repeats=args.repeats)), flush=True)
     if args.rows:
@@ -376,7 +418,7 @@ def main(argv: list[str] | None = None) -> None:
             result = first_call_seconds(warm, compile_kernels=cache == "empty")
             row = {"numba cache": cache, "warm_kernels first": warm, **result}
             print(common.format_row({**row, "child wall s": time.perf_counter() - started}), flush=True)
-    if not (args.ratio or args.rows or args.first_call):
+    if not (args.ratio or args.rows or args.first_call or args.deviations):
         print(run(quick=args.quick, out_dir=args.out).to_markdown())
 
 
