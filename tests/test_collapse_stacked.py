@@ -113,7 +113,8 @@ def test_layer_stream_chunks_equal_each_layer_alone(chunk_layers, background, mo
     edge_index = _edges(generator, True)
     monkeypatch.setattr(collapse, "_CHUNK_BYTES", chunk_layers * _layer_bytes(8, 800))
     xs = _layers(generator) + [torch.randn(NUM_ROWS, 3, generator=generator)]
-    stream = LayerStream(edge_index, num_singular_values=4, background=background)
+    expected = len(xs) if background else None  # the last layers measured one at a time
+    stream = LayerStream(edge_index, num_singular_values=4, background=background, expected_layers=expected)
     stream.add(2, torch.randn(NUM_ROWS, 8, generator=generator))  # replaced below
     stream.add(7, torch.randn(NUM_ROWS, 8, generator=generator))  # other width before: replaced by width 3
     for index in (6, 0, 5, 1, 2, 7, 4, 3):

@@ -898,8 +898,9 @@ class LayerStream:
     ``background``: the hook only copies the layer as it is into a staging buffer; a full chunk is loaded (float64
     rows, norms, unit rows, validation) and measured on a second thread (up to _QUEUED_CHUNKS chunks wait for it;
     beyond that the caller measures the chunk at once), so the caller (the probe's forward pass) and the second thread
-    share the work on two cores. Every chunk is measured by the same functions either way, on one thread each; the
-    records are the same.
+    share the work on two cores; given ``expected_layers`` (how many layers the caller will add), the last ones go
+    to the second thread one at a time, so little is left when the records are asked for. Every chunk is measured by
+    the same functions either way, on one thread each; the records are the same.
 
     Gives the records of :func:`collapse_records_layers` on the same layers (with the same ``precision``).
     """
@@ -912,6 +913,7 @@ class LayerStream:
         precision: str = "float64",
         background: bool = False,
         buffer_pool: dict[tuple, list[_StackBuffers]] | None = None,
+        expected_layers: int | None = None,
     ):
         self.precision = check_choice(precision, PRECISIONS, "precision", "collapse_metrics")
         self.edge_index = edge_index
@@ -926,6 +928,10 @@ class LayerStream:
         # Buffers from earlier streams over rows of the same size, and for later ones (MB-sized fresh tensors cost
         # their page faults again each time).
         self._pool = {} if buffer_pool is None else buffer_pool
+        # With the number of layers to come known, the last ones go to the second thread one at a time, so what is
+        # left to measure when the caller asks for the records is a layer, not a chunk.
+        self._expected_layers = expected_layers
+        self._added = 0
 
     def add(self, index: int, x: Tensor) -> None:
         """Measure layer ``index`` (0-based position) with output ``x`` [n, d]; a later call for the same index
@@ -946,7 +952,9 @@ class LayerStream:
                 buffers.stage(len(indices), x)  # loaded (and validated) on the thread that measures the chunk
             self._discard(index, width)
             indices.append(index)
-            if len(indices) == buffers.capacity:
+            self._added += 1
+            near_end = self._expected_layers is not None and self._added > self._expected_layers - buffers.capacity
+            if len(indices) == buffers.capacity or (near_end and self._executor is not None):
                 self._measure(width)
 
     def _new_buffers(self, width: int) -> _StackBuffers:

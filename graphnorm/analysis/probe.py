@@ -271,6 +271,7 @@ class _Pass:
                     precision=self.precision,
                     background=self.background,
                     buffer_pool=self.buffer_pool,
+                    expected_layers=len(self.names),
                 )
             group = _RowGroup(context, stream)
             self.groups.append(group)
