@@ -134,17 +134,18 @@ def test_layer_stream_chunks_equal_each_layer_alone(chunk_layers, background, mo
 
 def test_background_stream_reports_an_invalid_layer_when_read(monkeypatch):
     """With ``background`` a layer is staged as it is and checked when its chunk is measured: the same error, from
-    records(), and the second thread is stopped."""
+    the add() that measures it here or from records() (which then stops the second thread; close() does otherwise)."""
     generator = torch.Generator().manual_seed(4)
     monkeypatch.setattr(collapse, "_CHUNK_BYTES", 2 * _layer_bytes(8, 800))
     xs = _layers(generator)
     xs[3] = xs[3].clone()
     xs[3][7, 1] = math.nan
     stream = LayerStream(_edges(generator, True), num_singular_values=4, background=True)
-    for index, x in enumerate(xs):
-        stream.add(index, x)
     with pytest.raises(ValueError, match="NaN or Inf"):
+        for index, x in enumerate(xs):
+            stream.add(index, x)
         stream.records()
+    stream.close()
     assert stream._executor is None
 
 

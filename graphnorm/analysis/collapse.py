@@ -898,9 +898,9 @@ class LayerStream:
     ``background``: the hook only copies the layer as it is into a staging buffer; a full chunk is loaded (float64
     rows, norms, unit rows, validation) and measured on a second thread (up to _QUEUED_CHUNKS chunks wait for it;
     beyond that the caller measures the chunk at once), so the caller (the probe's forward pass) and the second thread
-    share the work on two cores; given ``expected_layers`` (how many layers the caller will add), the last ones go
-    to the second thread one at a time, so little is left when the records are asked for. Every chunk is measured by
-    the same functions either way, on one thread each; the records are the same.
+    share the work on two cores. The first layers go to the second thread one at a time (it starts at once), and so
+    do the last ones when ``expected_layers`` says how many will come (little is left for :meth:`records`). Every
+    chunk is measured by the same functions either way, on one thread each; the records are the same.
 
     Gives the records of :func:`collapse_records_layers` on the same layers (with the same ``precision``).
     """
@@ -928,16 +928,14 @@ class LayerStream:
         # Buffers from earlier streams over rows of the same size, and for later ones (MB-sized fresh tensors cost
         # their page faults again each time).
         self._pool = {} if buffer_pool is None else buffer_pool
-        # With the number of layers to come known, the last ones go to the second thread one at a time, so what is
-        # left to measure when the caller asks for the records is a layer, not a chunk.
         self._expected_layers = expected_layers
         self._added = 0
 
     def add(self, index: int, x: Tensor) -> None:
         """Measure layer ``index`` (0-based position) with output ``x`` [n, d]; a later call for the same index
         replaces it. ``ValueError`` / ``TypeError`` as :func:`collapse_records` for invalid ``x`` (a shape error at
-        once; with ``background``, NaN / Inf and extreme values when the layer's chunk is measured, from
-        :meth:`records`)."""
+        once; with ``background``, NaN / Inf and extreme values when the layer's chunk is measured: from a later
+        ``add`` that measures a chunk itself, or from :meth:`records`)."""
         _check_layer(x, None if self._rows is None else self._rows.num_rows, index + 1)
         with single_thread():
             if self._rows is None:
@@ -953,8 +951,11 @@ class LayerStream:
             self._discard(index, width)
             indices.append(index)
             self._added += 1
+            # With the second thread, the first and the last layers go to it one at a time: it starts at once, and
+            # little is left for it when the records are asked for.
+            near_start = self._added < buffers.capacity
             near_end = self._expected_layers is not None and self._added > self._expected_layers - buffers.capacity
-            if len(indices) == buffers.capacity or (near_end and self._executor is not None):
+            if len(indices) == buffers.capacity or ((near_start or near_end) and self._executor is not None):
                 self._measure(width)
 
     def _new_buffers(self, width: int) -> _StackBuffers:
