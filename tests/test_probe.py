@@ -212,16 +212,20 @@ def test_stacked_fast_path_graph_level_equals_per_graph_reference():
         assert table["node", "effective_rank", "pooled"] == pytest.approx(effective_rank(x[~token_mask]), rel=1e-8)
 
 
-def test_background_probe_gives_the_same_records_and_follows_the_thread_count(monkeypatch):
-    """background=True (metrics on a second thread beside the forward) and False give identical records; the
-    default follows torch's thread count, read before the probe's forward sets one thread."""
+@pytest.mark.parametrize("precision", ["float64", "float32"])
+def test_background_probe_gives_the_same_records_and_follows_the_thread_count(precision, monkeypatch):
+    """background=True (metrics on a second thread beside the forward) and False give identical records, in either
+    precision and for a float64 model; the default follows torch's thread count, read before the probe's forward
+    sets one thread."""
     torch.manual_seed(0)
     data = _random_graph(300, num_edges=900)
     model = DeepGCN(8, 16, 3, num_layers=24, norm="pairnorm")
     monkeypatch.setattr("graphnorm.analysis.collapse._CHUNK_BYTES", 2 * 8 * 7 * 300 * 16)  # chunks of 2 layers
-    here = CollapseProbe(model, background=False).probe_records(data)
-    beside = CollapseProbe(model, background=True).probe_records(data)
-    assert here == beside
+    for dtype in (torch.float32, torch.float64):
+        model, data.x = model.to(dtype), data.x.to(dtype)
+        here = CollapseProbe(model, background=False, precision=precision).probe_records(data)
+        beside = CollapseProbe(model, background=True, precision=precision).probe_records(data)
+        assert here == beside
     seen = []
     monkeypatch.setattr(
         "graphnorm.analysis.probe.LayerStream",
