@@ -209,7 +209,10 @@ def test_atomic_write_keeps_old_file_when_writing_fails(tmp_path: Path, monkeypa
 
 
 @pytest.mark.slow
-def test_local_process_pool_runs_in_parallel_workers(tmp_path: Path, run_log: Path):
+def test_local_process_pool_runs_in_parallel_workers(tmp_path: Path, run_log: Path, monkeypatch: pytest.MonkeyPatch):
+    # Runs that take a moment: an instant run lets the first worker finish all four before the second has started
+    # (seen twice in full suite runs), which says nothing about the pool.
+    monkeypatch.setenv(SLEEP_ENV, "0.5")
     sweep = {**SWEEP, "grid": {"norm": ["none"], "num_layers": [2, 4], "seed": [0, 1]}}
     runs = run_sweep(sweep, tmp_path / "out", run_fn=fake_run, executor="local", workers=2, make_plots=False)
     assert len(runs) == 4 and (runs.status == "ok").all()
