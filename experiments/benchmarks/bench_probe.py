@@ -46,21 +46,29 @@ ROWS_DEGREE = 10  # --rows: average degree of the random graph
 ROWS_WIDTH = 64  # --rows: columns of the random rows
 
 
-def _measure(data: Data, num_layers: int, repeats: int, min_seconds: float) -> dict:
-    """One depth: forward (this run's threads and one thread) and probe in interleaved rounds; the probe / forward
-    ratio of every round (min and median), and the probe's own split into forward and metrics time."""
+def _model_and_forwards(data: Data, num_layers: int) -> tuple[DeepGCN, Callable[[], None], Callable[[], None]]:
+    """The benchmark's PairNorm DeepGCN (seed 0) in eval mode, and its eval/no-grad forward pass with this process's
+    torch threads and on one thread (the probe's own forward runs on one thread: collapse.single_thread). The model
+    is put in eval mode once: a probe restores the mode it found, so neither forward walks the modules to set it."""
     torch.manual_seed(0)
-    model = DeepGCN(data.num_features, HIDDEN, int(data.y.max()) + 1, num_layers, norm=NORM, dropout=0.5)
-    probe = CollapseProbe(model)
+    model = DeepGCN(data.num_features, HIDDEN, int(data.y.max()) + 1, num_layers, norm=NORM, dropout=0.5).eval()
 
     def forward() -> None:
-        model.eval()
         with torch.no_grad():
             model(data.x, data.edge_index)
 
-    def forward_one_thread() -> None:  # the probe's own forward runs on one thread (collapse.single_thread)
+    def forward_one_thread() -> None:
         with single_thread():
             forward()
+
+    return model, forward, forward_one_thread
+
+
+def _measure(data: Data, num_layers: int, repeats: int, min_seconds: float) -> dict:
+    """One depth: forward (this run's threads and one thread) and probe in interleaved rounds; the probe / forward
+    ratio of every round (min and median), and the probe's own split into forward and metrics time."""
+    model, forward, forward_one_thread = _model_and_forwards(data, num_layers)
+    probe = CollapseProbe(model)
 
     split: dict[str, list[float]] = {"forward_s": [], "metrics_s": []}
 
@@ -140,14 +148,8 @@ def _breakdown(data: Data, num_layers: int, repeats: int) -> dict:
     """The probe's parts as shares of one one-thread forward, interleaved with it and with the whole probe in the same
     rounds (median of each); the probe here measures on its own thread (background=False), so "rest" is what it
     spends beyond its forward and these parts (hooks, small per-layer work, spectra, records)."""
-    torch.manual_seed(0)
-    model = DeepGCN(data.num_features, HIDDEN, int(data.y.max()) + 1, num_layers, norm=NORM, dropout=0.5)
-    model.eval()
+    model, _, forward_one_thread = _model_and_forwards(data, num_layers)
     probe = CollapseProbe(model, background=False)
-
-    def forward_one_thread() -> None:
-        with torch.no_grad(), single_thread():
-            model(data.x, data.edge_index)
 
     fns = {"forward": forward_one_thread, "probe": lambda: probe.probe(data), **_part_timers(probe, data)}
     load_before = os.getloadavg()[0]
@@ -167,14 +169,8 @@ def _memory_large_graph(num_nodes: int, num_layers: int) -> dict:
     """Time and peak memory of one probe and one one-thread forward of a DeepGCN on a random graph of ``num_nodes``
     nodes (4 random edges per node, stored both ways; 32 features)."""
     data = synthetic_graph(num_nodes=num_nodes)
-    torch.manual_seed(0)
-    model = DeepGCN(data.num_features, HIDDEN, int(data.y.max()) + 1, num_layers, norm=NORM, dropout=0.5)
+    model, _, forward_one_thread = _model_and_forwards(data, num_layers)
     probe = CollapseProbe(model)
-
-    def forward_one_thread() -> None:
-        model.eval()
-        with torch.no_grad(), single_thread():
-            model(data.x, data.edge_index)
 
     probe.probe(data)  # warm-up
     forward_s, forward_memory = _common.time_and_peak_memory(forward_one_thread)
@@ -250,18 +246,8 @@ def probe_ratio(num_layers: int = 64, repeats: int = 9) -> dict:
     ratio of each round, and their median (the one number the target is judged on); beside it the ratio to a forward
     with this process's torch threads (what a user's own timing of ``model(x, edge_index)`` sees)."""
     data = load_cora()
-    torch.manual_seed(0)
-    model = DeepGCN(data.num_features, HIDDEN, int(data.y.max()) + 1, num_layers, norm=NORM, dropout=0.5)
+    model, forward, forward_one_thread = _model_and_forwards(data, num_layers)
     probe = CollapseProbe(model)
-
-    def forward() -> None:
-        model.eval()
-        with torch.no_grad():
-            model(data.x, data.edge_index)
-
-    def forward_one_thread() -> None:
-        with single_thread():
-            forward()
 
     alone = CollapseProbe(model, background=False)  # measures in its own hooks: no second thread
     fns = {
