@@ -221,6 +221,29 @@ def test_local_process_pool_runs_in_parallel_workers(tmp_path: Path, run_log: Pa
     assert len(executions(run_log)) == 4
 
 
+def test_pool_start_method_spawns_when_a_run_may_use_cuda():
+    """Forking after the CUDA driver was asked for its devices leaves the child without CUDA, so a sweep with any
+    run off the CPU spawns its workers; an all-CPU sweep keeps the forkserver (workers start with torch loaded)."""
+    from graphnorm.sweep.runner import pool_start_method
+
+    cpu, auto = RunConfig(device="cpu"), RunConfig(device="auto")
+    assert pool_start_method([cpu, cpu]) == "forkserver"
+    assert pool_start_method([cpu, auto]) == "spawn"
+
+
+@pytest.mark.slow
+def test_spawned_workers_run_a_sweep(tmp_path: Path, run_log: Path, monkeypatch: pytest.MonkeyPatch):
+    # device "auto" is the CPU here, but may be CUDA: the workers are spawned, fresh interpreters that unpickle
+    # fake_run by importing this module from tests/.
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setenv(SLEEP_ENV, "0.5")
+    sweep = {**SWEEP, "base": {**SWEEP["base"], "device": "auto"}, "grid": {"norm": ["none"], "seed": [0, 1]}}
+    runs = run_sweep(sweep, tmp_path / "out", run_fn=fake_run, executor="local", workers=2, make_plots=False)
+    assert len(runs) == 2 and (runs.status == "ok").all()
+    assert os.getpid() not in set(runs.worker_pid)
+    assert len(executions(run_log)) == 2
+
+
 @pytest.mark.slow
 def test_workers_see_the_drivers_environment_of_each_sweep(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """Workers fork from one forkserver per driver process, started by the first sweep: a second sweep in the same

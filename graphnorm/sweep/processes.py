@@ -55,18 +55,23 @@ def signals_interrupt(signums: tuple[int, ...] = (signal.SIGTERM, signal.SIGHUP)
             signal.signal(signum, handler)
 
 
-def init_worker(driver_pid: int, environment: dict[str, str] | None = None) -> None:
+def init_worker(driver_pid: int, environment: dict[str, str] | None = None, warm: bool = False) -> None:
     """Pool initializer: ignore SIGINT (Ctrl-C on a terminal reaches the whole process group; the driver alone
     handles it); end this worker when the driver is gone (:func:`_exit_with_driver`); take the driver's
     ``environment`` of this sweep (workers fork from a forkserver that keeps the environment of the first sweep in the
     driver process: a later sweep there, in a notebook say, would otherwise not pass its changes on). Variables read
     only when a process starts (``OMP_WAIT_POLICY``) keep the forkserver's values. The collapse probe's compiled
-    kernels come loaded from the forkserver (:mod:`graphnorm.sweep.preload`)."""
+    kernels come loaded from the forkserver (:mod:`graphnorm.sweep.preload`); a spawned worker (``warm``) loads
+    them here, before its first run."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if environment is not None:
         os.environ.clear()
         os.environ.update(environment)
     threading.Thread(target=_exit_with_driver, args=(driver_pid,), name="driver-watchdog", daemon=True).start()
+    if warm:
+        from graphnorm.analysis.collapse import warm_kernels
+
+        warm_kernels()
 
 
 def _exit_with_driver(driver_pid: int) -> None:

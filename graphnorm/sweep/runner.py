@@ -422,24 +422,26 @@ def _run_process_pool(
     finished: Callable[[str], None],
     log: Callable[[str], None] = print,
 ) -> None:
-    """Run ``todo`` in a process pool of forkserver workers (:func:`graphnorm.sweep.cpu_budget.plan_cpus` sizes it),
-    calling ``finished(run_id)`` as each result is written. A run that cannot start in its worker is recorded as
-    failed; a worker that dies stops the sweep with ``RuntimeError`` (which run killed it is unknown)."""
+    """Run ``todo`` in a process pool (:func:`graphnorm.sweep.cpu_budget.plan_cpus` sizes it; :func:`pool_start_method`
+    says how its workers start), calling ``finished(run_id)`` as each result is written. A run that cannot start in
+    its worker is recorded as failed; a worker that dies stops the sweep with ``RuntimeError`` (which run killed it
+    is unknown)."""
     if not todo:
         return
     plan = plan_cpus(len(todo), workers, threads)
     log_cpu_plan(plan, log)
     workers, threads = plan.workers, plan.threads
-    # forkserver, not fork: forking a process that already runs torch's thread pools can deadlock. The server
-    # imports torch, the probe's compiled kernels (graphnorm.sweep.preload) and the run function's module once, and
-    # every worker forks from it instead of loading them again.
-    context = multiprocessing.get_context("forkserver")
-    module = getattr(run_fn, "__module__", None)
-    context.set_forkserver_preload(["graphnorm.sweep.preload", *([module] if module and module != "__main__" else [])])
+    context = multiprocessing.get_context(pool_start_method(todo))
+    if context.get_start_method() == "forkserver":
+        module = getattr(run_fn, "__module__", None)
+        context.set_forkserver_preload(
+            ["graphnorm.sweep.preload", *([module] if module and module != "__main__" else [])]
+        )
     with passive_openmp_wait():
         environment = dict(os.environ)  # the workers' (see init_worker)
+    warm = context.get_start_method() == "spawn"  # a spawned worker loads the probe's kernels itself
     pool = concurrent.futures.ProcessPoolExecutor(
-        workers, mp_context=context, initializer=init_worker, initargs=(os.getpid(), environment)
+        workers, mp_context=context, initializer=init_worker, initargs=(os.getpid(), environment, warm)
     )
     try:
         with passive_openmp_wait():  # the forkserver starts (and reads it) at the first submit
@@ -465,6 +467,16 @@ def _run_process_pool(
         stop_workers(pool)
         raise
     pool.shutdown(wait=True)
+
+
+def pool_start_method(todo: list[RunConfig]) -> str:
+    """How a local sweep starts its workers. ``"forkserver"`` for CPU runs: not fork, since forking a process that
+    already runs torch's thread pools can deadlock; the server imports torch, the probe's compiled kernels
+    (:mod:`graphnorm.sweep.preload`) and the run function's module once, and every worker forks from it instead of
+    loading them again. ``"spawn"`` as soon as one run may use CUDA (``device`` not ``"cpu"``): importing torch and
+    PyG asks the CUDA driver for its devices, and a process forked after that cannot use CUDA at all
+    (``cudaErrorInitializationError`` at the first ``.to("cuda")``)."""
+    return "forkserver" if all(config.device == "cpu" for config in todo) else "spawn"
 
 
 def log_cpu_plan(plan: CpuPlan, log: Callable[[str], None]) -> None:
