@@ -37,6 +37,7 @@ from experiments.benchmarks import run_all as common
 from experiments.benchmarks.bench_gcn import load_cora, synthetic_graph
 from graphnorm.analysis import CollapseProbe, collapse
 from graphnorm.analysis.collapse import single_thread
+from graphnorm.analysis.cone import ROBUST_CONE_LEVEL, stacked_cones
 from graphnorm.models.gcn import DeepGCN
 
 HIDDEN = 64
@@ -123,9 +124,7 @@ def _part_timers(probe: CollapseProbe, data: Data) -> dict[str, Callable[[], Non
             buffers.load(slot, x, None)
 
     def cones() -> None:
-        for index in range(len(outputs)):
-            layer = collapse._Layer(stack.x[index], stack.norms[index], stack.nonzero[index], stack.units[index])
-            collapse._cones(layer, probe.cone_tol_deg)
+        stacked_cones(stack.units.numpy(), stack.norms.numpy(), ROBUST_CONE_LEVEL, probe.cone_tol_deg)
 
     parts = {
         "copy": copy,
@@ -295,15 +294,16 @@ def _row_families(x: torch.Tensor, edge_index: torch.Tensor) -> dict[str, Callab
     buffers = collapse._StackBuffers(1, x.size(0), x.size(1))
     buffers.load(0, x, None)
     stack = buffers.stack(1)
-    layer = collapse._Layer(stack.x[0], stack.norms[0], stack.nonzero[0], stack.units[0])
 
     def spectrum() -> None:
-        collapse._ranks(collapse._singular_values_from([collapse._grams(stack.x)[0]], None))
+        collapse._ranks(collapse._singular_values_from(collapse._grams(stack.x), None))
 
     parts = {
         "rows (copy, norms, unit rows)": lambda: buffers.load(0, x, None),
         "spectrum (Gram, eigvalsh)": spectrum,
-        "cones (exact, q90), mean cosine, MAD": lambda: collapse._cones(layer, 1e-3),
+        "cones (exact, q90), mean cosine, MAD": lambda: stacked_cones(
+            stack.units.numpy(), stack.norms.numpy(), ROBUST_CONE_LEVEL, 1e-3
+        ),
         "edges (Dirichlet, neighbour MAD)": lambda: collapse._edge_metrics_stacked(stack, rows),
         "collapse_records (all, with edge setup)": lambda: collapse.collapse_records(x, edge_index),
     }

@@ -24,9 +24,8 @@ import torch
 from torch import Tensor
 from torch_geometric.utils import to_dense_batch
 
-from graphnorm.analysis.cone import ROBUST_CONE_LEVEL, exact_and_robust_cones
+from graphnorm.analysis.cone import ROBUST_CONE_LEVEL, exact_and_robust_cones, stacked_cones
 from graphnorm.analysis.magnitude import SAFE_EXPONENT, check_not_too_large, invariant_shift, scale_by_power_of_two
-from graphnorm.analysis.metrics import _gram_f64
 from graphnorm.analysis.min_norm_point import WORKING_SIZE
 from graphnorm.checks import check_choice, check_edge_index
 
@@ -220,17 +219,6 @@ def _build_rows(n: int, edge_index: Tensor | None, batch: Tensor | None, token_m
 
 
 # --- layers' rows: float64 copy, row norms, unit rows ----------------------------------------------------------
-@dataclass
-class _Layer:
-    """One layer's rows as float64 [m, d], with row norms, non-zero mask and unit rows computed once and shared by
-    every metric (Gram, cosine, MAD, cone, energies)."""
-
-    x: Tensor
-    norms: Tensor  # [m]
-    nonzero: Tensor  # [m] bool
-    units: Tensor  # [m, d], zero rows stay zero
-
-
 def _load_rows(x: Tensor, rows: Tensor | None, out_x: Tensor, out_norms: Tensor, out_units: Tensor) -> int:
     """Copy the given rows of ``x`` into ``out_x`` [m, d] (float64, or float32 for ``precision="float32"``), their
     float64 norms into ``out_norms`` [m] and their unit rows into ``out_units`` [m, d] (one compiled pass,
@@ -301,6 +289,23 @@ def _widen_rows(
         for k in range(width):
             out_units[i, k] = np.float64(out_x[i, k]) / divisor
     return largest, squared_sum, finite
+
+
+@numba.njit(cache=True, nogil=True)
+def _widen_layers(
+    x: np.ndarray, staged: np.ndarray, out_x: np.ndarray, out_norms: np.ndarray, out_units: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_widen_rows` of every layer ``l`` of ``x`` [L, m, d] with ``staged[l]`` into ``out_*[l]``, in one call;
+    the largest norms, sums of squared norms and finiteness [L] (0, 0, True for a layer not staged)."""
+    num_layers = x.shape[0]
+    largest, squared_sums = np.zeros(num_layers), np.zeros(num_layers)
+    finite = np.ones(num_layers, dtype=np.bool_)
+    for layer in range(num_layers):
+        if staged[layer]:
+            largest[layer], squared_sums[layer], finite[layer] = _widen_rows(
+                x[layer], out_x[layer], out_norms[layer], out_units[layer]
+            )
+    return largest, squared_sums, finite
 
 
 def _row_norms(x: Tensor, out: Tensor) -> Tensor:
@@ -380,10 +385,24 @@ class _StackBuffers:
         self.staged[slot] = True
 
     def load_staged(self, count: int) -> None:
-        """Load the staged layers among the first ``count`` slots (:meth:`load`: validated then)."""
-        for slot in range(count):
-            if self.staged[slot]:
-                self.staged[slot] = False
+        """Load the staged layers among the first ``count`` slots, validated as :meth:`load` does: one compiled pass
+        over every staged layer (:func:`_widen_layers`; this runs on the probe's second thread, where each short
+        torch call would let the forward pass's thread take the interpreter lock and wait to get it back); a layer
+        that is not finite or not of ordinary scale is loaded again by :meth:`load`, which rejects or rescales it."""
+        slots = [slot for slot in range(count) if self.staged[slot]]
+        if not slots:
+            return
+        staged = np.zeros(count, dtype=np.bool_)
+        staged[slots] = True
+        largest, squared_sums, finite = _widen_layers(
+            self.staging.numpy()[:count], staged, self.x.numpy(), self.norms.numpy(), self.units.numpy()
+        )
+        for slot in slots:
+            self.staged[slot] = False
+            if finite[slot] and 2.0**-SAFE_EXPONENT <= largest[slot] <= 2.0**SAFE_EXPONENT:
+                check_not_too_large(float(squared_sums[slot]), self.x.size(1), "collapse_metrics")
+                self.shifts[slot] = 0
+            else:
                 self.load(slot, self.staging[slot], None)
 
     def move_up(self, slot: int, count: int) -> None:
@@ -401,20 +420,23 @@ class _StackBuffers:
 
 
 def _grams(x: Tensor) -> Tensor:
-    """X^T X of every [m, d] matrix of ``x`` [L, m, d] as float64 [L, d, d], each by
-    :func:`graphnorm.analysis.metrics._gram_f64` (BLAS dsyrk: one triangle, cheaper than torch's batched matmul).
+    """X^T X of every [m, d] matrix of ``x`` [L, m, d] as float64 [L, d, d], each as
+    :func:`graphnorm.analysis.metrics._gram_f64` computes it (BLAS dsyrk: one triangle, cheaper than torch's batched
+    matmul), looping in NumPy (few torch calls: each lets another Python thread take the interpreter lock).
     Float32 rows are widened first (exactly): a float32 Gram matrix would carry an error of ~1e-7 * s_1^2 in every
     eigenvalue, which moves the effective rank of a layer with small singular values far beyond 1e-5."""
-    return torch.stack([_gram_f64(layer.double()) for layer in x])
+    x64 = x if x.dtype == torch.float64 else x.double()
+    return torch.from_numpy(np.stack([layer.T @ layer for layer in x64.numpy()]))
 
 
-def _singular_values_from(grams: list[Tensor] | None, xs: list[Tensor] | None) -> Tensor:
+def _singular_values_from(grams: Tensor | None, xs: Tensor | None) -> Tensor:
     """Descending singular values of every layer [L, min(m, d)] (float64): one batched eigvalsh of the stacked
-    d x d Gram matrices when the layers are tall (m > 2d), as :func:`graphnorm.analysis.metrics._singular_values_f64`
-    does for one matrix; else one batched SVD of the (small) layers."""
+    d x d Gram matrices ``grams`` [L, d, d] when the layers are tall (m > 2d), as
+    :func:`graphnorm.analysis.metrics._singular_values_f64` does for one matrix; else one batched SVD of the (small)
+    layers ``xs`` [L, m, d]."""
     if grams is not None:
-        return torch.linalg.eigvalsh(torch.stack(grams)).clamp_min(0.0).sqrt().flip(-1)
-    return torch.linalg.svdvals(torch.stack(xs))
+        return torch.linalg.eigvalsh(grams).clamp_min(0.0).sqrt().flip(-1)
+    return torch.linalg.svdvals(xs)
 
 
 def _ranks(sigma: Tensor) -> tuple[Tensor, Tensor]:
@@ -431,19 +453,6 @@ def _ranks(sigma: Tensor) -> tuple[Tensor, Tensor]:
     return effective, stable
 
 
-def _cones(layer: _Layer, tol_deg: float) -> tuple[float, float, Tensor]:
-    """Exact and robust (q = 0.9) cone angles of the layer's non-zero unit rows (NaN if none), and the sum of the
-    unit rows (zero rows add nothing), computed once and shared by both cones and the mean cosine."""
-    mask = layer.nonzero
-    if not bool(mask.any()):
-        return math.nan, math.nan, torch.zeros(layer.x.size(1), dtype=torch.float64)
-    rows = np.arange(mask.numel()) if bool(mask.all()) else mask.nonzero().flatten().numpy()
-    exact, robust, units_sum = exact_and_robust_cones(
-        layer.units.numpy(), layer.norms.numpy(), rows, ROBUST_CONE_LEVEL, tol_deg
-    )
-    return exact, robust, torch.from_numpy(units_sum)
-
-
 @dataclass
 class _SetSummary:
     """What the edge-free metrics of one row set need from each layer, small enough to keep for every layer."""
@@ -458,28 +467,22 @@ class _SetSummary:
 
 def _summarize_sets(stack: _Stack, cone_tol_deg: float) -> list[_SetSummary]:
     """The :class:`_SetSummary` of every stacked layer: singular values from one batched eigvalsh of the Gram
-    matrices when tall, else one batched SVD."""
+    matrices when tall, else one batched SVD; both cones, the unit rows' sums and the non-zero rows' counts from one
+    compiled call (:func:`graphnorm.analysis.cone.stacked_cones`)."""
     num_rows, width = stack.x.shape[1:]
-    tall = num_rows > 2 * width
-    if tall:
-        sigma = _singular_values_from(list(_grams(stack.x)), None)
+    if num_rows > 2 * width:
+        sigma = _singular_values_from(_grams(stack.x), None)
     else:
-        sigma = _singular_values_from(None, list(stack.x.double()))
-    summaries = []
-    for index, num_nonzero in enumerate(stack.nonzero.sum(-1).tolist()):
-        layer = _Layer(stack.x[index], stack.norms[index], stack.nonzero[index], stack.units[index])
-        cone, cone_q90, units_sum = _cones(layer, cone_tol_deg)
-        summaries.append(
-            _SetSummary(
-                sigma=sigma[index],
-                units_sum=units_sum,
-                num_nonzero=num_nonzero,
-                num_rows=num_rows,
-                cone=cone,
-                cone_q90=cone_q90,
-            )
+        sigma = _singular_values_from(None, stack.x.double())
+    exact, robust, units_sums, counts = stacked_cones(
+        stack.units.numpy(), stack.norms.numpy(), ROBUST_CONE_LEVEL, cone_tol_deg
+    )
+    return [
+        _SetSummary(sigma=s, units_sum=u, num_nonzero=c, num_rows=num_rows, cone=e, cone_q90=r)
+        for s, u, c, e, r in zip(
+            sigma.unbind(0), torch.from_numpy(units_sums).unbind(0), counts.tolist(), exact.tolist(), robust.tolist()
         )
-    return summaries
+    ]
 
 
 def _set_metrics(summaries: list[_SetSummary], num_singular_values: int) -> list[dict[str, float]]:
@@ -1096,6 +1099,10 @@ def warm_kernels() -> None:
     edges = torch.randint(0, x.size(0), (2, 3 * x.size(0)), generator=generator)
     for precision in PRECISIONS:  # the edge kernel is compiled for float64 and for float32 rows
         collapse_records(x, edge_index=torch.cat([edges, edges.flip(0)], dim=1), precision=precision)
+        for dtype in (torch.float32, torch.float64):  # the staged layers' loader (a probe's second thread)
+            buffers = _StackBuffers(1, x.size(0), x.size(1), precision)
+            buffers.stage(0, x.to(dtype))
+            buffers.load_staged(1)
 
 
 def records_to_flat_dict(records: list[dict]) -> dict[str, float]:

@@ -27,6 +27,7 @@ __all__ = [
     "cone_angle_info",
     "robust_cone_angle",
     "exact_and_robust_cones",
+    "stacked_cones",
     "ROBUST_CONE_LEVEL",
 ]
 
@@ -373,6 +374,28 @@ def exact_and_robust_cones(
             weighted_sum[column] += norms[row] * units[row, column]
     exact, robust, _, _ = _both_cones(units, norms, rows, units_sum, weighted_sum, q, tol_deg)
     return exact, robust, units_sum
+
+
+@numba.njit(cache=True, nogil=True)
+def stacked_cones(
+    units: np.ndarray, norms: np.ndarray, q: float, tol_deg: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`exact_and_robust_cones` of the non-zero rows of every layer of ``units`` [L, m, d] (unit rows, zero
+    rows where ``norms`` [L, m] is 0), in one compiled call that holds no lock a Python thread waits for (the
+    collapse probe measures on a second thread beside the forward pass, whose Python would otherwise wait on every
+    short call). Returns the exact and robust angles [L] (NaN for a layer without a non-zero row), the sums of the
+    unit rows [L, d] and the number of non-zero rows [L]."""
+    num_layers, num_rows, width = units.shape
+    exact, robust = np.full(num_layers, np.nan), np.full(num_layers, np.nan)
+    sums, counts = np.zeros((num_layers, width)), np.zeros(num_layers, dtype=np.int64)
+    for layer in range(num_layers):
+        rows = np.flatnonzero(norms[layer] > 0.0)
+        counts[layer] = rows.size
+        if rows.size:
+            exact[layer], robust[layer], sums[layer] = exact_and_robust_cones(
+                units[layer], norms[layer], rows, q, tol_deg
+            )
+    return exact, robust, sums, counts
 
 
 def robust_cone_angle(x: Tensor | np.ndarray, q: float = ROBUST_CONE_LEVEL, tol_deg: float = 1e-4) -> float:
