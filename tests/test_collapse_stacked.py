@@ -156,3 +156,26 @@ def test_chunk_memory_is_bounded():
     for rows, edges, width in [(10, 0, 2), (2708, 5278, 64), (50_000, 10**6, 256)]:
         capacity = collapse._chunk_capacity(rows, edges, width)
         assert capacity == 1 or capacity * _layer_bytes(width, edges, rows) <= collapse._CHUNK_BYTES
+
+
+def test_edge_metrics_read_staged_float32_rows_with_the_same_numbers():
+    """A chunk of staged float32 layers gives the edge metrics its rows as they came (half the bytes to gather):
+    they widen exactly, so the energies and neighbour MAD are those of the float64 copy, bit for bit. A layer
+    loaded otherwise (by the checked path, here an all-zero layer) leaves the chunk on its float64 rows."""
+    generator = torch.Generator().manual_seed(3)
+    layers = _layers(generator, width=8, count=3)
+    rows = collapse._build_rows(NUM_ROWS, _edges(generator, undirected=True), None, None)
+    buffers = collapse._StackBuffers(3, NUM_ROWS, 8)
+    for slot, x in enumerate(layers):
+        buffers.stage(slot, x.float())
+    buffers.load_staged(3)
+    stack = buffers.stack(3)
+    assert stack.rows_as_given is not None and stack.rows_as_given.dtype.name == "float32"
+    from_staged = collapse._edge_metrics_stacked(stack, rows)
+    stack.rows_as_given = None
+    from_float64 = collapse._edge_metrics_stacked(stack, rows)
+    for name, values in from_float64.items():
+        assert torch.equal(torch.from_numpy(from_staged[name]), torch.from_numpy(values)), name
+    buffers.stage(1, torch.zeros(NUM_ROWS, 8))  # no norm of ordinary scale: loaded again by the checked path
+    buffers.load_staged(3)
+    assert buffers.stack(3).rows_as_given is None

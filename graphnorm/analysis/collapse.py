@@ -358,6 +358,7 @@ class _StackBuffers:
         self.key = (capacity, num_rows, width, precision)  # what buffers of the same shapes share
         self.staging: Tensor | None = None  # [capacity, m, d]: layers copied as they came, loaded later
         self.staged = [False] * capacity  # slot holds a staged layer not loaded yet
+        self.in_staging = [False] * capacity  # the staging buffer holds the slot's layer as loaded (not rescaled)
 
     @property
     def capacity(self) -> int:
@@ -368,6 +369,7 @@ class _StackBuffers:
         """Copy the given rows of layer ``x`` into ``slot`` with their norms and unit rows (validated as
         :func:`_load_rows` does)."""
         self.shifts[slot] = _load_rows(x, rows, self.x[slot], self.norms[slot], self.units[slot])
+        self.in_staging[slot] = False
 
     def stage(self, slot: int, x: Tensor) -> None:
         """Copy layer ``x`` into ``slot`` of the staging buffer as it is (one memcpy), to be loaded and validated
@@ -383,6 +385,7 @@ class _StackBuffers:
             self.staging = torch.empty(self.x.shape, dtype=x.dtype)
         self.staging[slot].copy_(x)
         self.staged[slot] = True
+        self.in_staging[slot] = True
 
     def load_staged(self, count: int) -> None:
         """Load the staged layers among the first ``count`` slots, validated as :meth:`load` does: one compiled pass
@@ -410,13 +413,17 @@ class _StackBuffers:
         for target in (self.x, self.norms, self.units, self.staging):
             if target is not None:
                 target[slot : count - 1] = target[slot + 1 : count].clone()
-        for flags in (self.shifts, self.staged):
+        for flags in (self.shifts, self.staged, self.in_staging):
             flags[slot : count - 1] = flags[slot + 1 : count]
 
     def stack(self, count: int) -> _Stack:
         """The first ``count`` loaded layers (valid until the buffers are loaded again)."""
         x, norms = self.x[:count], self.norms[:count]
-        return _Stack(x, norms, norms > 0, self.units[:count], self.shifts[:count])
+        as_given = None
+        # The staged rows stand for the loaded ones when they widen to them exactly (float32, or the rows' own dtype).
+        if self.staging is not None and self.staging.dtype in (torch.float32, self.x.dtype):
+            as_given = self.staging.numpy()[:count] if all(self.in_staging[:count]) else None
+        return _Stack(x, norms, norms > 0, self.units[:count], self.shifts[:count], as_given)
 
 
 def _grams(x: Tensor) -> Tensor:
@@ -571,7 +578,8 @@ def _edge_metrics_stacked(stack: _Stack, rows: _Rows) -> dict[str, np.ndarray]:
     One pass over the endpoint rows of every edge gives the per-graph squared distances (Dirichlet) and the per-node
     sums of neighbour cosines (neighbour MAD) (:func:`_edge_sums`); per-graph sums over nodes are one bincount for
     all layers."""
-    x, norms = stack.x.numpy(), stack.norms.numpy()
+    x = stack.rows_as_given if stack.rows_as_given is not None else stack.x.numpy()
+    norms = stack.norms.numpy()
     num_layers, num_rows, _ = x.shape
     energy = np.zeros((num_layers, rows.num_graphs))
     cosine_sum, count = np.zeros((num_layers, num_rows)), np.zeros((num_layers, num_rows))
@@ -630,6 +638,9 @@ class _Stack:
     nonzero: Tensor  # [L, m] bool
     units: Tensor  # [L, m, d]
     shifts: list[int]  # [L]: layer l was scaled by 2**shifts[l] (0 unless its entries are extreme, see _load_rows)
+    # The same rows as they came (float32 for a float32 model), where the chunk has them: the edge metrics gather
+    # rows at random, and half the bytes per row keep a layer in the core's own cache (float32 widens exactly).
+    rows_as_given: np.ndarray | None = None
 
 
 def _singular_values_stacked(x: Tensor) -> Tensor:
