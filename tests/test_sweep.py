@@ -221,20 +221,28 @@ def test_local_process_pool_runs_in_parallel_workers(tmp_path: Path, run_log: Pa
     assert len(executions(run_log)) == 4
 
 
-def test_pool_start_method_spawns_when_a_run_may_use_cuda():
-    """Forking after the CUDA driver was asked for its devices leaves the child without CUDA, so a sweep with any
-    run off the CPU spawns its workers; an all-CPU sweep keeps the forkserver (workers start with torch loaded)."""
+def test_pool_start_method_spawns_when_a_run_will_use_cuda(monkeypatch: pytest.MonkeyPatch):
+    """Forking after the CUDA driver was asked for its devices leaves the child without CUDA, so a sweep with a run
+    on CUDA spawns its workers; a sweep on the CPU keeps the forkserver (workers start with torch loaded)."""
+    import torch
+
     from graphnorm.sweep.runner import pool_start_method
 
-    cpu, auto = RunConfig(device="cpu"), RunConfig(device="auto")
-    assert pool_start_method([cpu, cpu]) == "forkserver"
+    cpu, auto, cuda = (RunConfig.from_dict({"device": d}, check_device=False) for d in ("cpu", "auto", "cuda"))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert pool_start_method([cpu, cpu]) == pool_start_method([cpu, auto]) == "forkserver"
+    assert pool_start_method([cpu, cuda]) == "spawn"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert pool_start_method([cpu, auto]) == "spawn"
 
 
 @pytest.mark.slow
 def test_spawned_workers_run_a_sweep(tmp_path: Path, run_log: Path, monkeypatch: pytest.MonkeyPatch):
-    # device "auto" is the CPU here, but may be CUDA: the workers are spawned, fresh interpreters that unpickle
-    # fake_run by importing this module from tests/.
+    # As where CUDA is available for device "auto" (the runs here still run on the CPU): the workers are spawned,
+    # fresh interpreters that unpickle fake_run by importing this module from tests/.
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
     monkeypatch.setenv(SLEEP_ENV, "0.5")
     sweep = {**SWEEP, "base": {**SWEEP["base"], "device": "auto"}, "grid": {"norm": ["none"], "seed": [0, 1]}}

@@ -473,10 +473,15 @@ def pool_start_method(todo: list[RunConfig]) -> str:
     """How a local sweep starts its workers. ``"forkserver"`` for CPU runs: not fork, since forking a process that
     already runs torch's thread pools can deadlock; the server imports torch, the probe's compiled kernels
     (:mod:`graphnorm.sweep.preload`) and the run function's module once, and every worker forks from it instead of
-    loading them again. ``"spawn"`` as soon as one run may use CUDA (``device`` not ``"cpu"``): importing torch and
-    PyG asks the CUDA driver for its devices, and a process forked after that cannot use CUDA at all
-    (``cudaErrorInitializationError`` at the first ``.to("cuda")``)."""
-    return "forkserver" if all(config.device == "cpu" for config in todo) else "spawn"
+    loading them again. ``"spawn"`` as soon as one run will use CUDA (``device: cuda``, or ``auto`` where CUDA is
+    available): importing torch and PyG asks the CUDA driver for its devices, and a process forked after that cannot
+    use CUDA at all (``cudaErrorInitializationError`` at the first ``.to("cuda")``)."""
+    devices = {config.device for config in todo}
+    if "auto" in devices:
+        import torch
+
+        devices.add("cuda" if torch.cuda.is_available() else "cpu")
+    return "spawn" if "cuda" in devices else "forkserver"
 
 
 def log_cpu_plan(plan: CpuPlan, log: Callable[[str], None]) -> None:
