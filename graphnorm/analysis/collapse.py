@@ -571,16 +571,53 @@ def _edge_sums(
                     live_count[layer, tail] += 1.0
 
 
+@numba.njit(cache=True, nogil=True)
+def _one_graph_edge_metrics(
+    x: np.ndarray, norms: np.ndarray, source: np.ndarray, target: np.ndarray, both_ways: bool, out: np.ndarray
+) -> None:
+    """:func:`_edge_metrics_stacked` for rows that form one graph, in one compiled call (the probe's second thread
+    calls it; every short NumPy step there would make the forward pass's thread wait for the interpreter lock): the
+    sums of :func:`_edge_sums`, then per layer ``out[:, l]`` = (Dirichlet energy, its normalized form, neighbour
+    MAD) before any rescaling of the energy (NaN for a MAD without a live edge)."""
+    num_layers, num_rows, _ = x.shape
+    energy = np.zeros((num_layers, 1))
+    cosine_sum, count = np.zeros((num_layers, num_rows)), np.zeros((num_layers, num_rows))
+    _edge_sums(x, norms, source, target, np.empty(0, dtype=np.int64), both_ways, energy, cosine_sum, count)
+    per_node = max(num_rows, 1.0)
+    for layer in range(num_layers):
+        total = energy[layer, 0] * 2.0 if both_ways else energy[layer, 0]
+        frobenius_sq = 0.0
+        for row in range(num_rows):
+            frobenius_sq += norms[layer, row] * norms[layer, row]
+        out[0, layer] = total / per_node
+        out[1, layer] = (total / frobenius_sq if frobenius_sq > 0 else 0.0) / per_node
+        mad_sum, live = 0.0, 0.0
+        for row in range(num_rows):
+            if count[layer, row] > 0:
+                mad_sum += 1.0 - cosine_sum[layer, row] / count[layer, row]
+                live += 1.0
+        out[2, layer] = mad_sum / live if live > 0 else np.nan
+
+
 def _edge_metrics_stacked(stack: _Stack, rows: _Rows) -> dict[str, np.ndarray]:
     """Dirichlet energies and neighbour MAD of stacked layers per graph: {name: [L, num_graphs]} (NaN where
     undefined).
 
     One pass over the endpoint rows of every edge gives the per-graph squared distances (Dirichlet) and the per-node
     sums of neighbour cosines (neighbour MAD) (:func:`_edge_sums`); per-graph sums over nodes are one bincount for
-    all layers."""
+    all layers. Rows of one graph take one compiled call for all of it (:func:`_one_graph_edge_metrics`)."""
     x = stack.rows_as_given if stack.rows_as_given is not None else stack.x.numpy()
     norms = stack.norms.numpy()
     num_layers, num_rows, _ = x.shape
+    if rows.batch is None:  # one graph: one compiled call
+        out = np.empty((3, num_layers))
+        _one_graph_edge_metrics(x, norms, rows.edge_source_np, rows.edge_target_np, rows.edge_both_ways, out)
+        energy, normalized, mad = out[:, :, None]  # [L, 1] each
+        return {
+            "dirichlet_energy": _unscaled_energy(energy, stack.shifts),
+            "dirichlet_energy_normalized": normalized,
+            "mad_neighbors": mad,
+        }
     energy = np.zeros((num_layers, rows.num_graphs))
     cosine_sum, count = np.zeros((num_layers, num_rows)), np.zeros((num_layers, num_rows))
     no_graphs = np.empty(0, dtype=np.int64)
