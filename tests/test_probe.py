@@ -15,6 +15,7 @@ from torch_geometric.nn.models import GCN
 
 from graphnorm.analysis import (
     CollapseProbe,
+    collapse,
     collapse_metrics,
     collapse_records,
     collapse_records_layers,
@@ -267,3 +268,38 @@ def test_probe_reuses_its_row_buffers_between_calls():
     assert {key: sorted(id(b) for b in values) for key, values in probe._pool.items()} == {
         key: sorted(ids) for key, ids in pooled.items()
     }
+
+
+def test_probe_keeps_the_edge_structure_of_the_same_graph_between_calls():
+    """A second probe of the same graph reuses the first one's edge structure; a graph with other edges (here the
+    same tensor changed in place) gets its own, with the records of a fresh probe."""
+    torch.manual_seed(0)
+    data = _random_graph(200, num_edges=500)
+    model = DeepGCN(8, 16, 3, num_layers=6, norm="pairnorm")
+    probe = CollapseProbe(model, background=True)
+    first = probe.probe_records(data)
+    rows = probe._pool[collapse._ROWS_KEY][1]
+    assert probe.probe_records(data) == first
+    assert probe._pool[collapse._ROWS_KEY][1] is rows
+    data.edge_index[1] = data.edge_index[1].roll(1)  # other edges, same tensor
+    changed = probe.probe_records(data)
+    assert probe._pool[collapse._ROWS_KEY][1] is not rows
+    assert changed == CollapseProbe(model, background=True).probe_records(data)
+    assert changed != first
+
+
+def test_probe_leaves_a_model_in_eval_mode_unwalked():
+    """A model in eval mode throughout is probed as it is (no eval()/train() walk over its modules on every call);
+    a model in train mode is put in eval mode for the probe and back after."""
+    model = DeepGCN(8, 16, 3, num_layers=3, norm="pairnorm")
+    calls = []
+    original_train = model.train
+    model.train = lambda mode=True: calls.append(mode) or original_train(mode)
+    data = _random_graph(40)
+    model.eval()
+    calls.clear()
+    CollapseProbe(model).probe(data)
+    assert calls == [] and not model.training
+    original_train(True)
+    CollapseProbe(model).probe(data)
+    assert calls == [False, True] and model.training

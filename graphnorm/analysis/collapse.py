@@ -16,7 +16,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numba
 import numpy as np
@@ -69,6 +69,7 @@ _ROW_DTYPES = {"float64": torch.float64, "float32": torch.float32}
 _CHUNK_BYTES = 64 * 2**20
 # Chunks a background stream lets wait for its second thread before the caller measures one itself.
 _QUEUED_CHUNKS = 2
+_ROWS_KEY = ("rows",)  # a LayerStream's pool also keeps the edge structure of its last rows under this key
 
 
 def spectrum_metric_name(index: int) -> str:
@@ -963,7 +964,7 @@ class LayerStream:
         cone_tol_deg: float = 1e-3,
         precision: str = "float64",
         background: bool = False,
-        buffer_pool: dict[tuple, list[_StackBuffers]] | None = None,
+        buffer_pool: dict[tuple, Any] | None = None,
         expected_layers: int | None = None,
     ):
         self.precision = check_choice(precision, PRECISIONS, "precision", "collapse_metrics")
@@ -977,7 +978,7 @@ class LayerStream:
         self._parts: dict[int, tuple[int, tuple[_SetSummary, dict | None]]] = {}  # index -> (width, its summary)
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="graphnorm-probe") if background else None
         # Buffers from earlier streams over rows of the same size, and for later ones (MB-sized fresh tensors cost
-        # their page faults again each time).
+        # their page faults again each time); also the edge structure of the last rows (_one_graph_rows).
         self._pool = {} if buffer_pool is None else buffer_pool
         self._expected_layers = expected_layers
         self._added = 0
@@ -990,7 +991,7 @@ class LayerStream:
         _check_layer(x, None if self._rows is None else self._rows.num_rows, index + 1)
         with single_thread():
             if self._rows is None:
-                self._rows = _build_rows(x.size(0), self.edge_index, None, None)
+                self._rows = self._one_graph_rows(x.size(0))
             width = x.size(1)
             if width not in self._chunks:
                 self._chunks[width] = (self._new_buffers(width), [])
@@ -1008,6 +1009,28 @@ class LayerStream:
             near_end = self._expected_layers is not None and self._added > self._expected_layers - buffers.capacity
             if len(indices) == buffers.capacity or ((near_start or near_end) and self._executor is not None):
                 self._measure(width)
+
+    def _one_graph_rows(self, n: int) -> _Rows:
+        """The :class:`_Rows` of ``n`` rows and this stream's edges: the pool's when the last stream with this pool
+        had the same edges (equal values: a model may pass a new tensor each forward) over as many rows, as when a
+        probe measures the same graph again (no edge checks and sorting per call); else built and left in the pool
+        with a copy of the edges."""
+        edges = self.edge_index
+        cached = self._pool.get(_ROWS_KEY)
+        if cached is not None and cached[1].num_rows == n:
+            cached_edges, rows = cached
+            if (cached_edges is None and edges is None) or (
+                cached_edges is not None
+                and edges is not None
+                and cached_edges.shape == edges.shape
+                and cached_edges.dtype == edges.dtype
+                and cached_edges.device == edges.device
+                and torch.equal(cached_edges, edges)
+            ):
+                return rows
+        rows = _build_rows(n, edges, None, None)
+        self._pool[_ROWS_KEY] = (None if edges is None else edges.clone(), rows)
+        return rows
 
     def _new_buffers(self, width: int) -> _StackBuffers:
         """Buffers for a chunk of layers of ``width`` (from the pool when it has such buffers)."""

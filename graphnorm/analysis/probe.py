@@ -405,8 +405,11 @@ class CollapseProbe:
         ]
         handles += [self._watch(module, position, run) for position, (_, module) in enumerate(self.layers)]
         was_training = self.model.training
+        # A model already in eval mode throughout is left alone (no walk over its modules, twice, on every probe).
+        switch_mode = any(module.training for module in self.model.modules())
         try:
-            self.model.eval()
+            if switch_mode:
+                self.model.eval()
             with torch.no_grad(), single_thread():
                 self.forward(self.model, data)
                 run.finish()
@@ -416,7 +419,8 @@ class CollapseProbe:
         finally:
             for handle in handles:
                 handle.remove()
-            self.model.train(was_training)
+            if switch_mode:
+                self.model.train(was_training)
         return run
 
     def _watch(self, module: nn.Module, position: int, run: _Pass) -> torch.utils.hooks.RemovableHandle:
