@@ -420,10 +420,9 @@ class _StackBuffers:
     def stack(self, count: int) -> _Stack:
         """The first ``count`` loaded layers (valid until the buffers are loaded again)."""
         x, norms = self.x[:count], self.norms[:count]
-        as_given = None
         # The staged rows stand for the loaded ones when they widen to them exactly (float32, or the rows' own dtype).
-        if self.staging is not None and self.staging.dtype in (torch.float32, self.x.dtype):
-            as_given = self.staging.numpy()[:count] if all(self.in_staging[:count]) else None
+        exact = self.staging is not None and self.staging.dtype in (torch.float32, self.x.dtype)
+        as_given = self.staging.numpy()[:count] if exact and all(self.in_staging[:count]) else None
         return _Stack(x, norms, norms > 0, self.units[:count], self.shifts[:count], as_given)
 
 
@@ -522,15 +521,6 @@ def _set_metrics(summaries: list[_SetSummary], num_singular_values: int) -> list
 
 
 # --- edge metrics over stacked layers ----------------------------------------------------------------------------
-def _sum_by(index: np.ndarray, weights: np.ndarray, size: int) -> np.ndarray:
-    """``np.bincount(index, weights=row, minlength=size)`` of every row of ``weights`` [L, len(index)] as [L, size],
-    in one bincount (each bin sums its weights in the same order, so the same numbers as one row at a time)."""
-    num_layers = weights.shape[0]
-    offsets = (np.arange(num_layers) * size)[:, None]
-    flat = np.bincount((index[None, :] + offsets).ravel(), weights=weights.ravel(), minlength=num_layers * size)
-    return flat.reshape(num_layers, size)
-
-
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
 def _edge_sums(
     x: np.ndarray,
@@ -573,82 +563,70 @@ def _edge_sums(
 
 
 @numba.njit(cache=True, nogil=True)
-def _one_graph_edge_metrics(
-    x: np.ndarray, norms: np.ndarray, source: np.ndarray, target: np.ndarray, both_ways: bool, out: np.ndarray
+def _edge_metrics_kernel(
+    x: np.ndarray,
+    norms: np.ndarray,
+    source: np.ndarray,
+    target: np.ndarray,
+    edge_graph: np.ndarray,
+    batch: np.ndarray,
+    node_counts: np.ndarray,
+    both_ways: bool,
+    out: np.ndarray,
 ) -> None:
-    """:func:`_edge_metrics_stacked` for rows that form one graph, in one compiled call (the probe's second thread
-    calls it; every short NumPy step there would make the forward pass's thread wait for the interpreter lock): the
-    sums of :func:`_edge_sums`, then per layer ``out[:, l]`` = (Dirichlet energy, its normalized form, neighbour
-    MAD) before any rescaling of the energy (NaN for a MAD without a live edge)."""
+    """:func:`_edge_metrics_stacked` compiled, in one call (the probe's second thread runs it; every short NumPy step
+    there would make the forward pass's thread wait for the interpreter lock): the sums of :func:`_edge_sums`, then
+    per layer ``l`` and graph ``g`` (``batch`` [m] and ``edge_graph`` [E] empty for one graph) ``out[:, l, g]`` =
+    (Dirichlet energy, its normalized form, neighbour MAD) before any rescaling of the energy (NaN for a MAD
+    without a live edge). Sums over a graph's nodes run in node order."""
     num_layers, num_rows, _ = x.shape
-    energy = np.zeros((num_layers, 1))
+    num_graphs = node_counts.size
+    energy = np.zeros((num_layers, num_graphs))
     cosine_sum, count = np.zeros((num_layers, num_rows)), np.zeros((num_layers, num_rows))
-    _edge_sums(x, norms, source, target, np.empty(0, dtype=np.int64), both_ways, energy, cosine_sum, count)
-    per_node = max(num_rows, 1.0)
+    _edge_sums(x, norms, source, target, edge_graph, both_ways, energy, cosine_sum, count)
     for layer in range(num_layers):
-        total = energy[layer, 0] * 2.0 if both_ways else energy[layer, 0]
-        frobenius_sq = 0.0
+        frobenius_sq, mad_sum, live = np.zeros(num_graphs), np.zeros(num_graphs), np.zeros(num_graphs)
         for row in range(num_rows):
-            frobenius_sq += norms[layer, row] * norms[layer, row]
-        out[0, layer] = total / per_node
-        out[1, layer] = (total / frobenius_sq if frobenius_sq > 0 else 0.0) / per_node
-        mad_sum, live = 0.0, 0.0
-        for row in range(num_rows):
+            graph = batch[row] if batch.size else 0
+            frobenius_sq[graph] += norms[layer, row] * norms[layer, row]
+            # Node i's mean cosine distance to its non-self, non-zero neighbours j: 1 - sum_j cos(x_i, x_j) / #{j};
+            # edges touching a zero row (no direction) are left out of both sums.
             if count[layer, row] > 0:
-                mad_sum += 1.0 - cosine_sum[layer, row] / count[layer, row]
-                live += 1.0
-        out[2, layer] = mad_sum / live if live > 0 else np.nan
+                mad_sum[graph] += 1.0 - cosine_sum[layer, row] / count[layer, row]
+                live[graph] += 1.0
+        for graph in range(num_graphs):
+            total = energy[layer, graph] * 2.0 if both_ways else energy[layer, graph]  # a stored pair is both ways
+            per_node = max(node_counts[graph], 1.0)
+            out[0, layer, graph] = total / per_node
+            out[1, layer, graph] = (total / frobenius_sq[graph] if frobenius_sq[graph] > 0 else 0.0) / per_node
+            out[2, layer, graph] = mad_sum[graph] / live[graph] if live[graph] > 0 else np.nan
 
 
 def _edge_metrics_stacked(stack: _Stack, rows: _Rows) -> dict[str, np.ndarray]:
     """Dirichlet energies and neighbour MAD of stacked layers per graph: {name: [L, num_graphs]} (NaN where
-    undefined).
-
-    One pass over the endpoint rows of every edge gives the per-graph squared distances (Dirichlet) and the per-node
-    sums of neighbour cosines (neighbour MAD) (:func:`_edge_sums`); per-graph sums over nodes are one bincount for
-    all layers. Rows of one graph take one compiled call for all of it (:func:`_one_graph_edge_metrics`)."""
+    undefined), from one pass over the endpoint rows of every edge (per-graph squared distances for Dirichlet,
+    per-node sums of neighbour cosines for the neighbour MAD; :func:`_edge_sums`) and one over the nodes, in one
+    compiled call (:func:`_edge_metrics_kernel`)."""
     x = stack.rows_as_given if stack.rows_as_given is not None else stack.x.numpy()
-    norms = stack.norms.numpy()
-    num_layers, num_rows, _ = x.shape
-    if rows.batch is None:  # one graph: one compiled call
-        out = np.empty((3, num_layers))
-        _one_graph_edge_metrics(x, norms, rows.edge_source_np, rows.edge_target_np, rows.edge_both_ways, out)
-        energy, normalized, mad = out[:, :, None]  # [L, 1] each
-        return {
-            "dirichlet_energy": _unscaled_energy(energy, stack.shifts),
-            "dirichlet_energy_normalized": normalized,
-            "mad_neighbors": mad,
-        }
-    energy = np.zeros((num_layers, rows.num_graphs))
-    cosine_sum, count = np.zeros((num_layers, num_rows)), np.zeros((num_layers, num_rows))
-    no_graphs = np.empty(0, dtype=np.int64)
-    edge_graph = rows.edge_graph_np if rows.edge_graph_np is not None else no_graphs
-    _edge_sums(
-        x, norms, rows.edge_source_np, rows.edge_target_np, edge_graph, rows.edge_both_ways, energy, cosine_sum, count
+    out = np.empty((3, x.shape[0], rows.num_graphs))
+    no_index = np.empty(0, dtype=np.int64)
+    _edge_metrics_kernel(
+        x,
+        stack.norms.numpy(),
+        rows.edge_source_np,
+        rows.edge_target_np,
+        no_index if rows.edge_graph_np is None else rows.edge_graph_np,
+        no_index if rows.batch_np is None else rows.batch_np,
+        rows.node_counts_np,
+        rows.edge_both_ways,
+        out,
     )
-    if rows.edge_both_ways:  # each stored pair stands for both directions
-        energy *= 2.0
-    squared_norms = np.square(norms)
-    if rows.batch is None:
-        frobenius_sq = squared_norms.sum(axis=1)[:, None]
-    else:
-        frobenius_sq = _sum_by(rows.batch_np, squared_norms, rows.num_graphs)
-    per_node = np.maximum(rows.node_counts_np, 1.0)
-    result = {"dirichlet_energy": _unscaled_energy(energy / per_node, stack.shifts)}
-    normalized = np.where(frobenius_sq > 0, energy / np.where(frobenius_sq > 0, frobenius_sq, 1.0), 0.0)
-    result["dirichlet_energy_normalized"] = normalized / per_node
-    # Neighbour MAD: node i's mean cosine distance to its non-self, non-zero neighbours j is
-    # 1 - sum_j cos(x_i, x_j) / #{j}; edges touching a zero row (no direction) are left out of both sums.
-    has_targets = count > 0
-    node_mad = np.where(has_targets, 1.0 - cosine_sum / np.maximum(count, 1.0), 0.0)
-    if rows.batch is None:
-        mad_sum = node_mad.sum(axis=1)[:, None]
-        mad_count = np.broadcast_to(has_targets.sum(axis=-1, dtype=np.float64), (num_layers,))[:, None]
-    else:
-        mad_sum = _sum_by(rows.batch_np, node_mad, rows.num_graphs)
-        mad_count = _sum_by(rows.batch_np, np.broadcast_to(has_targets, node_mad.shape), rows.num_graphs)
-    result["mad_neighbors"] = np.where(mad_count > 0, mad_sum / np.maximum(mad_count, 1.0), np.nan)
-    return result
+    energy, normalized, mad = out
+    return {
+        "dirichlet_energy": _unscaled_energy(energy, stack.shifts),
+        "dirichlet_energy_normalized": normalized,
+        "mad_neighbors": mad,
+    }
 
 
 def _unscaled_energy(energy: np.ndarray, shifts: list[int]) -> np.ndarray:
@@ -877,6 +855,16 @@ def _records_of_width(
     return [tokens + nodes for tokens, nodes in zip(records, node)]
 
 
+def same_values(first: Tensor | None, second: Tensor | None) -> bool:
+    """Whether two optional tensors hold the same values: the same tensor, both None, or equal shapes, devices and
+    entries (a model may pass a new tensor for the same edges or batch on every forward)."""
+    if first is second:
+        return True
+    if first is None or second is None or first.shape != second.shape or first.device != second.device:
+        return False
+    return torch.equal(first, second)
+
+
 def _check_layer(x: Tensor, n: int | None, position: int | None) -> None:
     """``TypeError`` / ``ValueError`` naming layer ``position`` unless ``x`` is a real [n, d] tensor with rows and
     columns (``n`` rows when given)."""
@@ -1017,17 +1005,8 @@ class LayerStream:
         with a copy of the edges."""
         edges = self.edge_index
         cached = self._pool.get(_ROWS_KEY)
-        if cached is not None and cached[1].num_rows == n:
-            cached_edges, rows = cached
-            if (cached_edges is None and edges is None) or (
-                cached_edges is not None
-                and edges is not None
-                and cached_edges.shape == edges.shape
-                and cached_edges.dtype == edges.dtype
-                and cached_edges.device == edges.device
-                and torch.equal(cached_edges, edges)
-            ):
-                return rows
+        if cached is not None and cached[1].num_rows == n and same_values(cached[0], edges):
+            return cached[1]
         rows = _build_rows(n, edges, None, None)
         self._pool[_ROWS_KEY] = (None if edges is None else edges.clone(), rows)
         return rows

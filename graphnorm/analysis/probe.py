@@ -19,7 +19,13 @@ import pandas as pd
 import torch
 from torch import Tensor, nn
 
-from graphnorm.analysis.collapse import PRECISIONS, LayerStream, collapse_records_layers, single_thread
+from graphnorm.analysis.collapse import (
+    PRECISIONS,
+    LayerStream,
+    collapse_records_layers,
+    same_values,
+    single_thread,
+)
 from graphnorm.checks import check_choice
 from graphnorm.models.registry import forward_adapter
 from graphnorm.norms import available_norms, norm_class
@@ -162,13 +168,7 @@ def _norm_context(module: nn.Module, args: tuple, kwargs: dict) -> RowContext:
 
 def _same_context(first: RowContext, second: RowContext) -> bool:
     """Whether two contexts describe the same rows: the same (or equal) batch, token mask and edges."""
-    for key in CONTEXT_KEYS:
-        a, b = first[key], second[key]
-        if a is b:
-            continue
-        if a is None or b is None or a.shape != b.shape or not torch.equal(a, b):
-            return False
-    return True
+    return all(same_values(first[key], second[key]) for key in CONTEXT_KEYS)
 
 
 def _one_graph(context: RowContext) -> bool:
