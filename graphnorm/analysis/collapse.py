@@ -1142,13 +1142,19 @@ def collapse_records(
 def warm_kernels() -> None:
     """Compile (or load from numba's cache beside the modules) every compiled kernel the probe runs: the edge
     products and the cone solver, in each specialization the probe calls, by measuring a tiny layer of rows with
-    edges. A process that will probe (a sweep worker) calls it when it starts, so its first probe does not wait for
-    the kernels. Records nothing; cheap once the kernels are loaded."""
+    edges, as one graph and as a batch of two (the per-graph path calls the cone solver itself). A process that will
+    probe (a sweep worker) calls it when it starts, so its first probe does not wait for the kernels. Records
+    nothing; cheap once the kernels are loaded."""
     generator = torch.Generator().manual_seed(0)
     x = torch.rand(2 * WORKING_SIZE + 8, 4, generator=generator) + 0.1  # rows beyond the cone solver's working set
     edges = torch.randint(0, x.size(0), (2, 3 * x.size(0)), generator=generator)
+    edges = torch.cat([edges, edges.flip(0)], dim=1)
+    two_graphs = (torch.arange(x.size(0)) >= x.size(0) // 2).long()
     for precision in PRECISIONS:  # the edge kernel is compiled for float64 and for float32 rows
-        collapse_records(x, edge_index=torch.cat([edges, edges.flip(0)], dim=1), precision=precision)
+        collapse_records(x, edge_index=edges, precision=precision)
+        collapse_records(
+            x, edge_index=edges[:, two_graphs[edges[0]] == two_graphs[edges[1]]], batch=two_graphs, precision=precision
+        )
         for dtype in (torch.float32, torch.float64):  # the staged layers' loader (a probe's second thread)
             buffers = _StackBuffers(1, x.size(0), x.size(1), precision)
             buffers.stage(0, x.to(dtype))
