@@ -345,6 +345,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def _sweep(args: argparse.Namespace) -> int:
     """Load the sweep with its overrides and run it (or, with ``--dry-run``, list its runs)."""
     from graphnorm import sweep as sweeps
+    from graphnorm.sweep.processes import default_sigterm
 
     overrides = [*args.overrides, *tensorboard_override(args.tensorboard, "base.tensorboard_dir")]
     sweep = sweeps.load_sweep_config(args.config, overrides)
@@ -366,6 +367,7 @@ def _sweep(args: argparse.Namespace) -> int:
         array_parallelism=args.slurm_array_parallelism,
         account=args.slurm_account,
     )
+    default_sigterm()  # `kill PID` stops this sweep, whatever started the command
     try:
         runs = sweeps.run_sweep(
             sweep,

@@ -26,6 +26,7 @@ from test_sweep import LOG_ENV, SWEEP, executions, fake_run
 from graphnorm.cli import main
 from graphnorm.config import config_run_id
 from graphnorm.sweep import expand_grid, run_sweep
+from graphnorm.sweep.processes import default_sigterm
 
 TESTS = Path(__file__).resolve().parent
 FAKE = ["--run-fn", "test_sweep:fake_run", "--executor", "serial", "--no-plots"]
@@ -77,10 +78,26 @@ def wait_until(condition, timeout: float, what: str) -> float:
     return time.monotonic() - start
 
 
-class SweepProcess:
-    """``graphnorm sweep`` in its own session, running ``slow_run`` over ``seeds`` with two workers."""
+# Sets the driver's signal dispositions, then execs the command in argv[2:]: an ignored signal survives exec, so the
+# driver would otherwise get whatever the test runner has (a CI runner may ignore SIGTERM).
+LAUNCH = """
+import os, signal, sys
+for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    signal.signal(signum, signal.SIG_DFL)
+if sys.argv[1] == "ignore-sigterm":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+os.execv(sys.argv[2], sys.argv[2:])
+"""
 
-    def __init__(self, tmp_path: Path, seeds: int = 6, sleep: float = 4.0, workers: int = 2):
+
+class SweepProcess:
+    """``graphnorm sweep`` in its own session, running ``slow_run`` over ``seeds`` with two workers; started with
+    every signal at its default, or (``ignore_sigterm``) with SIGTERM ignored, as a CI runner or supervisor may
+    leave it."""
+
+    def __init__(
+        self, tmp_path: Path, seeds: int = 6, sleep: float = 4.0, workers: int = 2, ignore_sigterm: bool = False
+    ):
         self.out, self.marks = tmp_path / "out", tmp_path / "marks"
         self.marks.mkdir()
         self.config = tmp_path / "sweep.yaml"
@@ -98,6 +115,7 @@ class SweepProcess:
         env = {**os.environ, "PYTHONPATH": pythonpath, MARK_DIR_ENV: str(self.marks), SLEEP_ENV: str(sleep)}
         command = [sys.executable, "-m", "graphnorm.cli", "sweep", str(self.config), "--out", str(self.out)]
         command += ["--workers", str(workers), "--no-plots"]
+        command = [sys.executable, "-c", LAUNCH, "ignore-sigterm" if ignore_sigterm else "default", *command]
         self.stderr = tmp_path / "driver.err"
         with open(self.stderr, "w") as err:
             self.proc = subprocess.Popen(
@@ -136,10 +154,17 @@ class SweepProcess:
 
 
 @pytest.fixture
-def sweep_process(tmp_path: Path):
-    process = SweepProcess(tmp_path)
-    yield process
-    process.kill_all()
+def start_sweep(tmp_path: Path):
+    """Start a :class:`SweepProcess` (its keywords), and kill what is left of it after the test."""
+    started = []
+
+    def start(**kwargs) -> SweepProcess:
+        started.append(SweepProcess(tmp_path, **kwargs))
+        return started[-1]
+
+    yield start
+    for process in started:
+        process.kill_all()
 
 
 def lock_is_free(out: Path) -> bool:
@@ -157,8 +182,9 @@ def lock_is_free(out: Path) -> bool:
     [(signal.SIGINT, False, 130), (signal.SIGINT, True, 130), (signal.SIGTERM, False, 143)],
     ids=["sigint-driver", "ctrl-c-group", "sigterm-driver"],
 )
-def test_interrupt_stops_driver_and_workers(sweep_process: SweepProcess, signum, whole_group: bool, code: int):
-    sweep = sweep_process
+def test_interrupt_stops_driver_and_workers(start_sweep, signum, whole_group: bool, code: int):
+    # SIGTERM with SIGTERM ignored where the driver started: `kill PID` must stop a sweep whatever launched it.
+    sweep = start_sweep(ignore_sigterm=signum == signal.SIGTERM)
     sweep.wait_for(lambda: len(sweep.finished_at()) >= 2, "the sweep finished no run")
     wait_until(lambda: len(sweep.worker_pids()) >= 2 and len(sweep.result_ids()) >= 2, 10, "no second run started")
     workers = sweep.worker_pids()
@@ -183,10 +209,30 @@ def test_interrupt_stops_driver_and_workers(sweep_process: SweepProcess, signum,
     assert lock_is_free(sweep.out)
 
 
+def test_default_sigterm_undoes_only_an_inherited_ignore():
+    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)  # nohup's: stays
+        default_sigterm()
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+        assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+
+        def handler(signum, frame):  # the embedding program's own
+            pass
+
+        signal.signal(signal.SIGTERM, handler)
+        default_sigterm()
+        assert signal.getsignal(signal.SIGTERM) is handler
+    finally:
+        for signum, disposition in saved.items():
+            signal.signal(signum, disposition)
+
+
 @pytest.mark.slow
-def test_workers_exit_when_their_driver_is_killed(sweep_process: SweepProcess):
+def test_workers_exit_when_their_driver_is_killed(start_sweep):
     # kill -9 of the driver alone: no cleanup code runs in it, so each worker must notice on its own.
-    sweep = sweep_process
+    sweep = start_sweep()
     sweep.wait_for(lambda: len(sweep.worker_pids()) >= 2, "the sweep started no runs")
     workers = sweep.worker_pids()
     os.kill(sweep.proc.pid, signal.SIGKILL)

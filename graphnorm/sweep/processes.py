@@ -55,15 +55,26 @@ def signals_interrupt(signums: tuple[int, ...] = (signal.SIGTERM, signal.SIGHUP)
             signal.signal(signum, handler)
 
 
+def default_sigterm() -> None:
+    """Give SIGTERM its default action back where this process inherited it ignored. An ignored signal survives
+    ``exec``, so whatever started the process (a CI runner, a job supervisor) may have left SIGTERM ignored without
+    the user knowing: ``kill PID`` would then leave a sweep running to its end, and :func:`stop_workers` would wait
+    out its grace period on every worker. A handler installed in this process is left alone, and so is an ignored
+    SIGHUP: ``nohup`` ignores it on purpose."""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_IGN:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def init_worker(driver_pid: int, environment: dict[str, str] | None = None, warm: bool = False) -> None:
     """Pool initializer: ignore SIGINT (Ctrl-C on a terminal reaches the whole process group; the driver alone
-    handles it); end this worker when the driver is gone (:func:`_exit_with_driver`); take the driver's
-    ``environment`` of this sweep (workers fork from a forkserver that keeps the environment of the first sweep in the
-    driver process: a later sweep there, in a notebook say, would otherwise not pass its changes on). Variables read
-    only when a process starts (``OMP_WAIT_POLICY``) keep the forkserver's values. The collapse probe's compiled
-    kernels come loaded from the forkserver (:mod:`graphnorm.sweep.preload`); a spawned worker (``warm``) loads
-    them here, before its first run."""
+    handles it), but not SIGTERM (:func:`default_sigterm`); end this worker when the driver is gone
+    (:func:`_exit_with_driver`); take the driver's ``environment`` of this sweep (workers fork from a forkserver that
+    keeps the environment of the first sweep in the driver process: a later sweep there, in a notebook say, would
+    otherwise not pass its changes on). Variables read only when a process starts (``OMP_WAIT_POLICY``) keep the
+    forkserver's values. The collapse probe's compiled kernels come loaded from the forkserver
+    (:mod:`graphnorm.sweep.preload`); a spawned worker (``warm``) loads them here, before its first run."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    default_sigterm()  # stop_workers ends a worker with SIGTERM
     if environment is not None:
         os.environ.clear()
         os.environ.update(environment)
