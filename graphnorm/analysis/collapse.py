@@ -18,7 +18,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import numba
 import numpy as np
 import torch
 from torch import Tensor
@@ -28,6 +27,7 @@ from graphnorm.analysis.cone import ROBUST_CONE_LEVEL, exact_and_robust_cones, s
 from graphnorm.analysis.magnitude import SAFE_EXPONENT, check_not_too_large, invariant_shift, scale_by_power_of_two
 from graphnorm.analysis.min_norm_point import WORKING_SIZE
 from graphnorm.checks import check_choice, check_edge_index
+from graphnorm.compiled import kernel
 
 if TYPE_CHECKING:
     from threadpoolctl import ThreadpoolController
@@ -265,7 +265,7 @@ def _load_rows(x: Tensor, rows: Tensor | None, out_x: Tensor, out_norms: Tensor,
     return shift
 
 
-@numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+@kernel(nogil=True, fastmath={"reassoc", "contract"})
 def _widen_rows(
     x: np.ndarray, out_x: np.ndarray, out_norms: np.ndarray, out_units: np.ndarray
 ) -> tuple[float, float, bool]:
@@ -292,7 +292,7 @@ def _widen_rows(
     return largest, squared_sum, finite
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _widen_layers(
     x: np.ndarray, staged: np.ndarray, out_x: np.ndarray, out_norms: np.ndarray, out_units: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -521,7 +521,7 @@ def _set_metrics(summaries: list[_SetSummary], num_singular_values: int) -> list
 
 
 # --- edge metrics over stacked layers ----------------------------------------------------------------------------
-@numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+@kernel(nogil=True, fastmath={"reassoc", "contract"})
 def _edge_sums(
     x: np.ndarray,
     norms: np.ndarray,
@@ -562,7 +562,7 @@ def _edge_sums(
                     live_count[layer, tail] += 1.0
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _edge_metrics_kernel(
     x: np.ndarray,
     norms: np.ndarray,

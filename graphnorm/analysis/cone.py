@@ -13,13 +13,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numba
 import numpy as np
 import torch
 from torch import Tensor
 
 from graphnorm.analysis.magnitude import check_not_too_large, rescale_for_invariant
 from graphnorm.analysis.min_norm_point import WORKING_SIZE, wolfe_min_norm_point
+from graphnorm.compiled import kernel
 
 __all__ = [
     "ConeAngle",
@@ -127,7 +127,7 @@ def cone_from_unit_rows(
     return angle, (axis if axis.size else None), gap, iterations, converged
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _cone_of_rows(
     units: np.ndarray,
     norms: np.ndarray,
@@ -145,7 +145,7 @@ def _cone_of_rows(
     return angle, axis, gap, iterations, converged
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _cone_from_start(
     units: np.ndarray,
     norms: np.ndarray,
@@ -251,7 +251,7 @@ def robust_cone_from_unit_rows(
     return _both_cones(units, norms, np.arange(units.shape[0]), units_sum, weighted_sum, q, tol_deg)[1]
 
 
-@numba.njit(cache=True)
+@kernel()
 def _inner_products_in_order(units: np.ndarray, rows: np.ndarray, vector: np.ndarray) -> np.ndarray:
     """``units[rows] @ vector``, each sum added in column order (so a tie between rows stays a tie whatever the
     rows' order), four rows at a time: four independent sums keep the floating-point adder busy where one sum waits
@@ -275,7 +275,7 @@ def _inner_products_in_order(units: np.ndarray, rows: np.ndarray, vector: np.nda
     return out
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _robust_cone_of_rows(
     units: np.ndarray,
     norms: np.ndarray,
@@ -336,7 +336,7 @@ def _robust_cone_of_rows(
     return angle, iterations
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _both_cones(
     units: np.ndarray,
     norms: np.ndarray,
@@ -358,7 +358,7 @@ def _both_cones(
     return exact, robust, exact_iterations, robust_iterations
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def exact_and_robust_cones(
     units: np.ndarray, norms: np.ndarray, rows: np.ndarray, q: float, tol_deg: float
 ) -> tuple[float, float, np.ndarray]:
@@ -376,7 +376,7 @@ def exact_and_robust_cones(
     return exact, robust, units_sum
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def stacked_cones(
     units: np.ndarray, norms: np.ndarray, q: float, tol_deg: float
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

@@ -18,8 +18,10 @@ import math
 import numba
 import numpy as np
 
+from graphnorm.compiled import kernel
 
-@numba.njit(cache=True)
+
+@kernel()
 def _bounds_deg(norm_p: float, min_inner: float) -> tuple[float, float]:
     """(upper, lower) bounds on theta* in degrees from an iterate p of norm norm_p and min_i <p, u_i>."""
     lower = math.degrees(math.acos(min(norm_p, 1.0)))
@@ -28,7 +30,7 @@ def _bounds_deg(norm_p: float, min_inner: float) -> tuple[float, float]:
     return math.degrees(math.acos(max(-1.0, min(1.0, min_inner / norm_p)))), lower
 
 
-@numba.njit(cache=True)
+@kernel()
 def _lu_solve(matrix: np.ndarray, rhs: np.ndarray) -> tuple[np.ndarray, bool]:
     """Solution of ``matrix @ s = rhs`` by LU with partial pivoting (LAPACK gesv's method, on a copy); False when a
     pivot is exactly zero (gesv's info > 0)."""
@@ -56,7 +58,7 @@ def _lu_solve(matrix: np.ndarray, rhs: np.ndarray) -> tuple[np.ndarray, bool]:
     return b, True
 
 
-@numba.njit(cache=True)
+@kernel()
 def _solve_affine_gram(gram: np.ndarray) -> np.ndarray:
     """Weights (summing to 1) of the min-norm point of the affine hull of k rows whose inner products are ``gram``
     [k, k]: the bordered system [[G, 1], [1^T, 0]] [w, mu] = [0, 1]."""
@@ -75,7 +77,7 @@ def _solve_affine_gram(gram: np.ndarray) -> np.ndarray:
     return solution[:k]
 
 
-@numba.njit(cache=True)
+@kernel()
 def _solve_affine(corral: np.ndarray) -> np.ndarray:
     """Weights (summing to 1) of the min-norm point of the affine hull of the rows of ``corral`` [k, d]."""
     return _solve_affine_gram(corral @ corral.T)
@@ -86,7 +88,7 @@ def _solve_affine(corral: np.ndarray) -> np.ndarray:
 _DEPENDENT = 1e-13
 
 
-@numba.njit(cache=True)
+@kernel()
 def _factor_append(factor: np.ndarray, count: int, column: np.ndarray, diagonal: float) -> bool:
     """Extend the upper-triangular Cholesky factor ``factor[:count, :count]`` of H by a row and column (``column``
     [count] and ``diagonal`` of H's new column): R^T c = column by forward substitution, then the new diagonal entry
@@ -105,7 +107,7 @@ def _factor_append(factor: np.ndarray, count: int, column: np.ndarray, diagonal:
     return True
 
 
-@numba.njit(cache=True)
+@kernel()
 def _factor_delete(factor: np.ndarray, count: int, position: int) -> None:
     """Remove row and column ``position`` of H from its upper-triangular factor ``factor[:count, :count]``: drop
     the column, then restore the triangle with Givens rotations of neighbouring rows. O(k^2)."""
@@ -123,7 +125,7 @@ def _factor_delete(factor: np.ndarray, count: int, position: int) -> None:
             factor[column + 1, later] = cosine * lower - sine * upper
 
 
-@numba.njit(cache=True)
+@kernel()
 def _refactor(gram: np.ndarray, factor: np.ndarray, count: int) -> bool:
     """Cholesky factor of H = G + 1 1^T from the corral's inner products ``gram[:count, :count]``; False when the
     corral is affinely dependent."""
@@ -133,7 +135,7 @@ def _refactor(gram: np.ndarray, factor: np.ndarray, count: int) -> bool:
     return True
 
 
-@numba.njit(cache=True)
+@kernel()
 def _solve_factored(factor: np.ndarray, count: int) -> np.ndarray:
     """Affine min-norm weights from the factor of H = G + 1 1^T: on sum(w) = 1, w^T H w = w^T G w + 1, so the
     minimizer is H^{-1} 1 / (1^T H^{-1} 1) (two triangular solves, O(k^2))."""
@@ -151,7 +153,7 @@ def _solve_factored(factor: np.ndarray, count: int) -> np.ndarray:
     return y / y.sum()
 
 
-@numba.njit(cache=True)
+@kernel()
 def _join_corral(
     points: np.ndarray, active: np.ndarray, count: int, gram: np.ndarray, factor: np.ndarray, factored: bool, row: int
 ) -> tuple[np.ndarray, np.ndarray, bool]:
@@ -198,7 +200,7 @@ WORKING_SIZE = 256  # rows searched per major cycle before all rows are checked 
 _WEIGHT_EPS = 1e-12
 
 
-@numba.njit(cache=True)
+@kernel()
 def _minor_cycles(
     active: np.ndarray, weights: np.ndarray, count: int, gram: np.ndarray, factor: np.ndarray, factored: bool
 ) -> tuple[int, bool]:
@@ -240,14 +242,14 @@ def _minor_cycles(
             return count, factored
 
 
-@numba.njit(cache=True)
+@kernel()
 def _smallest(values: np.ndarray, count: int) -> np.ndarray:
     """Indices of ``count`` smallest values (``argpartition``: which of equal values at the border is taken does not
     matter, every row is checked before the solver stops)."""
     return np.argpartition(values, count)[:count]
 
 
-@numba.njit(cache=True)
+@kernel()
 def _with_rows(num_points: int, working: np.ndarray, extra: np.ndarray) -> np.ndarray:
     """Sorted union of two sets of row indices below ``num_points``, through a mask."""
     mask = np.zeros(num_points, dtype=np.bool_)
@@ -256,7 +258,7 @@ def _with_rows(num_points: int, working: np.ndarray, extra: np.ndarray) -> np.nd
     return np.flatnonzero(mask)
 
 
-@numba.njit(cache=True, fastmath={"reassoc", "contract"})
+@kernel(fastmath={"reassoc", "contract"})
 def _products(rows: np.ndarray, p: np.ndarray, out: np.ndarray) -> np.ndarray:
     """``rows @ p`` into ``out`` [len(rows)]: a loop the compiler vectorizes, without BLAS's call overhead, which
     dominates for the working set's few hundred rows. The sums may run in any order (round-off only)."""
@@ -269,7 +271,7 @@ def _products(rows: np.ndarray, p: np.ndarray, out: np.ndarray) -> np.ndarray:
     return out
 
 
-@numba.njit(cache=True, fastmath={"reassoc", "contract"})
+@kernel(fastmath={"reassoc", "contract"})
 def _products_of(points: np.ndarray, rows: np.ndarray, p: np.ndarray, out: np.ndarray) -> np.ndarray:
     """``points[rows] @ p`` into ``out`` [len(rows)] without gathering the rows."""
     for i in range(rows.size):
@@ -281,7 +283,7 @@ def _products_of(points: np.ndarray, rows: np.ndarray, p: np.ndarray, out: np.nd
     return out
 
 
-@numba.njit(cache=True)
+@kernel()
 def _in_corral(active: np.ndarray, count: int, row: int) -> bool:
     """Whether point ``row`` is one of ``active[:count]``."""
     for i in range(count):  # noqa: SIM110 (a loop numba compiles; any() of a generator it does not)
@@ -290,7 +292,7 @@ def _in_corral(active: np.ndarray, count: int, row: int) -> bool:
     return False
 
 
-@numba.njit(cache=True, fastmath={"reassoc", "contract"})
+@kernel(fastmath={"reassoc", "contract"})
 def _combination(points: np.ndarray, active: np.ndarray, weights: np.ndarray, count: int, out: np.ndarray) -> None:
     """The corral's point sum_j weights[j] points[active[j]] into ``out`` [d]."""
     out[:] = 0.0
@@ -300,7 +302,7 @@ def _combination(points: np.ndarray, active: np.ndarray, weights: np.ndarray, co
             out[k] += weight * row[k]
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def wolfe_min_norm_point(
     points: np.ndarray,
     rows: np.ndarray,

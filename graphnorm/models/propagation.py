@@ -23,17 +23,18 @@ from __future__ import annotations
 import os
 from concurrent.futures import ThreadPoolExecutor
 
-import numba
 import numpy as np
 import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
+from graphnorm.compiled import kernel
+
 KERNEL_DTYPES = (torch.float32, torch.float64)  # others (bfloat16, float16) are multiplied in float32
 SERIAL_MULTIPLY_ADDS = 1 << 18  # below this many multiply-adds a product runs on one thread
 
 
-@numba.njit(cache=True)
+@kernel()
 def _stable_order(keys: np.ndarray, num_keys: int) -> tuple[np.ndarray, np.ndarray]:
     """Counting sort of ``keys`` (ints in ``[0, num_keys)``): the CSR row pointer ``[num_keys + 1]`` and the
     positions that sort ``keys``, stable (equal keys keep their order). Linear in ``len(keys) + num_keys``."""
@@ -51,7 +52,7 @@ def _stable_order(keys: np.ndarray, num_keys: int) -> tuple[np.ndarray, np.ndarr
     return pointer, order
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _csr_matmul_rows(
     pointer: np.ndarray, columns: np.ndarray, values: np.ndarray, x: np.ndarray, out: np.ndarray, start: int, stop: int
 ) -> None:

@@ -1,0 +1,86 @@
+"""graphnorm's numba kernels: one decorator, :func:`kernel`, and the on-disk cache its kernels share.
+
+numba caches a compiled function beside its source file (``__pycache__``) and reuses it while that file's content is
+unchanged. A kernel that calls a kernel of another file (the cone solver of ``analysis/cone.py`` calls Wolfe's
+algorithm in ``analysis/min_norm_point.py``) holds the callee's compiled code in its own cache entry, and numba keeps
+that entry when only the callee's file changes: the caller would go on running the old callee, after an edit or an
+upgrade of graphnorm that changed only the callee. So every kernel made by :func:`kernel` is cached under one stamp,
+the digest of every file in :data:`KERNEL_MODULES`: a change to any of them compiles them all again, once (see
+:func:`graphnorm.analysis.collapse.warm_kernels`).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numba
+from numba.core import caching
+
+PACKAGE = Path(__file__).resolve().parent
+# Every module that defines a kernel, relative to the package (a test checks the list against the sources).
+KERNEL_MODULES = ("analysis/collapse.py", "analysis/cone.py", "analysis/min_norm_point.py", "models/propagation.py")
+
+
+@functools.lru_cache(maxsize=8)
+def _digest(files: tuple[tuple[str, int, int], ...]) -> bytes:
+    """sha256 over the contents of ``files`` ((path, mtime_ns, size): a file changed in this process is read
+    again)."""
+    hasher = hashlib.sha256()
+    for path, _, _ in files:
+        hasher.update(Path(path).read_bytes())
+    return hasher.digest()
+
+
+def kernels_stamp() -> bytes:
+    """The cache stamp of every kernel: the digest of the files of :data:`KERNEL_MODULES`."""
+    files = []
+    for module in KERNEL_MODULES:
+        path = PACKAGE / module
+        status = path.stat()
+        files.append((str(path), status.st_mtime_ns, status.st_size))
+    return _digest(tuple(files))
+
+
+class _SharedStamp:
+    """Locator mixin: graphnorm's source files are stamped with :func:`kernels_stamp`, not their own content."""
+
+    def get_source_stamp(self) -> bytes:
+        return kernels_stamp()
+
+    @classmethod
+    def from_function(cls, py_func: Callable, py_file: str) -> Any:
+        if not Path(py_file).resolve().is_relative_to(PACKAGE):
+            return None
+        return super().from_function(py_func, py_file)
+
+
+# numba's locators: beside the source file when its __pycache__ is writable, else in the user's cache folder.
+_IN_TREE = getattr(caching, "InTreeCacheLocator", None) or getattr(caching, "_InTreeCacheLocator", None)
+_USER_WIDE = getattr(caching, "UserWideCacheLocator", None) or getattr(caching, "_UserWideCacheLocator", None)
+_CACHE_IMPL = getattr(caching, "CacheImpl", None) or getattr(caching, "_CacheImpl", None)
+_LOCATORS = (
+    [
+        type("InTreeKernelLocator", (_SharedStamp, _IN_TREE), {}),
+        type("UserWideKernelLocator", (_SharedStamp, _USER_WIDE), {}),
+    ]
+    if _IN_TREE is not None and _USER_WIDE is not None and _CACHE_IMPL is not None
+    else []  # a numba without these names: each kernel keeps numba's own stamp (its file's content)
+)
+
+
+def _use_shared_stamp() -> None:
+    """Put the shared-stamp locators first in numba's list (once), ahead of numba's own for the same folders."""
+    registered = _CACHE_IMPL._locator_classes if _LOCATORS else []
+    for locator in reversed(_LOCATORS):
+        if locator not in registered:
+            registered.insert(0, locator)
+
+
+def kernel(**options: Any) -> Callable[[Callable], Any]:
+    """``numba.njit(cache=True, **options)`` with the shared cache stamp: every graphnorm kernel is made by it."""
+    _use_shared_stamp()  # before njit: numba picks a function's locator when the decorator runs
+    return numba.njit(cache=True, **options)

@@ -1,0 +1,98 @@
+"""graphnorm.compiled: every kernel shares one cache stamp, so an edit to a kernel a cached kernel of another file
+calls compiles the caller again (numba alone would keep running the old callee)."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numba
+from numba.core.registry import CPUDispatcher
+
+from graphnorm import compiled
+
+CALLEE = """
+from graphnorm.compiled import kernel
+
+@kernel()
+def offset(x):
+    return x + {value}
+"""
+CALLER = """
+from graphnorm.compiled import kernel
+from callee import offset
+
+@kernel()
+def twice_offset(x):
+    return 2 * offset(x)
+"""
+# Runs in a fresh process: the two modules above stand for graphnorm's kernel files, cached beside them.
+RUN = """
+import sys
+from pathlib import Path
+from graphnorm import compiled
+compiled.PACKAGE = Path(sys.argv[1]).resolve()
+compiled.KERNEL_MODULES = ("callee.py", "caller.py")
+sys.path.insert(0, sys.argv[1])
+from caller import twice_offset
+print(twice_offset(1.0), type(twice_offset._cache._impl._locator).__name__)
+"""
+
+
+def test_every_kernel_module_is_listed_and_uses_the_shared_stamp():
+    defining = {
+        path.relative_to(compiled.PACKAGE).as_posix()
+        for path in compiled.PACKAGE.rglob("*.py")
+        if "@kernel(" in path.read_text()
+    }
+    assert defining == set(compiled.KERNEL_MODULES)
+    assert "numba.njit" not in "".join((compiled.PACKAGE / module).read_text() for module in compiled.KERNEL_MODULES)
+    for module_path in compiled.KERNEL_MODULES:
+        module = importlib.import_module("graphnorm." + module_path.removesuffix(".py").replace("/", "."))
+        kernels = [value for value in vars(module).values() if isinstance(value, CPUDispatcher)]
+        assert kernels, module_path
+        for dispatcher in kernels:
+            assert dispatcher._cache._impl._locator.get_source_stamp() == compiled.kernels_stamp()
+
+
+def test_stamp_follows_the_content_of_every_kernel_file(tmp_path: Path, monkeypatch):
+    for name in ("a.py", "b.py"):
+        (tmp_path / name).write_text(f"# {name}\n")
+    monkeypatch.setattr(compiled, "PACKAGE", tmp_path)
+    monkeypatch.setattr(compiled, "KERNEL_MODULES", ("a.py", "b.py"))
+    first = compiled.kernels_stamp()
+    assert compiled.kernels_stamp() == first
+    (tmp_path / "b.py").write_text("# b.py, edited\n")
+    edited = compiled.kernels_stamp()
+    assert edited != first
+    (tmp_path / "b.py").write_text("# b.py\n")  # the content back: the stamp back, whatever the file's time
+    assert compiled.kernels_stamp() == first
+
+
+def test_editing_a_callee_file_recompiles_its_cached_callers(tmp_path: Path):
+    def run() -> list[str]:
+        result = subprocess.run([sys.executable, "-c", RUN, str(tmp_path)], capture_output=True, text=True, check=False)
+        assert result.returncode == 0, result.stderr
+        return result.stdout.split()
+
+    (tmp_path / "callee.py").write_text(textwrap.dedent(CALLEE.format(value=1.0)))
+    (tmp_path / "caller.py").write_text(textwrap.dedent(CALLER))
+    assert run() == ["4.0", "InTreeKernelLocator"]  # compiled, then cached
+    assert list((tmp_path / "__pycache__").glob("caller.twice_offset*.nbi"))
+    assert run() == ["4.0", "InTreeKernelLocator"]  # from the cache
+    # Only the callee's file changes: numba's own stamp (the caller file's content) would load the old code (4.0).
+    (tmp_path / "callee.py").write_text(textwrap.dedent(CALLEE.format(value=2.0)))
+    assert run() == ["6.0", "InTreeKernelLocator"]
+
+
+def test_kernel_is_njit_with_the_cache_on():
+    @compiled.kernel(nogil=True)
+    def add_one(x):
+        return x + 1
+
+    assert isinstance(add_one, CPUDispatcher) and add_one(1) == 2
+    assert add_one.targetoptions["nogil"] and add_one._cache is not None
+    assert numba.njit is not compiled.kernel
