@@ -471,11 +471,13 @@ def cmd_train(args: argparse.Namespace) -> int:
     check_tensorboard_dir(config.tensorboard_dir, "--tensorboard" if args.tensorboard else "tensorboard_dir")
     load_run_data(config)
     from graphnorm.data import DatasetNotFoundError
+    from graphnorm.train.schedules import TrainingDivergedError
 
-    # Errors of the run itself keep their traceback; a dataset that cannot be found is the user's to provide.
+    # Errors of the run itself keep their traceback; a dataset that cannot be found is the user's to provide, and a
+    # run that diverged the user's to configure.
     try:
         record = train.run(config)
-    except DatasetNotFoundError as e:
+    except (DatasetNotFoundError, TrainingDivergedError) as e:
         raise CommandError(str(e)) from None
     curve = None
     if out is not None:

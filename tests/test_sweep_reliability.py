@@ -343,6 +343,22 @@ def test_train_out_creates_missing_folders(tmp_path: Path, data_root: Path, caps
     assert json.loads(record.read_text())["test_acc"] == json.loads(capsys.readouterr().out.split("\n(")[0])["test_acc"]
 
 
+def test_diverged_run_is_one_line_for_train_and_a_failed_run_for_sweep(tmp_path: Path, data_root: Path, capsys):
+    base = {"dataset": "cora", "num_layers": 2, "hidden_channels": 8, "epochs": 4, "probe": False}
+    config = write_yaml(tmp_path, {**base, "lr": 1.0e30}, "run.yaml")
+    assert main(["train", str(config)]) == 2
+    err = capsys.readouterr().err.strip()  # the first epoch's progress line, then the error
+    assert "Traceback" not in err
+    last = err.splitlines()[-1]
+    assert last.startswith("graphnorm train: error: training diverged: the training loss is nan at epoch 2;")
+    # In a sweep the diverged run is recorded as failed with the same words, and the others run.
+    sweep = write_yaml(tmp_path, {"name": "d", "base": base, "grid": {"lr": [0.01, 1.0e30]}})
+    assert main(["sweep", str(sweep), "--out", str(tmp_path / "out"), "--executor", "serial", "--no-plots"]) == 1
+    runs = pd.read_csv(tmp_path / "out" / "runs.csv").set_index("lr")
+    assert runs.loc[0.01, "status"] == "ok" and runs.loc[1.0e30, "status"] == "failed"
+    assert "training diverged" in runs.loc[1.0e30, "error"]
+
+
 @pytest.mark.parametrize("where", ["under-a-file", "a-directory"])
 def test_train_out_that_cannot_be_written_fails_before_training(tmp_path: Path, capsys, where: str):
     config = write_yaml(tmp_path, {"dataset": "cora", "num_layers": 2, "epochs": 1}, "run.yaml")

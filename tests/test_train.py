@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from torch_geometric.loader import DataLoader
 from graphnorm.config import RunConfig
 from graphnorm.models import model_outputs
 from graphnorm.train.loop import run, train
-from graphnorm.train.schedules import EpochSchedule
+from graphnorm.train.schedules import EpochSchedule, TrainingDivergedError, finite_loss
 
 RECORD_KEYS = {"best_epoch", "train_loss", "num_params", "epochs_run", "wall_time_s"}
 
@@ -233,3 +234,25 @@ def test_final_probe_gets_the_graph_on_the_cpu_with_the_model(data_root: Path, m
     monkeypatch.setattr(loop, "probe_sample", sample_on_record)
     record = run(kipf_config(0, data_root, epochs=1, probe=True))
     assert moved == ["cpu"] and record["layers"]
+
+
+def test_finite_loss_passes_finite_values_and_names_where_training_diverged() -> None:
+    assert finite_loss(0.25, epoch=0) == 0.25
+    for value in (math.nan, math.inf, -math.inf):
+        with pytest.raises(TrainingDivergedError, match=rf"loss is {value} at epoch 3, optimizer step 17; lower lr"):
+            finite_loss(value, epoch=2, step=17)
+    with pytest.raises(TrainingDivergedError, match=r"at epoch 1; "):
+        finite_loss(math.nan, epoch=0)
+
+
+@pytest.mark.parametrize("level", ["node", "graph"])
+def test_a_run_whose_loss_becomes_nan_stops_with_a_clear_error(data_root: Path, level: str) -> None:
+    # lr 1e30: Adam's first step moves every weight by ~1e30, so the next forward overflows to inf and NaN.
+    values = {"dataset": "cora"} if level == "node" else {"dataset": "zinc", "limit_graphs": 60, "batch_size": 20}
+    config = RunConfig(data_root=str(data_root), num_layers=2, hidden_channels=16, lr=1e30, epochs=5, **values)
+    with pytest.raises(TrainingDivergedError, match="training diverged: the training loss is nan at epoch") as error:
+        run(config)
+    if level == "graph":  # 3 steps per epoch: it stops within the first epoch, at the step after the first update
+        assert "at epoch 1, optimizer step 2;" in str(error.value)
+    else:
+        assert "at epoch 2;" in str(error.value)

@@ -27,7 +27,7 @@ from graphnorm.train.checkpoints import prepare_checkpoint_dir, resume_from_chec
 from graphnorm.train.collapse_steps import StepProbe, open_step_probe, step_rows_record
 from graphnorm.train.loaders import graph_loaders
 from graphnorm.train.progress import EpochProgress, report_epoch
-from graphnorm.train.schedules import TrainingSchedule, clip_gradients, patience_exhausted
+from graphnorm.train.schedules import TrainingSchedule, clip_gradients, finite_loss, patience_exhausted
 from graphnorm.train.tensorboard_log import open_tensorboard
 
 
@@ -108,8 +108,8 @@ class GraphTraining:
             if self.ema is not None:
                 self.ema.update_parameters(self.model)
             state.step += 1
+            loss_sum += finite_loss(loss.item(), state.epoch, state.step) * batch.num_graphs  # before a NaN is probed
             self.step_probe.after_step(state.step, state.epoch)
-            loss_sum += loss.item() * batch.num_graphs
             graphs += batch.num_graphs
         return loss_sum, graphs
 

@@ -20,7 +20,7 @@ from graphnorm.data.scoring import score, task_loss
 from graphnorm.models import model_outputs
 from graphnorm.train.collapse_steps import open_step_probe, step_rows_record
 from graphnorm.train.progress import EpochProgress, report_epoch
-from graphnorm.train.schedules import TrainingSchedule, clip_gradients, patience_exhausted
+from graphnorm.train.schedules import TrainingSchedule, clip_gradients, finite_loss, patience_exhausted
 from graphnorm.train.tensorboard_log import open_tensorboard
 
 
@@ -79,19 +79,20 @@ def train_node_level(
         schedule.optimizer.zero_grad()
         outputs = model_outputs(model, data)  # [N, outputs]
         loss = task_loss(task, outputs[data.train_mask], data.y[data.train_mask])
+        train_loss = finite_loss(loss.item(), epoch)
         loss.backward()
         clip_gradients(model, config)
         schedule.optimizer.step()
         schedule.after_step()
         step_probe.after_step(epoch + 1, epoch)  # full batch: one optimizer step per epoch
         if epoch == 0:
-            first_loss = loss.item()
+            first_loss = train_loss
         val_loss, val, test = evaluate_nodes(model, data, task, eval_mask)
         if sign * val > best["score"] or (sign * val == best["score"] and val_loss < best["val_loss"]):
             best = {"score": sign * val, "val": val, "val_loss": val_loss, "test": test, "best_epoch": epoch}
             best_state = copy.deepcopy(model.state_dict())
         schedule.end_epoch(epoch, val)
-        row = {"epoch": epoch, "train_loss": loss.item(), "val_loss": val_loss, f"val_{metric}": val}
+        row = {"epoch": epoch, "train_loss": train_loss, "val_loss": val_loss, f"val_{metric}": val}
         history.append({**row, f"test_{metric}": test})
         shown = ("train_loss", f"val_{metric}", f"test_{metric}")
         report_epoch(progress, board, history[-1], schedule.lr, shown)
@@ -107,7 +108,7 @@ def train_node_level(
         f"val_{metric}_last": val,
         f"test_{metric}_last": test,
         "best_epoch": best["best_epoch"],
-        "train_loss": loss.item(),
+        "train_loss": train_loss,
         "train_loss_first": first_loss,
         "num_eval_nodes": int(eval_mask.sum()),
         # the level a collapsed classifier falls to (classification only)

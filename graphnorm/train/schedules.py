@@ -1,5 +1,5 @@
-"""How a run optimizes: its optimizer, the learning rate per epoch or per optimizer step, gradient clipping and early
-stopping.
+"""How a run optimizes: its optimizer, the learning rate per epoch or per optimizer step, gradient clipping, early
+stopping, and the stop when training diverges.
 
 :class:`TrainingSchedule` is the one optimizer + learning-rate schedule both training loops hold: with
 ``scheduler="polynomial"`` the per-step :func:`polynomial_optimizer`, else :func:`build_optimizer` with the per-epoch
@@ -210,3 +210,20 @@ def clip_gradients(model: nn.Module, config: RunConfig) -> None:
 def patience_exhausted(config: RunConfig, epoch: int, best_epoch: int | None) -> bool:
     """Early stopping: whether ``config.patience`` epochs have passed since the best-validation epoch."""
     return config.patience is not None and best_epoch is not None and epoch - best_epoch >= config.patience
+
+
+class TrainingDivergedError(RuntimeError):
+    """The training loss became NaN or infinite: every later step would train on NaN gradients."""
+
+
+def finite_loss(value: float, epoch: int, step: int | None = None) -> float:
+    """``value``, the training loss of ``epoch`` (0-based) or of its optimizer ``step`` (1-based), when finite; else
+    :class:`TrainingDivergedError`. A NaN loss makes every weight NaN at the next optimizer step, and the run would go
+    on to report the accuracy of constant predictions: it stops instead (a sweep records it as failed, with this
+    message)."""
+    if not math.isfinite(value):
+        where = f"epoch {epoch + 1}" + ("" if step is None else f", optimizer step {step}")
+        raise TrainingDivergedError(
+            f"training diverged: the training loss is {value} at {where}; lower lr, set grad_clip, or add a norm"
+        )
+    return value
