@@ -53,7 +53,11 @@ class _SharedStamp:
 
     @classmethod
     def from_function(cls, py_func: Callable, py_file: str) -> Any:
+        """This locator for a file of the package whose kernel files are all on disk (else numba's own: a frozen
+        application or a zip import has no such files to stamp)."""
         if not Path(py_file).resolve().is_relative_to(PACKAGE):
+            return None
+        if not all((PACKAGE / module).is_file() for module in KERNEL_MODULES):
             return None
         return super().from_function(py_func, py_file)
 

@@ -4,6 +4,7 @@ calls compiles the caller again (numba alone would keep running the old callee).
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import subprocess
 import sys
 import textwrap
@@ -96,3 +97,18 @@ def test_kernel_is_njit_with_the_cache_on():
     assert isinstance(add_one, CPUDispatcher) and add_one(1) == 2
     assert add_one.targetoptions["nogil"] and add_one._cache is not None
     assert numba.njit is not compiled.kernel
+
+
+def test_numba_keeps_its_own_locators_where_the_kernel_files_are_not_on_disk(tmp_path: Path, monkeypatch):
+    source = tmp_path / "kernels.py"
+    source.write_text("def f(x):\n    return x\n")
+    spec = importlib.util.spec_from_file_location("kernels_on_disk", source)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setattr(compiled, "PACKAGE", tmp_path.resolve())
+    monkeypatch.setattr(compiled, "KERNEL_MODULES", ("kernels.py",))
+    in_tree = compiled._LOCATORS[0]
+    assert in_tree.from_function(module.f, str(source)) is not None
+    monkeypatch.setattr(compiled, "KERNEL_MODULES", ("kernels.py", "gone.py"))  # e.g. a frozen application
+    assert in_tree.from_function(module.f, str(source)) is None
+    assert in_tree.from_function(module.f, str(Path(numba.__file__))) is None  # not graphnorm's file
