@@ -78,7 +78,9 @@ _LOCATORS = (
 
 def _use_shared_stamp() -> None:
     """Put the shared-stamp locators first in numba's list (once), ahead of numba's own for the same folders."""
-    registered = _CACHE_IMPL._locator_classes if _LOCATORS else []
+    if not _LOCATORS:
+        return
+    registered = _CACHE_IMPL._locator_classes
     for locator in reversed(_LOCATORS):
         if locator not in registered:
             registered.insert(0, locator)

@@ -79,11 +79,11 @@ def train_node_level(
         schedule.optimizer.zero_grad()
         outputs = model_outputs(model, data)  # [N, outputs]
         loss = task_loss(task, outputs[data.train_mask], data.y[data.train_mask])
-        train_loss = finite_loss(loss.item(), epoch)
         loss.backward()
         clip_gradients(model, config)
         schedule.optimizer.step()
         schedule.after_step()
+        train_loss = finite_loss(loss.item(), epoch)  # after the step (no wait between passes), before a NaN is probed
         step_probe.after_step(epoch + 1, epoch)  # full batch: one optimizer step per epoch
         if epoch == 0:
             first_loss = train_loss
