@@ -1,7 +1,9 @@
 """``collapse.single_thread``: torch and NumPy's BLAS on one thread inside, the settings restored after, nested blocks
-free, and the thread count changes no number."""
+free, threads that use it at once each limited until they leave, and the thread count changes no number."""
 
 from __future__ import annotations
+
+import threading
 
 import pytest
 import torch
@@ -31,6 +33,56 @@ def test_single_thread_limits_torch_and_blas_and_restores():
             assert torch.get_num_threads() == 2 and set(_blas_threads()) == {2}
     finally:
         torch.set_num_threads(previous)
+
+
+def test_threads_inside_at_once_each_get_one_thread_until_the_last_leaves():
+    """Two threads inside at once (the probe's forward and its metrics thread, or a user's): each has one torch thread
+    inside, whichever entered second; BLAS stays on one thread until the last one leaves, then is restored."""
+    previous = torch.get_num_threads()
+    first_inside, second_inside, first_may_leave, second_may_leave = (threading.Event() for _ in range(4))
+    seen: dict[str, object] = {}
+
+    def first() -> None:
+        torch.set_num_threads(2)
+        with single_thread():
+            seen["first"] = torch.get_num_threads()
+            first_inside.set()
+            first_may_leave.wait(10)
+        seen["first after"] = torch.get_num_threads()
+
+    def second() -> None:
+        torch.set_num_threads(2)
+        first_inside.wait(10)
+        with single_thread():
+            seen["second"] = torch.get_num_threads()
+            second_inside.set()
+            second_may_leave.wait(10)
+            seen["second, first gone"] = (torch.get_num_threads(), set(_blas_threads()))
+        seen["second after"] = torch.get_num_threads()
+
+    blas_before = _blas_threads()
+    try:
+        threads = [threading.Thread(target=first), threading.Thread(target=second)]
+        for thread in threads:
+            thread.start()
+        assert second_inside.wait(10)
+        assert set(_blas_threads()) == {1}
+        first_may_leave.set()
+        threads[0].join(10)
+        second_may_leave.set()
+        threads[1].join(10)
+        assert _blas_threads() == blas_before
+    finally:
+        first_may_leave.set()
+        second_may_leave.set()
+        torch.set_num_threads(previous)
+    assert seen == {
+        "first": 1,
+        "second": 1,
+        "second, first gone": (1, {1}),
+        "first after": 2,
+        "second after": 2,
+    }
 
 
 def test_blas_threads_change_no_number():

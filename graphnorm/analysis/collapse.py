@@ -13,6 +13,7 @@ import contextlib
 import functools
 import math
 import sys
+import threading
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -88,7 +89,13 @@ def _numpy_blas_pools(loaded_modules: int) -> ThreadpoolController | None:
     return ThreadpoolController().select(user_api="blas")
 
 
-_single_thread_depth = 0  # single_thread() blocks open: nested ones (a probe's hooks inside its forward) cost nothing
+# Each thread's single_thread() blocks open (torch's thread count is the calling thread's own: OpenMP keeps it per
+# thread), so nested blocks (a probe's hooks inside its forward) cost nothing. BLAS's thread count is one setting
+# for the process: the first thread in limits it, the last one out restores it.
+_thread_blocks = threading.local()
+_blas_lock = threading.Lock()
+_blas_users = 0
+_blas_limiter: Any = None
 
 
 @contextlib.contextmanager
@@ -96,21 +103,42 @@ def single_thread() -> Iterator[None]:
     """Run torch ops and NumPy's BLAS (the cone solver's products) on one thread, restoring the settings after. The
     matrices here are small (n x 64): thread start-up and spinning cost more than they save, badly so on an
     oversubscribed machine. The thread count changes no result: each product's sums run in the same order.
-    Inside another ``single_thread()`` block it does nothing (setting threadpoolctl's limit has a cost per call)."""
-    global _single_thread_depth
-    if _single_thread_depth:
+    Inside another ``single_thread()`` block of the same thread it does nothing (setting threadpoolctl's limit has a
+    cost per call). Threads may use it at once: each gets one torch thread, and BLAS stays on one thread until the
+    last of them leaves."""
+    if getattr(_thread_blocks, "open", False):
         yield
         return
     previous = torch.get_num_threads()
     torch.set_num_threads(1)
-    pools = _numpy_blas_pools(len(sys.modules))
-    _single_thread_depth += 1
+    _thread_blocks.open = True
+    _limit_blas()
     try:
-        with pools.limit(limits=1) if pools is not None else contextlib.nullcontext():
-            yield
+        yield
     finally:
-        _single_thread_depth -= 1
+        _release_blas()
+        _thread_blocks.open = False
         torch.set_num_threads(previous)
+
+
+def _limit_blas() -> None:
+    """One more thread inside :func:`single_thread`: the first limits the BLAS pools to one thread."""
+    global _blas_users, _blas_limiter
+    with _blas_lock:
+        _blas_users += 1
+        if _blas_users == 1:
+            pools = _numpy_blas_pools(len(sys.modules))
+            _blas_limiter = pools.limit(limits=1) if pools is not None else None
+
+
+def _release_blas() -> None:
+    """One thread fewer inside :func:`single_thread`: the last restores the BLAS pools' thread counts."""
+    global _blas_users, _blas_limiter
+    with _blas_lock:
+        _blas_users -= 1
+        if _blas_users == 0 and _blas_limiter is not None:
+            _blas_limiter.restore_original_limits()
+            _blas_limiter = None
 
 
 def _numpy(tensor: Tensor | None) -> np.ndarray | None:
