@@ -172,6 +172,28 @@ def test_same_seed_same_output_other_seed_other_output() -> None:
     assert "random_features" not in repr(ContraNorm(8))
 
 
+def test_switching_forms_on_a_built_module_is_building_with_them() -> None:
+    """use_random_features(m, seed) gives the output of a module built with them, and None the exact form again; the
+    trained weights (the LayerNorm's here) are kept, and a bad value is rejected without changing the module."""
+    _, edge_index = random_graph_batch([150], seed=11)
+    x = torch.randn(150, 8)
+    norm = ContraNorm(8, scale=0.8)
+    with torch.no_grad():
+        norm.layer_norm.weight.uniform_(0.5, 1.5)
+    exact = norm(x, edge_index=edge_index)
+    built = ContraNorm(8, scale=0.8, random_features=32, feature_seed=3)
+    built.load_state_dict(norm.state_dict())
+    norm.use_random_features(32, feature_seed=3)
+    assert norm.random_features == 32 and "random_features=32, feature_seed=3" in repr(norm)
+    assert torch.equal(norm(x, edge_index=edge_index), built(x, edge_index=edge_index))
+    assert not torch.allclose(norm(x, edge_index=edge_index), exact)
+    with pytest.raises(ValueError, match="random_features must be a positive int"):
+        norm.use_random_features(0)
+    assert norm.random_features == 32
+    norm.use_random_features(None)
+    assert norm.feature_weights is None and torch.equal(norm(x, edge_index=edge_index), exact)
+
+
 def test_no_negatives_gives_no_repulsive_term() -> None:
     n = 30
     rows, cols = torch.meshgrid(torch.arange(n), torch.arange(n), indexing="ij")

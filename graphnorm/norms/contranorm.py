@@ -336,13 +336,7 @@ class ContraNorm(nn.Module):
             raise ValueError(f"contranorm: dense_max_nodes must be a non-negative int, got {dense_max_nodes!r}")
         self.channels = channels
         self.dense_max_nodes = dense_max_nodes
-        self.random_features, self.feature_seed = _check_random_features(random_features, feature_seed)
-        # float64 on the CPU, cast where used; a plain attribute, so checkpoints and state dicts do not change
-        self.feature_weights = (
-            None
-            if random_features is None
-            else contranorm_linear.orthogonal_gaussian_features(random_features, channels, feature_seed)
-        )
+        self.use_random_features(random_features, feature_seed)
         self.scale = float(scale)
         self.tau = check_positive(tau, "tau", "contranorm")
         self.exclude_neighbors = bool(exclude_neighbors)
@@ -449,6 +443,19 @@ class ContraNorm(nn.Module):
         sizes = torch.unique_consecutive(batch, return_counts=True)[1].tolist()
         mixed = contranorm_linear.random_feature_mix(x_hat, x, inv_tau, weights, sizes, rows, cols, mask_self)
         return mixed if inverse is None else mixed[inverse]
+
+    def use_random_features(self, random_features: int | None, feature_seed: int = 0) -> None:
+        """Switch this module's ``P x`` to the estimator with ``random_features`` features drawn from
+        ``feature_seed``, or back to the exact form (``None``), as if built with them: the weights do not change
+        (the features are not parameters), so a trained network can be scored with either form. ``ValueError`` as
+        the constructor's."""
+        self.random_features, self.feature_seed = _check_random_features(random_features, feature_seed)
+        # float64 on the CPU, cast where used; a plain attribute, so checkpoints and state dicts do not change
+        self.feature_weights = (
+            None
+            if random_features is None
+            else contranorm_linear.orthogonal_gaussian_features(random_features, self.channels, feature_seed)
+        )
 
     def extra_repr(self) -> str:
         return (
