@@ -22,7 +22,13 @@ from numba.core import caching
 
 PACKAGE = Path(__file__).resolve().parent
 # Every module that defines a kernel, relative to the package (a test checks the list against the sources).
-KERNEL_MODULES = ("analysis/collapse.py", "analysis/cone.py", "analysis/min_norm_point.py", "models/propagation.py")
+KERNEL_MODULES = (
+    "analysis/collapse.py",
+    "analysis/cone.py",
+    "analysis/metrics.py",
+    "analysis/min_norm_point.py",
+    "models/propagation.py",
+)
 
 
 @functools.lru_cache(maxsize=8)

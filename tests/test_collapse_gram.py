@@ -1,4 +1,4 @@
-"""The float64 Gram matrices of the collapse probe (``metrics._gram_f64``: NumPy's ``X.T @ X``, BLAS dsyrk) and what
+"""The float64 Gram matrices of the collapse probe (``metrics.gram_matrix``: one compiled BLAS product) and what
 their summation order does to the spectrum.
 
 An eigenvalue of X^T X computed in float64 carries an absolute error of about eps * s_1^2 whatever the order of the
@@ -42,7 +42,7 @@ def test_batched_grams_are_the_reference_grams_bit_for_bit():
     grams = collapse._grams(stacked)
     for layer, gram in zip(stacked, grams):
         assert torch.equal(gram, _gram_f64(layer))
-        assert torch.equal(gram, gram.T)  # dsyrk computes one triangle, NumPy mirrors it
+        assert torch.equal(gram, gram.T)  # the lower triangle is set from the upper one
 
 
 def test_gram_is_the_float64_product_within_rounding():

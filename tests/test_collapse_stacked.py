@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from torch import Tensor
@@ -158,24 +159,28 @@ def test_chunk_memory_is_bounded():
         assert capacity == 1 or capacity * _layer_bytes(width, edges, rows) <= collapse._CHUNK_BYTES
 
 
-def test_edge_metrics_read_staged_float32_rows_with_the_same_numbers():
-    """A chunk of staged float32 layers gives the edge metrics its rows as they came (half the bytes to gather):
-    they widen exactly, so the energies and neighbour MAD are those of the float64 copy, bit for bit. A layer
-    loaded otherwise (by the checked path, here an all-zero layer) leaves the chunk on its float64 rows."""
+def test_staged_float32_layers_give_the_numbers_of_their_float64_copies():
+    """A chunk of staged float32 layers is measured a layer at a time from one layer's scratch rows, its edge metrics
+    gathering the rows as they came (half the bytes): they widen exactly, so every value (spectrum, cones, unit-row
+    sums, edge metrics) is that of the same layers loaded as float64 copies, bit for bit. A layer that is not of
+    ordinary scale (here all zero) is loaded again by the checked path and measured from its loaded rows."""
     generator = torch.Generator().manual_seed(3)
-    layers = _layers(generator, width=8, count=3)
+    layers = [x.float() for x in _layers(generator, width=8, count=3)]
+    layers[1] = torch.zeros(NUM_ROWS, 8)
     rows = collapse._build_rows(NUM_ROWS, _edges(generator, undirected=True), None, None)
-    buffers = collapse._StackBuffers(3, NUM_ROWS, 8)
+    staged = collapse._StackBuffers(3, NUM_ROWS, 8)
+    loaded = collapse._StackBuffers(3, NUM_ROWS, 8)
     for slot, x in enumerate(layers):
-        buffers.stage(slot, x.float())
-    buffers.load_staged(3)
-    stack = buffers.stack(3)
-    assert stack.rows_as_given is not None and stack.rows_as_given.dtype.name == "float32"
-    from_staged = collapse._edge_metrics_stacked(stack, rows)
-    stack.rows_as_given = None
-    from_float64 = collapse._edge_metrics_stacked(stack, rows)
-    for name, values in from_float64.items():
-        assert torch.equal(torch.from_numpy(from_staged[name]), torch.from_numpy(values)), name
-    buffers.stage(1, torch.zeros(NUM_ROWS, 8))  # no norm of ordinary scale: loaded again by the checked path
-    buffers.load_staged(3)
-    assert buffers.stack(3).rows_as_given is None
+        staged.stage(slot, x)
+        loaded.load(slot, x, None)
+    assert loaded.stack(3).rows_as_given is None  # the loaded chunk's edge metrics read its float64 rows
+    from_staging = collapse._measure_chunk(staged, 3, rows, 1e-3)
+    from_float64 = collapse._one_graph_parts(loaded.stack(3), rows, 1e-3)
+    assert not any(staged.staged) and staged.in_staging == [True, False, True]  # the zero layer was loaded again
+    for (summary, edges), (reference, reference_edges) in zip(from_staging, from_float64):
+        assert torch.equal(summary.sigma, reference.sigma) and torch.equal(summary.units_sum, reference.units_sum)
+        assert (summary.num_nonzero, summary.num_rows) == (reference.num_nonzero, reference.num_rows)
+        assert np.array_equal([summary.cone, summary.cone_q90], [reference.cone, reference.cone_q90], equal_nan=True)
+        for name, values in reference_edges.items():
+            assert np.array_equal(edges[name], values, equal_nan=True), name
+    assert from_staging[1][0].num_nonzero == 0

@@ -208,7 +208,7 @@ def test_warm_kernels_compiles_every_kernel_the_probe_runs():
     # The kernels the probe calls from Python (the others are compiled into them).
     for kernel in (
         collapse._edge_metrics_kernel,
-        collapse._widen_layers,
+        collapse._measure_layers,
         cone.stacked_cones,
         cone.exact_and_robust_cones,
     ):

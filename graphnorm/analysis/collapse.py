@@ -24,8 +24,9 @@ import torch
 from torch import Tensor
 from torch_geometric.utils import to_dense_batch
 
-from graphnorm.analysis.cone import ROBUST_CONE_LEVEL, exact_and_robust_cones, stacked_cones
+from graphnorm.analysis.cone import ROBUST_CONE_LEVEL, exact_and_robust_cones, layer_cones, stacked_cones
 from graphnorm.analysis.magnitude import SAFE_EXPONENT, check_not_too_large, invariant_shift, scale_by_power_of_two
+from graphnorm.analysis.metrics import gram_matrix
 from graphnorm.analysis.min_norm_point import WORKING_SIZE
 from graphnorm.checks import check_choice, check_edge_index
 from graphnorm.compiled import kernel
@@ -320,23 +321,6 @@ def _widen_rows(
     return largest, squared_sum, finite
 
 
-@kernel(nogil=True)
-def _widen_layers(
-    x: np.ndarray, staged: np.ndarray, out_x: np.ndarray, out_norms: np.ndarray, out_units: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`_widen_rows` of every layer ``l`` of ``x`` [L, m, d] with ``staged[l]`` into ``out_*[l]``, in one call;
-    the largest norms, sums of squared norms and finiteness [L] (0, 0, True for a layer not staged)."""
-    num_layers = x.shape[0]
-    largest, squared_sums = np.zeros(num_layers), np.zeros(num_layers)
-    finite = np.ones(num_layers, dtype=np.bool_)
-    for layer in range(num_layers):
-        if staged[layer]:
-            largest[layer], squared_sums[layer], finite[layer] = _widen_rows(
-                x[layer], out_x[layer], out_norms[layer], out_units[layer]
-            )
-    return largest, squared_sums, finite
-
-
 def _row_norms(x: Tensor, out: Tensor) -> Tensor:
     """Float64 row norms of ``x`` [m, d] (float64 or float32 rows) into ``out`` [m]: float32 rows are widened
     before their squares are summed, so their norms are those of the same values in float64."""
@@ -402,7 +386,7 @@ class _StackBuffers:
 
     def stage(self, slot: int, x: Tensor) -> None:
         """Copy layer ``x`` into ``slot`` of the staging buffer as it is (one memcpy), to be loaded and validated
-        later by :meth:`load_staged`; a layer the staging buffer cannot hold as it is (not on the CPU, another dtype
+        later by :func:`_measure_chunk`; a layer the staging buffer cannot hold as it is (not on the CPU, another dtype
         than float32 / float64 or than the layers staged before it) is loaded at once instead."""
         x = x.detach()
         plain = x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64)
@@ -415,27 +399,6 @@ class _StackBuffers:
         self.staging[slot].copy_(x)
         self.staged[slot] = True
         self.in_staging[slot] = True
-
-    def load_staged(self, count: int) -> None:
-        """Load the staged layers among the first ``count`` slots, validated as :meth:`load` does: one compiled pass
-        over every staged layer (:func:`_widen_layers`; this runs on the probe's second thread, where each short
-        torch call would let the forward pass's thread take the interpreter lock and wait to get it back); a layer
-        that is not finite or not of ordinary scale is loaded again by :meth:`load`, which rejects or rescales it."""
-        slots = [slot for slot in range(count) if self.staged[slot]]
-        if not slots:
-            return
-        staged = np.zeros(count, dtype=np.bool_)
-        staged[slots] = True
-        largest, squared_sums, finite = _widen_layers(
-            self.staging.numpy()[:count], staged, self.x.numpy(), self.norms.numpy(), self.units.numpy()
-        )
-        for slot in slots:
-            self.staged[slot] = False
-            if finite[slot] and 2.0**-SAFE_EXPONENT <= largest[slot] <= 2.0**SAFE_EXPONENT:
-                check_not_too_large(float(squared_sums[slot]), self.x.size(1), "collapse_metrics")
-                self.shifts[slot] = 0
-            else:
-                self.load(slot, self.staging[slot], None)
 
     def move_up(self, slot: int, count: int) -> None:
         """Drop the layer in ``slot`` of the first ``count`` slots: the later ones move up a slot."""
@@ -456,12 +419,19 @@ class _StackBuffers:
 
 def _grams(x: Tensor) -> Tensor:
     """X^T X of every [m, d] matrix of ``x`` [L, m, d] as float64 [L, d, d], each as
-    :func:`graphnorm.analysis.metrics._gram_f64` computes it (BLAS dsyrk: one triangle, cheaper than torch's batched
-    matmul), looping in NumPy (few torch calls: each lets another Python thread take the interpreter lock).
+    :func:`graphnorm.analysis.metrics.gram_matrix` computes it, in one compiled call (:func:`_stacked_grams`).
     Float32 rows are widened first (exactly): a float32 Gram matrix would carry an error of ~1e-7 * s_1^2 in every
     eigenvalue, which moves the effective rank of a layer with small singular values far beyond 1e-5."""
-    x64 = x if x.dtype == torch.float64 else x.double()
-    return torch.from_numpy(np.stack([layer.T @ layer for layer in x64.numpy()]))
+    return torch.from_numpy(_stacked_grams(x.numpy()))
+
+
+@kernel(nogil=True)
+def _stacked_grams(x: np.ndarray) -> np.ndarray:
+    """:func:`graphnorm.analysis.metrics.gram_matrix` of every layer of ``x`` [L, m, d] (float32 widened)."""
+    grams = np.empty((x.shape[0], x.shape[2], x.shape[2]))
+    for layer in range(x.shape[0]):
+        grams[layer] = gram_matrix(np.asarray(x[layer], dtype=np.float64))
+    return grams
 
 
 def _singular_values_from(grams: Tensor | None, xs: Tensor | None) -> Tensor:
@@ -777,14 +747,171 @@ def _records_of_set(values: dict[str, float], rows_kind: str, stat: str) -> list
     return [dict(rows=rows_kind, metric=k, stat=stat, value=v) for k, v in values.items()]
 
 
+@kernel(nogil=True)
+def _measure_layers(
+    staging: np.ndarray,
+    staged: np.ndarray,
+    staging_exact: bool,
+    todo: np.ndarray,
+    x: np.ndarray,
+    norms: np.ndarray,
+    units: np.ndarray,
+    edge_rows: np.ndarray,
+    with_edges: bool,
+    source: np.ndarray,
+    target: np.ndarray,
+    node_counts: np.ndarray,
+    both_ways: bool,
+    tol_deg: float,
+    widened: np.ndarray,
+    grams: np.ndarray,
+    cones: np.ndarray,
+    sums: np.ndarray,
+    counts: np.ndarray,
+    edges: np.ndarray,
+) -> None:
+    """Measure the layers ``l`` with ``todo[l]`` of one graph's chunk, each from start to end while its rows are in
+    cache: its Gram matrix into ``grams[l]`` (tall layers, m > 2d), both cones into ``cones[:, l]`` with the unit
+    rows' sum ``sums[l]`` and non-zero rows ``counts[l]`` (:func:`graphnorm.analysis.cone.layer_cones`), and its edge
+    metrics into ``edges[:, l]`` (:func:`_edge_metrics_kernel`; when ``with_edges``), each the value the
+    stage-at-a-time functions give for the same layer.
+
+    A layer already loaded is read from ``x``, ``norms``, ``units`` (its edges from ``edge_rows``). A staged one
+    (``staged[l]``) is loaded from ``staging`` [L, m, d] (:func:`_widen_rows`; ``widened[l]`` = its largest norm,
+    sum of squares and finiteness) into one layer's scratch rows when tall, reused layer after layer: the chunk's own
+    buffers (MBs a layer) would stream through memory and slow the forward pass on the other core, where one layer's
+    scratch stays in cache. Its edges read ``staging`` when that widens to the rows exactly (``staging_exact``). A
+    staged layer that is not finite or not of ordinary scale is skipped: the caller loads it again (rejecting or
+    rescaling it) and measures it then."""
+    no_index = np.empty(0, dtype=np.int64)
+    num_rows, width = x.shape[1], x.shape[2]
+    tall = num_rows > 2 * width
+    scratch_x = np.empty((num_rows, width), dtype=x.dtype)
+    scratch_norms, scratch_units = np.empty(num_rows), np.empty((num_rows, width))
+    for layer in range(todo.size):
+        if not todo[layer]:
+            continue
+        layer_x, layer_norms, layer_units = x[layer], norms[layer], units[layer]
+        if staged[layer]:
+            if tall:
+                layer_x, layer_norms, layer_units = scratch_x, scratch_norms, scratch_units
+            largest, squared_sum, finite = _widen_rows(staging[layer], layer_x, layer_norms, layer_units)
+            widened[layer, 0], widened[layer, 1], widened[layer, 2] = largest, squared_sum, 1.0 if finite else 0.0
+            if not (finite and 2.0**-SAFE_EXPONENT <= largest <= 2.0**SAFE_EXPONENT):
+                continue
+        if tall:
+            grams[layer] = gram_matrix(np.asarray(layer_x, dtype=np.float64))
+        layer_cones(layer_units, layer_norms, ROBUST_CONE_LEVEL, tol_deg, layer, cones[0], cones[1], sums, counts)
+        if not with_edges:
+            continue
+        out = edges[:, layer : layer + 1]
+        one_norms = layer_norms.reshape((1, num_rows))
+        if not staged[layer]:
+            rows = edge_rows[layer : layer + 1]
+            _edge_metrics_kernel(rows, one_norms, source, target, no_index, no_index, node_counts, both_ways, out)
+        elif staging_exact:
+            rows = staging[layer : layer + 1]
+            _edge_metrics_kernel(rows, one_norms, source, target, no_index, no_index, node_counts, both_ways, out)
+        else:
+            rows = layer_x.reshape((1, num_rows, width))
+            _edge_metrics_kernel(rows, one_norms, source, target, no_index, no_index, node_counts, both_ways, out)
+
+
+@dataclass
+class _Measured:
+    """What :func:`_measure_layers` leaves for a chunk of ``L`` layers of width ``d``."""
+
+    widened: np.ndarray  # [L, 3]: largest norm, sum of squares, finite (staged layers)
+    grams: np.ndarray  # [L, d, d]
+    cones: np.ndarray  # [2, L]: exact, robust
+    sums: np.ndarray  # [L, d]
+    counts: np.ndarray  # [L]
+    edges: np.ndarray  # [3, L, 1]: Dirichlet energy (scaled rows), its normalized form, neighbour MAD
+
+    @classmethod
+    def empty(cls, num_layers: int, width: int) -> _Measured:
+        return cls(
+            np.zeros((num_layers, 3)),
+            np.empty((num_layers, width, width)),
+            np.empty((2, num_layers)),
+            np.empty((num_layers, width)),
+            np.empty(num_layers, dtype=np.int64),
+            np.empty((3, num_layers, 1)),
+        )
+
+
+def _measure_stack(
+    stack: _Stack,
+    rows: _Rows,
+    cone_tol_deg: float,
+    measured: _Measured,
+    todo: np.ndarray,
+    staging: np.ndarray | None = None,
+    staged: np.ndarray | None = None,
+) -> None:
+    """:func:`_measure_layers` of the layers ``todo`` of ``stack`` into ``measured``, the ``staged`` ones loaded
+    from ``staging`` first."""
+    x = stack.x.numpy()
+    no_index = np.empty(0, dtype=np.int64)
+    has_edges = rows.edge_source is not None
+    _measure_layers(
+        x if staging is None else staging,
+        np.zeros(todo.size, dtype=np.bool_) if staged is None else staged,
+        staging is not None and staging.dtype in (np.float32, x.dtype),  # float32 widens exactly
+        todo,
+        x,
+        stack.norms.numpy(),
+        stack.units.numpy(),
+        stack.rows_as_given if stack.rows_as_given is not None else x,
+        has_edges,
+        rows.edge_source_np if has_edges else no_index,
+        rows.edge_target_np if has_edges else no_index,
+        rows.node_counts_np,
+        rows.edge_both_ways,
+        cone_tol_deg,
+        measured.widened,
+        measured.grams,
+        measured.cones,
+        measured.sums,
+        measured.counts,
+        measured.edges,
+    )
+
+
+def _parts_of(measured: _Measured, stack: _Stack, rows: _Rows) -> list[tuple[_SetSummary, dict | None]]:
+    """The set summary and the edge metrics ({name: [1]}) of every layer of ``stack`` from ``measured``."""
+    num_rows, width = stack.x.shape[1:]
+    if num_rows > 2 * width:
+        sigma = _singular_values_from(torch.from_numpy(measured.grams), None)
+    else:
+        sigma = _singular_values_from(None, stack.x.double())
+    edges = None
+    if rows.edge_source is not None:
+        energy, normalized, mad = measured.edges
+        edges = {
+            "dirichlet_energy": _unscaled_energy(energy, stack.shifts),
+            "dirichlet_energy_normalized": normalized,
+            "mad_neighbors": mad,
+        }
+    exact, robust = measured.cones.tolist()
+    return [
+        (
+            _SetSummary(sigma=s, units_sum=u, num_nonzero=c, num_rows=num_rows, cone=e, cone_q90=r),
+            None if edges is None else {name: values[index] for name, values in edges.items()},
+        )
+        for index, (s, u, c, e, r) in enumerate(
+            zip(sigma.unbind(0), torch.from_numpy(measured.sums).unbind(0), measured.counts.tolist(), exact, robust)
+        )
+    ]
+
+
 def _one_graph_parts(stack: _Stack, rows: _Rows, cone_tol_deg: float) -> list[tuple[_SetSummary, dict | None]]:
     """What each stacked layer's node rows contribute when they form one graph: the set summary and the edge
-    metrics ({name: [1]})."""
-    edges = _edge_metrics_stacked(stack, rows) if rows.edge_source is not None else None
-    return [
-        (summary, None if edges is None else {name: values[index] for name, values in edges.items()})
-        for index, summary in enumerate(_summarize_sets(stack, cone_tol_deg))
-    ]
+    metrics ({name: [1]}), measured a layer at a time in one compiled call (:func:`_measure_layers`)."""
+    num_layers = stack.x.size(0)
+    measured = _Measured.empty(num_layers, stack.x.size(2))
+    _measure_stack(stack, rows, cone_tol_deg, measured, np.ones(num_layers, dtype=np.bool_))
+    return _parts_of(measured, stack, rows)
 
 
 def _one_graph_records(parts: list[tuple[_SetSummary, dict | None]], num_singular_values: int) -> list[list[dict]]:
@@ -959,16 +1086,19 @@ class LayerStream:
     """:func:`collapse_records_layers` fed one layer at a time, for rows that form one graph (no ``batch``, no token
     rows): the probe hands each layer's output over in its forward hook, while the output is still in cache, and the
     stream copies it (float64) into a chunk of a few layers, validates it at once, and measures the chunk when it is
-    full (stacked: Gram matrices and spectra, edge sums, cones) keeping only a small summary per layer. Memory: one
-    chunk of float64 rows per width (within _CHUNK_BYTES, at least one layer), up to three with ``background``, not
-    every layer's output. :meth:`records` measures what is left and batches the rest over layers.
+    full (:func:`_measure_layers`: Gram matrix, cones and edge sums, a layer at a time, then the spectra of the chunk)
+    keeping only a small summary per layer. Memory: one chunk of float64 rows per width (within _CHUNK_BYTES, at least
+    one layer), up to three with ``background``, not every layer's output. :meth:`records` measures what is left and
+    batches the rest over layers.
 
-    ``background``: the hook only copies the layer as it is into a staging buffer; a full chunk is loaded (float64
-    rows, norms, unit rows, validation) and measured on a second thread (up to _QUEUED_CHUNKS chunks wait for it;
-    beyond that the caller measures the chunk at once), so the caller (the probe's forward pass) and the second thread
-    share the work on two cores. The first layers go to the second thread one at a time (it starts at once), and so
-    do the last ones when ``expected_layers`` says how many will come (little is left for :meth:`records`). Every
-    chunk is measured by the same functions either way, on one thread each; the records are the same.
+    ``background``: the hook only copies the layer as it is into a staging buffer; a full chunk is measured on a
+    second thread (up to _QUEUED_CHUNKS chunks wait for it; beyond that the caller measures the chunk at once), each
+    staged layer loaded (float64 rows, norms, unit rows, validation) into one layer's scratch rows just before it is
+    measured, so the second thread's memory traffic stays in cache and the caller (the probe's forward pass) and the
+    second thread share the work on two cores. The first layers go to the second thread one at a time (it starts at
+    once), and so do the last ones when ``expected_layers`` says how many will come (little is left for
+    :meth:`records`). Every chunk is measured by the same functions either way, on one thread each; the records are
+    the same.
 
     Gives the records of :func:`collapse_records_layers` on the same layers (with the same ``precision``).
     """
@@ -1119,9 +1249,30 @@ class LayerStream:
 def _measure_chunk(
     buffers: _StackBuffers, count: int, rows: _Rows, cone_tol_deg: float
 ) -> list[tuple[_SetSummary, dict | None]]:
-    """:func:`_one_graph_parts` of the first ``count`` layers of ``buffers``, the staged ones loaded first."""
-    buffers.load_staged(count)
-    return _one_graph_parts(buffers.stack(count), rows, cone_tol_deg)
+    """:func:`_one_graph_parts` of the first ``count`` layers of ``buffers``, the staged ones loaded in the same
+    compiled call, each just before it is measured (:func:`_measure_layers`: this runs on the probe's second thread,
+    where each short torch call would let the forward pass's thread take the interpreter lock and wait to get it
+    back), validated as :meth:`_StackBuffers.load` does: a layer that is not finite or not of ordinary scale is
+    loaded again by :meth:`_StackBuffers.load`, which rejects or rescales it, and measured then."""
+    staged = np.array(buffers.staged[:count], dtype=np.bool_)
+    stack = buffers.stack(count)  # the staging buffer stands for the rows in the edge metrics where it holds all
+    measured = _Measured.empty(count, buffers.x.size(2))
+    staging = buffers.staging.numpy()[:count] if staged.any() else None
+    _measure_stack(stack, rows, cone_tol_deg, measured, np.ones(count, dtype=np.bool_), staging, staged)
+    again = np.zeros(count, dtype=np.bool_)
+    for slot in np.flatnonzero(staged).tolist():
+        buffers.staged[slot] = False
+        largest, squared_sum, finite = measured.widened[slot].tolist()
+        if finite and 2.0**-SAFE_EXPONENT <= largest <= 2.0**SAFE_EXPONENT:
+            check_not_too_large(squared_sum, buffers.x.size(1), "collapse_metrics")
+            buffers.shifts[slot] = 0
+        else:
+            buffers.load(slot, buffers.staging[slot], None)
+            again[slot] = True
+    if again.any():
+        stack = buffers.stack(count)  # the loaded rows now, not the staged ones, for every metric
+        _measure_stack(stack, rows, cone_tol_deg, measured, again)
+    return _parts_of(measured, stack, rows)
 
 
 def collapse_records(
@@ -1183,10 +1334,11 @@ def warm_kernels() -> None:
         collapse_records(
             x, edge_index=edges[:, two_graphs[edges[0]] == two_graphs[edges[1]]], batch=two_graphs, precision=precision
         )
-        for dtype in (torch.float32, torch.float64):  # the staged layers' loader (a probe's second thread)
+        rows = _build_rows(x.size(0), edges, None, None)
+        for dtype in (torch.float32, torch.float64):  # staged layers, measured as a probe's second thread does
             buffers = _StackBuffers(1, x.size(0), x.size(1), precision)
             buffers.stage(0, x.to(dtype))
-            buffers.load_staged(1)
+            _measure_chunk(buffers, 1, rows, 1e-3)
 
 
 def records_to_flat_dict(records: list[dict]) -> dict[str, float]:

@@ -28,6 +28,7 @@ __all__ = [
     "robust_cone_angle",
     "exact_and_robust_cones",
     "stacked_cones",
+    "layer_cones",
     "ROBUST_CONE_LEVEL",
 ]
 
@@ -377,6 +378,30 @@ def exact_and_robust_cones(
 
 
 @kernel(nogil=True)
+def layer_cones(
+    units: np.ndarray,
+    norms: np.ndarray,
+    q: float,
+    tol_deg: float,
+    layer: int,
+    exact: np.ndarray,
+    robust: np.ndarray,
+    sums: np.ndarray,
+    counts: np.ndarray,
+) -> None:
+    """:func:`exact_and_robust_cones` of the non-zero rows of one layer's unit rows ``units`` [m, d] (zero rows where
+    ``norms`` [m] is 0) into entry ``layer`` of ``exact``, ``robust`` (NaN without a non-zero row), ``sums`` [., d]
+    and ``counts``: :func:`stacked_cones`'s step, and the collapse probe's per layer."""
+    rows = np.flatnonzero(norms > 0.0)
+    counts[layer] = rows.size
+    if rows.size:
+        exact[layer], robust[layer], sums[layer] = exact_and_robust_cones(units, norms, rows, q, tol_deg)
+    else:
+        exact[layer], robust[layer] = np.nan, np.nan
+        sums[layer] = 0.0
+
+
+@kernel(nogil=True)
 def stacked_cones(
     units: np.ndarray, norms: np.ndarray, q: float, tol_deg: float
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -385,16 +410,11 @@ def stacked_cones(
     collapse probe measures on a second thread beside the forward pass, whose Python would otherwise wait on every
     short call). Returns the exact and robust angles [L] (NaN for a layer without a non-zero row), the sums of the
     unit rows [L, d] and the number of non-zero rows [L]."""
-    num_layers, num_rows, width = units.shape
-    exact, robust = np.full(num_layers, np.nan), np.full(num_layers, np.nan)
-    sums, counts = np.zeros((num_layers, width)), np.zeros(num_layers, dtype=np.int64)
+    num_layers, _, width = units.shape
+    exact, robust = np.empty(num_layers), np.empty(num_layers)
+    sums, counts = np.empty((num_layers, width)), np.empty(num_layers, dtype=np.int64)
     for layer in range(num_layers):
-        rows = np.flatnonzero(norms[layer] > 0.0)
-        counts[layer] = rows.size
-        if rows.size:
-            exact[layer], robust[layer], sums[layer] = exact_and_robust_cones(
-                units[layer], norms[layer], rows, q, tol_deg
-            )
+        layer_cones(units[layer], norms[layer], q, tol_deg, layer, exact, robust, sums, counts)
     return exact, robust, sums, counts
 
 

@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+import scipy.linalg.cython_blas  # noqa: F401 - gram_matrix's BLAS (SciPy's), loaded before any thread limit is set
 import torch
 from torch import Tensor
 
 from graphnorm.analysis.cone import cone_angle, cone_angle_info, robust_cone_angle
 from graphnorm.analysis.magnitude import check_not_too_large, rescale_for_invariant
 from graphnorm.checks import check_edge_index
+from graphnorm.compiled import kernel
 
 __all__ = [
     "as_float64",
@@ -64,13 +67,22 @@ def as_float64(x: Tensor, name: str = "metric", invariant: bool = False) -> Tens
     return x64
 
 
+@kernel(nogil=True)
+def gram_matrix(x: np.ndarray) -> np.ndarray:
+    """X^T X of float64 rows ``x`` [n, d] as [d, d], through BLAS (dgemm), its lower triangle set from the upper one
+    (symmetric by construction, whatever the BLAS kernel's blocking); compiled, so the collapse probe computes it
+    inside its per-layer loop, on a layer still in cache. Its eigenvalues carry an absolute error of
+    ~eps * sigma_1^2 in any summation order, which is the Gram route's floor (see :func:`_singular_values_f64`)."""
+    gram = np.dot(x.T, x)
+    for row in range(gram.shape[0]):
+        for column in range(row):
+            gram[row, column] = gram[column, row]
+    return gram
+
+
 def _gram_f64(x64: Tensor) -> Tensor:
-    """X^T X of a float64 CPU matrix [n, d] as [d, d]: NumPy's ``X.T @ X``, which BLAS computes as one triangle
-    (dsyrk: half the products of a general matmul, and cheaper than torch's batched matmul). Its eigenvalues carry
-    an absolute error of ~eps * sigma_1^2 in any summation order, which is the Gram route's floor (see
-    :func:`_singular_values_f64`)."""
-    x = x64.numpy()
-    return torch.from_numpy(x.T @ x)
+    """X^T X of a float64 CPU matrix [n, d] as [d, d] (:func:`gram_matrix`)."""
+    return torch.from_numpy(gram_matrix(x64.numpy()))
 
 
 def _singular_values_f64(x64: Tensor) -> Tensor:
