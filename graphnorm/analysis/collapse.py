@@ -26,7 +26,7 @@ from torch_geometric.utils import to_dense_batch
 
 from graphnorm.analysis.cone import ROBUST_CONE_LEVEL, exact_and_robust_cones, layer_cones, stacked_cones
 from graphnorm.analysis.magnitude import SAFE_EXPONENT, check_not_too_large, invariant_shift, scale_by_power_of_two
-from graphnorm.analysis.metrics import gram_matrix
+from graphnorm.analysis.metrics import gram_matrix, spectrum_from_gram
 from graphnorm.analysis.min_norm_point import WORKING_SIZE
 from graphnorm.checks import check_choice, check_edge_index
 from graphnorm.compiled import kernel
@@ -435,13 +435,22 @@ def _stacked_grams(x: np.ndarray) -> np.ndarray:
 
 
 def _singular_values_from(grams: Tensor | None, xs: Tensor | None) -> Tensor:
-    """Descending singular values of every layer [L, min(m, d)] (float64): one batched eigvalsh of the stacked
-    d x d Gram matrices ``grams`` [L, d, d] when the layers are tall (m > 2d), as
+    """Descending singular values of every layer [L, min(m, d)] (float64): from the stacked d x d Gram matrices
+    ``grams`` [L, d, d] (one compiled call) when the layers are tall (m > 2d), as
     :func:`graphnorm.analysis.metrics._singular_values_f64` does for one matrix; else one batched SVD of the (small)
     layers ``xs`` [L, m, d]."""
     if grams is not None:
-        return torch.linalg.eigvalsh(grams).clamp_min(0.0).sqrt().flip(-1)
+        return torch.from_numpy(_stacked_spectra(grams.numpy()))
     return torch.linalg.svdvals(xs)
+
+
+@kernel(nogil=True)
+def _stacked_spectra(grams: np.ndarray) -> np.ndarray:
+    """:func:`graphnorm.analysis.metrics.spectrum_from_gram` of every Gram matrix of ``grams`` [L, d, d]."""
+    sigma = np.empty(grams.shape[:2])
+    for layer in range(grams.shape[0]):
+        sigma[layer] = spectrum_from_gram(grams[layer])
+    return sigma
 
 
 def _ranks(sigma: Tensor) -> tuple[Tensor, Tensor]:
@@ -764,17 +773,18 @@ def _measure_layers(
     both_ways: bool,
     tol_deg: float,
     widened: np.ndarray,
-    grams: np.ndarray,
+    sigmas: np.ndarray,
     cones: np.ndarray,
     sums: np.ndarray,
     counts: np.ndarray,
     edges: np.ndarray,
 ) -> None:
     """Measure the layers ``l`` with ``todo[l]`` of one graph's chunk, each from start to end while its rows are in
-    cache: its Gram matrix into ``grams[l]`` (tall layers, m > 2d), both cones into ``cones[:, l]`` with the unit
-    rows' sum ``sums[l]`` and non-zero rows ``counts[l]`` (:func:`graphnorm.analysis.cone.layer_cones`), and its edge
-    metrics into ``edges[:, l]`` (:func:`_edge_metrics_kernel`; when ``with_edges``), each the value the
-    stage-at-a-time functions give for the same layer.
+    cache: its singular values from its Gram matrix into ``sigmas[l]`` (tall layers, m > 2d), both cones into
+    ``cones[:, l]`` with the unit rows' sum ``sums[l]`` and non-zero rows ``counts[l]``
+    (:func:`graphnorm.analysis.cone.layer_cones`), and its edge metrics into ``edges[:, l]``
+    (:func:`_edge_metrics_kernel`; when ``with_edges``), each the value the stage-at-a-time functions give for the
+    same layer.
 
     A layer already loaded is read from ``x``, ``norms``, ``units`` (its edges from ``edge_rows``). A staged one
     (``staged[l]``) is loaded from ``staging`` [L, m, d] (:func:`_widen_rows`; ``widened[l]`` = its largest norm,
@@ -800,7 +810,7 @@ def _measure_layers(
             if not (finite and 2.0**-SAFE_EXPONENT <= largest <= 2.0**SAFE_EXPONENT):
                 continue
         if tall:
-            grams[layer] = gram_matrix(np.asarray(layer_x, dtype=np.float64))
+            sigmas[layer] = spectrum_from_gram(gram_matrix(np.asarray(layer_x, dtype=np.float64)))
         layer_cones(layer_units, layer_norms, ROBUST_CONE_LEVEL, tol_deg, layer, cones[0], cones[1], sums, counts)
         if not with_edges:
             continue
@@ -822,7 +832,7 @@ class _Measured:
     """What :func:`_measure_layers` leaves for a chunk of ``L`` layers of width ``d``."""
 
     widened: np.ndarray  # [L, 3]: largest norm, sum of squares, finite (staged layers)
-    grams: np.ndarray  # [L, d, d]
+    sigmas: np.ndarray  # [L, d]: descending singular values (tall layers)
     cones: np.ndarray  # [2, L]: exact, robust
     sums: np.ndarray  # [L, d]
     counts: np.ndarray  # [L]
@@ -832,7 +842,7 @@ class _Measured:
     def empty(cls, num_layers: int, width: int) -> _Measured:
         return cls(
             np.zeros((num_layers, 3)),
-            np.empty((num_layers, width, width)),
+            np.empty((num_layers, width)),
             np.empty((2, num_layers)),
             np.empty((num_layers, width)),
             np.empty(num_layers, dtype=np.int64),
@@ -870,7 +880,7 @@ def _measure_stack(
         rows.edge_both_ways,
         cone_tol_deg,
         measured.widened,
-        measured.grams,
+        measured.sigmas,
         measured.cones,
         measured.sums,
         measured.counts,
@@ -881,10 +891,8 @@ def _measure_stack(
 def _parts_of(measured: _Measured, stack: _Stack, rows: _Rows) -> list[tuple[_SetSummary, dict | None]]:
     """The set summary and the edge metrics ({name: [1]}) of every layer of ``stack`` from ``measured``."""
     num_rows, width = stack.x.shape[1:]
-    if num_rows > 2 * width:
-        sigma = _singular_values_from(torch.from_numpy(measured.grams), None)
-    else:
-        sigma = _singular_values_from(None, stack.x.double())
+    tall = num_rows > 2 * width
+    sigma = torch.from_numpy(measured.sigmas) if tall else _singular_values_from(None, stack.x.double())
     edges = None
     if rows.edge_source is not None:
         energy, normalized, mad = measured.edges

@@ -17,7 +17,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import scipy.linalg.cython_blas  # noqa: F401 - gram_matrix's BLAS (SciPy's), loaded before any thread limit is set
+import scipy.linalg.cython_blas  # noqa: F401 - the compiled kernels' BLAS and LAPACK (SciPy's), loaded before any
+import scipy.linalg.cython_lapack  # noqa: F401 - thread limit is set (graphnorm.analysis.collapse.single_thread)
 import torch
 from torch import Tensor
 
@@ -80,6 +81,18 @@ def gram_matrix(x: np.ndarray) -> np.ndarray:
     return gram
 
 
+@kernel(nogil=True)
+def spectrum_from_gram(gram: np.ndarray) -> np.ndarray:
+    """Descending singular values [d] of a matrix whose Gram matrix is ``gram`` [d, d]: the square roots of its
+    eigenvalues (LAPACK's symmetric solver), negative round-off clamped to 0; compiled, like :func:`gram_matrix`."""
+    eigenvalues = np.linalg.eigvalsh(gram)
+    size = eigenvalues.size
+    sigma = np.empty(size)
+    for index in range(size):
+        sigma[index] = math.sqrt(max(eigenvalues[size - 1 - index], 0.0))
+    return sigma
+
+
 def _gram_f64(x64: Tensor) -> Tensor:
     """X^T X of a float64 CPU matrix [n, d] as [d, d] (:func:`gram_matrix`)."""
     return torch.from_numpy(gram_matrix(x64.numpy()))
@@ -94,8 +107,7 @@ def _singular_values_f64(x64: Tensor) -> Tensor:
     """
     n, d = x64.shape
     if n > 2 * d:
-        eigenvalues = torch.linalg.eigvalsh(_gram_f64(x64))
-        return eigenvalues.clamp_min(0.0).sqrt().flip(0)
+        return torch.from_numpy(spectrum_from_gram(gram_matrix(x64.numpy())))
     return torch.linalg.svdvals(x64)
 
 
