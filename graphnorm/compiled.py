@@ -68,22 +68,31 @@ class _SharedStamp:
         return super().from_function(py_func, py_file)
 
 
-# numba's locators: beside the source file when its __pycache__ is writable, else in the user's cache folder.
-_IN_TREE = getattr(caching, "InTreeCacheLocator", None) or getattr(caching, "_InTreeCacheLocator", None)
-_USER_WIDE = getattr(caching, "UserWideCacheLocator", None) or getattr(caching, "_UserWideCacheLocator", None)
-_CACHE_IMPL = getattr(caching, "CacheImpl", None) or getattr(caching, "_CacheImpl", None)
+def _numba_name(name: str) -> Any:
+    """A name of numba's caching module, public or with the leading underscore of older numba versions."""
+    return getattr(caching, name, None) or getattr(caching, "_" + name, None)
+
+
+# numba's locators, in numba's order: NUMBA_CACHE_DIR when it is set, else beside the source file when its
+# __pycache__ is writable, else in the user's cache folder.
+_USER_PROVIDED = _numba_name("UserProvidedCacheLocator")
+_IN_TREE = _numba_name("InTreeCacheLocator")
+_USER_WIDE = _numba_name("UserWideCacheLocator")
+_CACHE_IMPL = _numba_name("CacheImpl")
 _LOCATORS = (
     [
+        type("UserProvidedKernelLocator", (_SharedStamp, _USER_PROVIDED), {}),
         type("InTreeKernelLocator", (_SharedStamp, _IN_TREE), {}),
         type("UserWideKernelLocator", (_SharedStamp, _USER_WIDE), {}),
     ]
-    if _IN_TREE is not None and _USER_WIDE is not None and _CACHE_IMPL is not None
+    if None not in (_USER_PROVIDED, _IN_TREE, _USER_WIDE, _CACHE_IMPL)
     else []  # a numba without these names: each kernel keeps numba's own stamp (its file's content)
 )
 
 
 def _use_shared_stamp() -> None:
-    """Put the shared-stamp locators first in numba's list (once), ahead of numba's own for the same folders."""
+    """Put the shared-stamp locators first in numba's list (once), in numba's order, ahead of numba's own for the
+    same folders."""
     if not _LOCATORS:
         return
     registered = _CACHE_IMPL._locator_classes

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import subprocess
 import sys
 import textwrap
@@ -89,6 +90,21 @@ def test_editing_a_callee_file_recompiles_its_cached_callers(tmp_path: Path):
     assert run() == ["6.0", "InTreeKernelLocator"]
 
 
+def test_numba_cache_dir_is_honoured(tmp_path: Path):
+    """With NUMBA_CACHE_DIR set (a read-only install, a cluster's scratch), the kernels are cached there, as numba's own
+    locators would, still with the shared stamp; else beside the sources."""
+    (tmp_path / "callee.py").write_text(textwrap.dedent(CALLEE.format(value=1.0)))
+    (tmp_path / "caller.py").write_text(textwrap.dedent(CALLER))
+    cache_dir = tmp_path / "numba-cache"
+    environment = {**os.environ, "NUMBA_CACHE_DIR": str(cache_dir)}
+    result = subprocess.run(
+        [sys.executable, "-c", RUN, str(tmp_path)], capture_output=True, text=True, check=False, env=environment
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["4.0", "UserProvidedKernelLocator"]
+    assert list(cache_dir.rglob("caller.twice_offset*.nbi")) and not list(tmp_path.glob("__pycache__/*.nbi"))
+
+
 def test_kernel_is_njit_with_the_cache_on():
     @compiled.kernel(nogil=True)
     def add_one(x):
@@ -107,7 +123,7 @@ def test_numba_keeps_its_own_locators_where_the_kernel_files_are_not_on_disk(tmp
     spec.loader.exec_module(module)
     monkeypatch.setattr(compiled, "PACKAGE", tmp_path.resolve())
     monkeypatch.setattr(compiled, "KERNEL_MODULES", ("kernels.py",))
-    in_tree = compiled._LOCATORS[0]
+    in_tree = compiled._LOCATORS[1]
     assert in_tree.from_function(module.f, str(source)) is not None
     monkeypatch.setattr(compiled, "KERNEL_MODULES", ("kernels.py", "gone.py"))  # e.g. a frozen application
     assert in_tree.from_function(module.f, str(source)) is None
