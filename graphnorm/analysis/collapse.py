@@ -269,7 +269,7 @@ def _load_rows(x: Tensor, rows: Tensor | None, out_x: Tensor, out_norms: Tensor,
     largest, squared_sum, finite = _widen_rows(
         x.contiguous().numpy(), out_x.numpy(), out_norms.numpy(), out_units.numpy()
     )
-    if finite and (out_norms.numel() == 0 or 2.0**-SAFE_EXPONENT <= largest <= 2.0**SAFE_EXPONENT):
+    if finite and (out_norms.numel() == 0 or _ordinary_largest(largest)):
         check_not_too_large(squared_sum, out_x.size(0), "collapse_metrics")
         return 0
     norms = out_norms
@@ -329,13 +329,17 @@ def _row_norms(x: Tensor, out: Tensor) -> Tensor:
     return torch.linalg.vector_norm(x, dim=-1, dtype=torch.float64, out=out)
 
 
-def _ordinary_scale(norms: Tensor) -> bool:
-    """Whether the largest row norm is finite and within ``2**±200``: then no entry is extreme enough to need
-    :func:`_rescale_in_place` (an entry is at most its row's norm, and at least the norm over ``sqrt(d)``)."""
-    if norms.numel() == 0:
-        return True
-    largest = float(norms.max())
+@kernel()
+def _ordinary_largest(largest: float) -> bool:
+    """Whether a largest row norm is finite and within ``2**±200``: then no entry is extreme enough to need
+    :func:`_rescale_in_place` (an entry is at most its row's norm, and at least the norm over ``sqrt(d)``). Compiled,
+    so the loaders in Python and in :func:`_measure_layers` ask the same question."""
     return math.isfinite(largest) and 2.0**-SAFE_EXPONENT <= largest <= 2.0**SAFE_EXPONENT
+
+
+def _ordinary_scale(norms: Tensor) -> bool:
+    """:func:`_ordinary_largest` of the largest of ``norms`` (True for none)."""
+    return norms.numel() == 0 or _ordinary_largest(float(norms.max()))
 
 
 def _rescale_in_place(out_x: Tensor) -> int:
@@ -807,7 +811,7 @@ def _measure_layers(
                 layer_x, layer_norms, layer_units = scratch_x, scratch_norms, scratch_units
             largest, squared_sum, finite = _widen_rows(staging[layer], layer_x, layer_norms, layer_units)
             widened[layer, 0], widened[layer, 1], widened[layer, 2] = largest, squared_sum, 1.0 if finite else 0.0
-            if not (finite and 2.0**-SAFE_EXPONENT <= largest <= 2.0**SAFE_EXPONENT):
+            if not (finite and _ordinary_largest(largest)):
                 continue
         if tall:
             sigmas[layer] = spectrum_from_gram(gram_matrix(np.asarray(layer_x, dtype=np.float64)))
@@ -816,6 +820,7 @@ def _measure_layers(
             continue
         out = edges[:, layer : layer + 1]
         one_norms = layer_norms.reshape((1, num_rows))
+        # One call per source of rows: their dtypes and layouts differ, which numba cannot unify in one variable.
         if not staged[layer]:
             rows = edge_rows[layer : layer + 1]
             _edge_metrics_kernel(rows, one_norms, source, target, no_index, no_index, node_counts, both_ways, out)
@@ -1271,7 +1276,7 @@ def _measure_chunk(
     for slot in np.flatnonzero(staged).tolist():
         buffers.staged[slot] = False
         largest, squared_sum, finite = measured.widened[slot].tolist()
-        if finite and 2.0**-SAFE_EXPONENT <= largest <= 2.0**SAFE_EXPONENT:
+        if finite and _ordinary_largest(largest):
             check_not_too_large(squared_sum, buffers.x.size(1), "collapse_metrics")
             buffers.shifts[slot] = 0
         else:

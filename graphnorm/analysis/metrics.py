@@ -107,7 +107,7 @@ def _singular_values_f64(x64: Tensor) -> Tensor:
     """
     n, d = x64.shape
     if n > 2 * d:
-        return torch.from_numpy(spectrum_from_gram(gram_matrix(x64.numpy())))
+        return torch.from_numpy(spectrum_from_gram(_gram_f64(x64).numpy()))
     return torch.linalg.svdvals(x64)
 
 
