@@ -13,8 +13,8 @@ so an accuracy difference is the estimator's alone. The weights are the run's be
     python -m experiments.contranorm_swap --seeds 0 1 2 --trained-with exact 256 --out runs/contranorm_swap
 
 writes ``swap.csv`` (one row per network and scoring, appended when a network is done; a re-run skips the networks
-the file holds) and prints, per training form and ``m``, the mean difference from the exact scoring over the seeds,
-one per feature seed.
+the file holds) and ``cells.csv``: per training form, ``m`` and cell of three seeds, the mean difference from the
+exact scoring, one column per feature seed (also printed).
 """
 
 from __future__ import annotations
@@ -33,11 +33,21 @@ from graphnorm.train.loop import train
 from graphnorm.train.node_level import evaluate_nodes, node_eval_mask
 
 PRESET = Path(__file__).resolve().parent / "sweeps" / "cora_contranorm_linear.yaml"
+CELL_SEEDS = 3  # seeds per cell of the summary (the protocol's cell)
 COLUMNS = ["seed", "trained_with", "train_test_acc", "scored_with", "feature_seed", "test_acc", "minus_exact"]
 
 
 def _form_name(random_features: int | None) -> str:
     return "exact" if random_features is None else str(random_features)
+
+
+def _training_form(text: str) -> int | None:
+    """``--trained-with`` values: ``exact`` or a positive number of random features."""
+    if text == "exact":
+        return None
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is neither 'exact' nor a positive number of random features")
+    return int(text)
 
 
 def network_configs(seeds: list[int], trained_with: list[int | None], overrides: list[str]) -> list[RunConfig]:
@@ -85,11 +95,29 @@ def score_network(config: RunConfig, features: list[int], feature_seeds: list[in
     return rows
 
 
+def seed_cells(seeds: list[int], size: int = CELL_SEEDS) -> dict[int, str]:
+    """Each seed's cell: the sorted seeds in consecutive groups of ``size`` (a last, smaller group if they do not
+    divide), named by their range ("0-2") or list ("1, 4, 9")."""
+    ordered = sorted(set(seeds))
+    cells = {}
+    for start in range(0, len(ordered), size):
+        group = ordered[start : start + size]
+        consecutive = group == list(range(group[0], group[-1] + 1))
+        name = f"{group[0]}-{group[-1]}" if consecutive and len(group) > 1 else ", ".join(map(str, group))
+        cells.update(dict.fromkeys(group, name))
+    return cells
+
+
 def summary(table: pd.DataFrame) -> pd.DataFrame:
-    """Mean difference from the exact scoring over the seeds (points), per training form, m and feature seed."""
-    swapped = table[table.scored_with != "exact"]
-    cells = swapped.groupby(["trained_with", "scored_with", "feature_seed"]).minus_exact.mean().mul(100).round(2)
-    return cells.unstack("feature_seed")
+    """The estimator's scoring minus the exact one, mean over each cell of seeds (points): one row per training form,
+    m and cell, one column per feature seed."""
+    swapped = table[table.scored_with != "exact"].assign(m=lambda frame: frame.scored_with.astype(int))
+    swapped["seeds"] = swapped.seed.map(seed_cells(swapped.seed.tolist()))
+    means = swapped.groupby(["trained_with", "m", "seeds", "feature_seed"]).minus_exact.mean().mul(100).round(2)
+    wide = means.unstack("feature_seed")
+    wide.columns = [f"feature seed {seed} (points)" for seed in wide.columns]
+    labels = [f"{form}, m={m}, seeds {seeds}" for form, m, seeds in wide.index]
+    return wide.reset_index(drop=True).set_axis(labels).rename_axis("cell").reset_index()
 
 
 def read_table(path: Path) -> pd.DataFrame:
@@ -102,17 +130,18 @@ def read_table(path: Path) -> pd.DataFrame:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--trained-with", nargs="+", default=["exact", "256"], help="exact and/or feature counts")
+    parser.add_argument(
+        "--trained-with", nargs="+", type=_training_form, default=[None, 256], help="exact and/or feature counts"
+    )
     parser.add_argument("--features", type=int, nargs="+", default=[64, 256, 1024], help="m to score with")
     parser.add_argument("--feature-seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--out", type=Path, default=Path("runs/contranorm_swap"))
     parser.add_argument("overrides", nargs="*", help="key=value overrides of the preset, e.g. base.epochs=2")
     args = parser.parse_args(argv)
-    trained_with = [None if form == "exact" else int(form) for form in args.trained_with]
     path = args.out / "swap.csv"
     table = read_table(path)
     done = set(zip(table.seed, table.trained_with))
-    for config in network_configs(args.seeds, trained_with, args.overrides):
+    for config in network_configs(args.seeds, args.trained_with, args.overrides):
         key = (config.seed, _form_name(config.norm_kwargs.get("random_features")))
         if key in done:
             print(f"seed {key[0]}, trained with {key[1]}: in {path}, skipped")
@@ -121,8 +150,11 @@ def main(argv: list[str] | None = None) -> None:
         table = pd.concat([table, rows], ignore_index=True) if len(table) else rows
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, table.to_csv(index=False))  # a network at a time: an interruption loses one
-    print(f"{path}: accuracy scored with the estimator minus scored exact, mean over seeds (points)")
-    print(summary(table).to_string())
+    cells = summary(table)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path.with_name("cells.csv"), cells.to_csv(index=False))
+    print(f"{path}: accuracy scored with the estimator minus scored exact, mean over each cell of seeds (points)")
+    print(cells.to_string(index=False))
 
 
 if __name__ == "__main__":

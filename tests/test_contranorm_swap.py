@@ -1,6 +1,6 @@
 """``experiments/contranorm_swap.py``: trained networks scored with the exact form and the estimator, on real Cora
 (tiny preset: 4 layers, 3 epochs): a network scored with the form it was trained with gives its run's accuracy, every
-scoring is one row, and a re-run skips the networks the table holds."""
+scoring is one row, the summary has one row per cell of seeds, and a re-run skips the networks the table holds."""
 
 from __future__ import annotations
 
@@ -30,12 +30,25 @@ def test_scores_every_network_with_every_form_and_resumes(
     swapped = table[table.scored_with != "exact"]
     assert set(swapped.feature_seed) == {0, 1} and swapped.minus_exact.notna().all()
     assert swapped.test_acc.nunique() > 1  # the forms were switched: 8 features give other scores per draw
-    assert "trained_with" in capsys.readouterr().out  # the summary table
+    # The summary: one row per training form, m and cell of seeds, one column per feature seed; also printed.
+    cells = pd.read_csv(tmp_path / "cells.csv")
+    assert list(cells.cell) == ["8, m=8, seeds 0", "exact, m=8, seeds 0"]
+    assert list(cells.columns[1:]) == ["feature seed 0 (points)", "feature seed 1 (points)"]
+    exact_trained = swapped[swapped.trained_with == "exact"].sort_values("feature_seed").minus_exact.mul(100).round(2)
+    assert cells.iloc[1, 1:].tolist() == exact_trained.tolist()
+    assert "exact, m=8, seeds 0" in capsys.readouterr().out
 
     contranorm_swap.main(["--seeds", "0", "1", "--trained-with", "exact", *arguments])
     assert "seed 0, trained with exact: in" in capsys.readouterr().out  # not trained again
     again = pd.read_csv(tmp_path / "swap.csv", dtype={"trained_with": str, "scored_with": str})
     assert len(again) == 3 * 3 and again.iloc[:6].equals(table)
+
+
+def test_seed_cells_group_three_seeds_at_a_time() -> None:
+    assert contranorm_swap.seed_cells([5, 0, 1, 2, 3, 4, 4]) == dict.fromkeys([0, 1, 2], "0-2") | dict.fromkeys(
+        [3, 4, 5], "3-5"
+    )
+    assert contranorm_swap.seed_cells([1, 4, 9, 10]) == dict.fromkeys([1, 4, 9], "1, 4, 9") | {10: "10"}
 
 
 def test_a_model_without_contranorm_is_refused() -> None:
