@@ -31,3 +31,16 @@ def exiting_run(config: RunConfig) -> dict:
     if config.seed == 1:
         raise SystemExit(3)
     return {"test_acc": 0.5}
+
+
+def threaded_run(config: RunConfig) -> dict:
+    """Elementwise ops large enough that torch splits them over its threads (an OpenMP parallel region when the
+    worker has two or more), then a collapse measurement through the probe's compiled kernels."""
+    import torch
+
+    from graphnorm.analysis.collapse import collapse_records
+
+    x = torch.rand(2_000_000, generator=torch.Generator().manual_seed(config.seed))
+    total = sum(float((x * step).abs().sum()) for step in range(1, 6))
+    records = collapse_records(torch.rand(64, 8, generator=torch.Generator().manual_seed(config.seed)))
+    return {"test_acc": 0.5, "threads": torch.get_num_threads(), "sum": total, "records": len(records)}
