@@ -20,7 +20,7 @@ from torch_geometric.nn.models import GCN
 
 from graphnorm.analysis import CollapseProbe
 from graphnorm.data import load_dataset
-from graphnorm.train import CollapseMonitorCallback
+from graphnorm.train import CollapseMonitor, CollapseMonitorCallback
 
 pytestmark = [
     pytest.mark.usefixtures("one_thread"),
@@ -94,9 +94,12 @@ def test_logged_metrics_read_back_from_the_csv_logger(cora, tmp_path) -> None:
             assert value == pytest.approx(row.value, rel=1e-12, nan_ok=True)
     written = pd.read_csv(tmp_path / "monitor" / "collapse_steps.csv")
     pd.testing.assert_frame_equal(written, table.astype({"epoch": "int64"}), check_dtype=False)
-    # the last probe equals a direct probe of the final weights (step 7 = after the last update; 6 is before it)
+    # the last probe equals a direct probe of the final weights (step 7 = after the last update; 6 is before it), by a
+    # monitor on the same out_dir: the fit's monitor let it go when training ended
     direct = CollapseProbe(module.gnn, layers=module.gnn.convs, num_singular_values=0).probe(cora)
-    assert callback.monitor.probe_now(EPOCHS).value.tolist() == pytest.approx(direct.value.tolist(), nan_ok=True)
+    with CollapseMonitor(module.gnn, cora, out_dir=tmp_path / "monitor", layers=module.gnn.convs) as final:
+        assert final.probe_now(EPOCHS).value.tolist() == pytest.approx(direct.value.tolist(), nan_ok=True)
+    assert sorted(set(pd.read_csv(tmp_path / "monitor" / "collapse_steps.csv").step)) == [0, 3, 6, EPOCHS]
 
 
 def test_the_fit_trains_as_without_the_callback(cora, tmp_path) -> None:

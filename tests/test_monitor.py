@@ -131,6 +131,7 @@ def test_resume_writes_no_step_twice(cora, tmp_path) -> None:
     for step in range(5):
         first.step(step, epoch=step)
     rows_per_probe = len(first.table) // 3
+    first.close()  # one monitor per out_dir at a time
     again = CollapseMonitor(model, cora, every=2, out_dir=tmp_path, layers=model.convs)  # keeps steps 0, 2, 4
     assert [again.step(step) for step in range(5)] == [None] * 5
     assert again.probe_now(4) is None  # written already: not probed, not written again
@@ -138,6 +139,7 @@ def test_resume_writes_no_step_twice(cora, tmp_path) -> None:
     written = pd.read_csv(tmp_path / MONITOR_CSV)
     assert written.groupby("step").size().to_dict() == dict.fromkeys([0, 2, 4, 6], rows_per_probe)
     assert written.epoch.tolist()[: 3 * rows_per_probe] == [e for e in (0, 2, 4) for _ in range(rows_per_probe)]
+    again.close()
     # a loop resumed from a checkpoint at step 3: the interrupted attempt's steps 4 and 6 go, and are probed again
     resumed = CollapseMonitor(model, cora, every=2, out_dir=tmp_path, layers=model.convs, start_step=3)
     assert sorted(set(pd.read_csv(tmp_path / MONITOR_CSV).step)) == [0, 2]

@@ -20,6 +20,7 @@ from typing import Any
 
 from torch import nn
 
+from graphnorm.files import ensure_writable_dir
 from graphnorm.train.monitor import CollapseMonitor, monitor_sample, step_scalars
 
 try:
@@ -59,7 +60,10 @@ class CollapseMonitorCallback(Callback):
     is :meth:`CollapseMonitor.step <graphnorm.train.monitor.CollapseMonitor.step>` (eval mode, no gradients, random
     state restored: the fit trains as without the callback); its rows are in :attr:`table` and, with ``out_dir``, in
     ``<out_dir>/collapse_steps.csv``. A fit resumed from a checkpoint at step k drops the CSV's rows from step k on
-    (the interrupted attempt's) and probes again from there; a fresh fit starts the CSV anew.
+    (the interrupted attempt's) and probes again from there. A fresh fit (step 0) on a CSV holding an earlier fit's
+    rows stops before its first step with a one-line ``RuntimeError`` and leaves them as they are, unless
+    ``overwrite=True`` (then they are replaced). The monitor holds ``out_dir`` from the start of training until it
+    ends or fails.
 
     Args:
         sample: the fixed graph (node level) or batch or list of graphs (graph level) to probe; moved to the module's
@@ -70,7 +74,9 @@ class CollapseMonitorCallback(Callback):
         layers: which layers of it to watch (default: the probe's, :class:`graphnorm.analysis.CollapseProbe`): an
             attribute path of the probed module (e.g. ``"convs"``) or a function ``probed module -> layers``.
         forward: ``forward(model, sample)`` running the probed model; default the probe's.
-        out_dir: also write the tidy CSV there (:class:`~graphnorm.train.monitor.CollapseMonitor`).
+        out_dir: also write the tidy CSV there (:class:`~graphnorm.train.monitor.CollapseMonitor`); created and
+            checked here, before the fit.
+        overwrite: let a fresh fit replace the rows of an earlier one in ``out_dir``'s CSV (default: refuse).
         probe_options: other keywords of :class:`~graphnorm.train.monitor.CollapseMonitor` (``at``,
             ``num_singular_values``, ``split``).
     """
@@ -83,16 +89,21 @@ class CollapseMonitorCallback(Callback):
         layers: ModuleChoice = None,
         forward: Callable[[nn.Module, Any], Any] | None = None,
         out_dir: str | os.PathLike | None = None,
+        overwrite: bool = False,
         **probe_options: Any,
     ) -> None:
         if isinstance(every_n_steps, bool) or not isinstance(every_n_steps, int) or every_n_steps <= 0:
             raise ValueError(
                 f"CollapseMonitorCallback: every_n_steps must be a positive integer, got {every_n_steps!r}"
             )
+        if not isinstance(overwrite, bool):
+            raise TypeError(f"CollapseMonitorCallback: overwrite must be True or False, got {overwrite!r}")
         self.sample = monitor_sample(sample)  # checked now, not after the model is built and the data loaded
         self.every_n_steps = every_n_steps
         self.model, self.layers, self.forward = model, layers, forward
-        self.out_dir = out_dir
+        if out_dir is not None:
+            ensure_writable_dir(out_dir, "CollapseMonitorCallback out_dir")
+        self.out_dir, self.overwrite = out_dir, overwrite
         self.probe_options = probe_options
         self.monitor: CollapseMonitor | None = None
 
@@ -104,18 +115,30 @@ class CollapseMonitorCallback(Callback):
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if not trainer.is_global_zero:
             return
+        self._close()  # an earlier fit's monitor (one that failed before on_train_end) lets the folder go
         probed = _chosen(pl_module, self.model, "model")
         layers = _chosen(probed, self.layers, "layers") if self.layers is not None else None
-        self.monitor = CollapseMonitor(
+        step = trainer.global_step
+        keep = step == 0 and self.out_dir is not None and not self.overwrite  # a fresh fit: refuse, never delete
+        monitor = CollapseMonitor(
             probed,
-            self.sample.to(pl_module.device),
+            self.sample,  # the monitor probes a copy on the module's device; the caller's graph stays where it is
             every=self.every_n_steps,
             out_dir=self.out_dir,
             layers=layers,
             forward=self.forward,
-            start_step=trainer.global_step,
+            start_step=None if keep else step,
             **self.probe_options,
         )
+        if keep and len(monitor.table):
+            monitor.close()
+            steps = monitor.table["step"]
+            raise RuntimeError(
+                f"CollapseMonitorCallback: {monitor.path} holds {len(steps)} rows of an earlier fit (steps "
+                f"{steps.min()} to {steps.max()}), which this fresh fit would replace: give another out_dir, or "
+                "overwrite=True to replace them"
+            )
+        self.monitor = monitor
         self._probe(trainer)
 
     def on_train_batch_end(
@@ -125,6 +148,13 @@ class CollapseMonitorCallback(Callback):
             self._probe(trainer)
 
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._close()
+
+    def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
+        self._close()
+
+    def _close(self) -> None:
+        """Release the folder; :attr:`table` keeps the rows."""
         if self.monitor is not None:
             self.monitor.close()
 

@@ -14,15 +14,15 @@ gradients, the model's mode restored), the same measurement the trainer makes wi
 state of torch (CPU and CUDA), Python's ``random`` and NumPy's global generator is saved before a probe and restored
 after it, so a loop with the monitor trains exactly as without it (bit-identical weights, dropout included).
 
-The CSV (``<out_dir>/collapse_steps.csv``) grows by one block of rows per probe, appended in one write and synced to
-disk; a monitor opened on an existing CSV keeps its rows and never writes a step twice, so an interrupted loop can
-go on where it stopped (see ``start_step``).
+The CSV (``<out_dir>/collapse_steps.csv``) grows by one whole block of rows per probe (:mod:`.monitor_csv`: one
+monitor per folder, a block cut by a full disk or a kill never counts); a monitor opened on an existing CSV keeps its
+rows and never writes a step twice, so an interrupted loop can go on where it stopped (see ``start_step``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import io
+import copy
 import os
 import random
 import time
@@ -36,8 +36,9 @@ import torch
 from torch import Tensor, nn
 
 from graphnorm.analysis.probe import CollapseProbe, LayerSpec
-from graphnorm.files import atomic_write_text, ensure_writable_dir
+from graphnorm.files import ensure_writable_dir
 from graphnorm.train.collapse_steps import STEP_SINGULAR_VALUES, log_step_rows, preserved_rng, step_scalars
+from graphnorm.train.monitor_csv import StepCsv
 from graphnorm.train.record import STEP_COLUMNS
 from graphnorm.train.tensorboard_log import TensorBoardLog
 
@@ -93,60 +94,6 @@ def monitor_sample(sample: Any) -> Any:
     return sample
 
 
-class _StepCsv:
-    """The monitor's tidy CSV: created with its header (atomically), then one appended block per probe.
-
-    Opened on an existing file: the header must be the expected one; a last line cut short by a crash is removed,
-    and with ``start_step`` the rows of steps ``>= start_step`` (an interrupted attempt's) too, by an atomic rewrite.
-    """
-
-    def __init__(self, path: Path, columns: list[str], start_step: int | None) -> None:
-        self.path, self.columns = path, columns
-        if not path.exists():
-            atomic_write_text(path, ",".join(columns) + "\n")
-            self.kept = self._read(",".join(columns) + "\n")
-            return
-        header, _, body = path.read_text(encoding="utf-8").partition("\n")
-        if header.split(",") != columns:
-            raise ValueError(
-                f"CollapseMonitor: {path} has columns {header!r}, not {','.join(columns)!r}: it is not this monitor's "
-                "table (other options or another file); give another out_dir or remove the file"
-            )
-        complete = body[: body.rfind("\n") + 1]  # a crash may have cut the last block inside a line
-        kept = self._read(header + "\n" + complete)
-        changed = complete != body
-        if start_step is not None:
-            later = kept["step"] >= start_step
-            kept, changed = kept[~later], changed or bool(later.any())
-        if changed:
-            atomic_write_text(path, header + "\n" + kept.to_csv(index=False, header=False))
-        self.kept = kept.reset_index(drop=True)
-
-    @staticmethod
-    def _read(text: str) -> pd.DataFrame:
-        """The rows of CSV ``text``: counters as integers (an epoch may be missing), names as written (a layer named
-        ``NA`` stays a name), an empty value as NaN."""
-        types = {"step": "int64", "epoch": "Int64", "layer": "int64", "layer_name": str, "rows": str, "metric": str}
-        return pd.read_csv(
-            io.StringIO(text),
-            dtype=types,
-            keep_default_na=False,
-            na_values={"epoch": [""], "value": [""], "stat": [""]},
-        )
-
-    def append(self, table: pd.DataFrame) -> None:
-        """Add ``table``'s rows in one write, synced to disk before returning."""
-        block = table.to_csv(index=False, header=False, columns=self.columns).encode("utf-8")
-        descriptor = os.open(self.path, os.O_WRONLY | os.O_APPEND)
-        try:
-            view = memoryview(block)
-            while view:  # a write to a regular file may be short; write the rest
-                view = view[os.write(descriptor, view) :]
-            os.fsync(descriptor)
-        finally:
-            os.close(descriptor)
-
-
 class CollapseMonitor:
     """Per-layer collapse metrics of ``model`` on a fixed ``sample`` every ``every`` steps of any training loop.
 
@@ -163,11 +110,12 @@ class CollapseMonitor:
     Args:
         model: the model being trained (any ``nn.Module`` the probe can watch: see ``layers``).
         sample: what to probe (:func:`monitor_sample`): node level the graph, graph level a fixed batch or list of
-            graphs (e.g. :func:`graphnorm.analysis.probe.evaluation_sample` of the validation split); moved to the
-            model's device when it is elsewhere.
+            graphs (e.g. :func:`graphnorm.analysis.probe.evaluation_sample` of the validation split); never changed:
+            when the model is on another device, the monitor probes a copy moved there.
         every: probe every ``every`` steps (> 0).
-        out_dir: folder of the tidy CSV ``collapse_steps.csv`` (:data:`MONITOR_CSV`); None: rows kept in memory only
-            (:attr:`table`).
+        out_dir: folder of the tidy CSV ``collapse_steps.csv`` (:data:`MONITOR_CSV`), created and checked here,
+            and held by this monitor until :meth:`close` (or garbage collection, or exit): a second monitor on it is
+            refused; None: rows kept in memory only (:attr:`table`).
         tensorboard: a log folder (a ``SummaryWriter`` is opened on it) or an open ``SummaryWriter`` (left open by
             :meth:`close`); scalars ``collapse/<metric>/layer_<k>`` at the step (:func:`step_scalars`).
         layers: which layers to watch, as in :class:`~graphnorm.analysis.CollapseProbe` (default: its choice).
@@ -180,8 +128,11 @@ class CollapseMonitor:
             there. None: keep every written row (steps written are not probed again).
 
     Raises:
-        ValueError: ``every`` not a positive integer, a bad sample (:func:`monitor_sample`), an existing CSV of other
-            columns, or a model the probe cannot watch (the probe's message names the fix).
+        ValueError: ``every`` not a positive integer, a bad sample (:func:`monitor_sample`), an ``out_dir`` that
+            cannot be written, a CSV path that is a symlink, FIFO, device or folder, an existing CSV of other columns
+            or with a row it cannot read (file and line named), or a model the probe cannot watch.
+        RuntimeError: another monitor holds ``out_dir``; later, a probe whose rows cannot be written (a full disk:
+            the file keeps its whole steps and the step can be probed again) or a probe after :meth:`close`.
         TypeError: a sample that is not a graph, or ``tensorboard`` neither a folder nor a writer.
     """
 
@@ -210,13 +161,20 @@ class CollapseMonitor:
             model, layers=layers, forward=forward, at=at, num_singular_values=num_singular_values, split=split
         )
         self.columns = [*STEP_COLUMNS, *(["split"] if split is not None else [])]
-        self.csv: _StepCsv | None = None
+        _check_writer(tensorboard)
+        self._moved: tuple[torch.device, Any] | None = None  # the sample's copy on the model's device
+        self.closed = False
+        self.csv: StepCsv | None = None
         if out_dir is not None:
             ensure_writable_dir(out_dir, "CollapseMonitor out_dir")
-            self.csv = _StepCsv(Path(out_dir) / MONITOR_CSV, self.columns, start_step)
+            self.csv = StepCsv(Path(out_dir), MONITOR_CSV, self.columns, start_step)
+        try:
+            self.writer, self._own_writer = _open_writer(tensorboard, start_step)
+        except BaseException:
+            self.close()
+            raise
         self._tables: list[pd.DataFrame] = [self.csv.kept] if self.csv is not None else []
         self._written: set[int] = set(self.csv.kept["step"].tolist()) if self.csv is not None else set()
-        self.writer, self._own_writer = _open_writer(tensorboard, start_step)
         self.seconds = 0.0  # time spent probing, logging and writing in this process
 
     @property
@@ -245,15 +203,25 @@ class CollapseMonitor:
         _check_step(step, "step")
         if epoch is not None:
             _check_step(epoch, "epoch")
+        if self.closed:
+            raise RuntimeError(
+                f"CollapseMonitor: probe of step {step} after close(); open a new monitor (the same out_dir goes on)"
+            )
         if step in self._written:
             return None
         start = time.perf_counter()
+        sample = self._sample_on_model_device()
+        if any(parameter.is_meta for parameter in self.probe.model.parameters()):
+            raise ValueError(
+                "CollapseMonitor: the model's parameters are on the meta device (shapes without values): there is "
+                "nothing to measure; give them values first (model.to_empty(device=...) and load the weights)"
+            )
         with preserved_random_state():
-            records = self.probe.probe_records(self._sample_on_model_device())
+            records = self.probe.probe_records(sample)
         rows = [{"step": step, "epoch": epoch, **record} for record in records]
         table = pd.DataFrame.from_records(rows, columns=self.columns).astype({"epoch": "Int64"})
         if self.csv is not None:
-            self.csv.append(table)
+            self.csv.append(table, step)
         if self.writer is not None:
             log_step_rows(self.writer, rows)
         self._tables.append(table)
@@ -262,17 +230,24 @@ class CollapseMonitor:
         return table
 
     def _sample_on_model_device(self) -> Any:
-        """The sample, moved once to the device of the model's parameters when it is elsewhere (a model moved to
-        the GPU after the monitor was built)."""
+        """The sample, or when the model's parameters are on another device (a model moved to the GPU after the
+        monitor was built) a copy of it there, made once per device. A copy: PyG's ``Data.to`` moves a graph in
+        place, which would move (or, to the meta device, destroy) the caller's own tensors."""
         parameter = next(self.probe.model.parameters(), None)
         x = getattr(self.sample, "x", None)
-        if parameter is not None and isinstance(x, Tensor) and x.device != parameter.device:
-            self.sample = self.sample.to(parameter.device)
-        return self.sample
+        if parameter is None or not isinstance(x, Tensor) or x.device == parameter.device:
+            return self.sample
+        if self._moved is None or self._moved[0] != parameter.device:
+            self._moved = (parameter.device, copy.copy(self.sample).to(parameter.device))
+        return self._moved[1]
 
     def close(self) -> None:
-        """Close the TensorBoard writer the monitor opened (one given to it stays open)."""
-        if self.writer is not None and self._own_writer:
+        """Release ``out_dir`` (another monitor may open it) and close the TensorBoard writer the monitor opened
+        (one given to it stays open); :attr:`table` stays readable, a later probe is an error."""
+        self.closed = True
+        if self.csv is not None:
+            self.csv.close()
+        if getattr(self, "writer", None) is not None and self._own_writer:
             self.writer.close()
 
     def __enter__(self) -> CollapseMonitor:
@@ -287,6 +262,14 @@ def _check_step(value: Any, what: str) -> None:
         raise ValueError(f"CollapseMonitor: {what} must be an integer >= 0, got {value!r}")
 
 
+def _check_writer(tensorboard: Any) -> None:
+    writer = tensorboard is None or hasattr(tensorboard, "add_scalar")
+    if not writer and not isinstance(tensorboard, (str, os.PathLike)):
+        raise TypeError(
+            f"CollapseMonitor: tensorboard must be a log folder or a SummaryWriter, got {type(tensorboard).__name__}"
+        )
+
+
 def _open_writer(tensorboard: Any, start_step: int | None) -> tuple[Any, bool]:
     """(writer, whether the monitor opened it): a ``SummaryWriter`` given as it is, or one on the log folder given
     (:class:`~graphnorm.train.tensorboard_log.TensorBoardLog`: points from ``start_step`` on hidden; none without)."""
@@ -294,9 +277,5 @@ def _open_writer(tensorboard: Any, start_step: int | None) -> tuple[Any, bool]:
         return None, False
     if hasattr(tensorboard, "add_scalar"):
         return tensorboard, False
-    if not isinstance(tensorboard, (str, os.PathLike)):
-        raise TypeError(
-            f"CollapseMonitor: tensorboard must be a log folder or a SummaryWriter, got {type(tensorboard).__name__}"
-        )
     folder = Path(tensorboard).expanduser()
     return TensorBoardLog(str(folder.parent), folder.name, purge_step=start_step).writer, True
