@@ -60,8 +60,9 @@ def test_gram_is_the_float64_product_within_rounding():
 def test_probe_spectrum_is_within_the_gram_floor_of_an_svd():
     """The probe's sv_i (s_i / s_1) and effective rank against LAPACK's SVD of the same float64 rows: each ratio within
     8 eps / ratio + 8 eps absolute, capped at 2 sqrt(eps) (the Gram route's floor; measured here up to 4 eps / ratio),
-    the effective rank within 1e-6 relative. The same numbers as the reference function effective_rank (one Gram
-    route)."""
+    the effective rank within 1e-6 relative. The reference functions effective_rank and singular_values take the
+    Gram route too, through other calls: within a few float64 round-offs of the probe (another CPU's kernels round
+    the last bit differently)."""
     generator = torch.Generator().manual_seed(2)
     xs = _spectrum_layers(generator)
     per_layer = collapse_records_layers(xs, num_singular_values=16)
@@ -75,6 +76,7 @@ def test_probe_spectrum_is_within_the_gram_floor_of_an_svd():
         p = svd / svd.sum()
         svd_rank = float(torch.exp(-(p[p > 0] * p[p > 0].log()).sum()))
         assert values["effective_rank"] == pytest.approx(svd_rank, rel=1e-6)
-        assert values["effective_rank"] == effective_rank(x)
-        reference = singular_values(x, normalize="max")
-        assert [values[f"sv_{index:03d}"] for index in range(16)] == reference.tolist()
+        assert values["effective_rank"] == pytest.approx(effective_rank(x), rel=64 * EPS)
+        reference = singular_values(x, normalize="max").tolist()
+        probed = [values[f"sv_{index:03d}"] for index in range(16)]
+        assert probed == pytest.approx(reference, rel=64 * EPS, abs=64 * EPS)
