@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from torch import Tensor, nn
 from torch_geometric.nn import GATConv
 from torch_geometric.utils import add_self_loops
@@ -173,8 +174,8 @@ class DeepGAT(DeepGCN):
             add_self_loops=False,  # added once per forward in graph_rows
         )
 
-    def _normalized_adjacency(self, edge_index: Tensor, num_rows: int) -> tuple[Tensor, None]:
-        """Every row's edges plus its self loop, and no weights: ``GATConv`` computes its own (``edge_attr=None``).
+    def _normalized_adjacency(self, edge_index: Tensor, num_rows: int, dtype: torch.dtype) -> tuple[Tensor, None]:
+        """Every row's edges plus its self loop, and no weights (so no ``dtype``): ``GATConv`` computes its own.
         The self loops are added once per forward here (``GATConv(add_self_loops=False)``), not in every layer as a
         default ``GATConv`` does."""
         index, _ = add_self_loops(edge_index, num_nodes=num_rows)  # edge_index comes without self loops

@@ -10,6 +10,8 @@ message-passing models share is in :mod:`graphnorm.models.inputs` (rows, input l
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -25,10 +27,13 @@ from graphnorm.models.initialization import INITS, kipf_init
 from graphnorm.models.inputs import (
     GraphRows,
     InputLayer,
+    adjacency_dtype,
     check_encoder_and_norm,
     check_node_features,
     check_sizes,
     dropout_nonzeros,
+    parameter_dtype,
+    same_values,
 )
 from graphnorm.models.propagation import SparseAdjacency
 from graphnorm.models.readout import graph_level_batch, pool_graphs
@@ -237,7 +242,8 @@ class DeepGCN(nn.Module):
         self.adjacency = adjacency
         self.propagation = propagation
         self.checkpoint_layers = checkpoint_layers
-        self._sparse_cache: tuple[tuple, GraphRows, SparseAdjacency] | None = None
+        # (key, rows, adjacency, copies of the edge_index and batch they were built from): see _sparse_rows
+        self._sparse_cache: tuple[tuple, GraphRows, SparseAdjacency, Tensor, Tensor | None] | None = None
         self.readout = readout
         self.virtual_node = virtual_node
         # Raw float features may come as sparse COO (the node-level trainer passes bag-of-words features so).
@@ -267,8 +273,16 @@ class DeepGCN(nn.Module):
                 kipf_init(block.conv)
 
     # --- structure -------------------------------------------------------------------------------------------
-    def graph_rows(self, edge_index: Tensor, num_nodes: int, batch: Tensor | None, batch_size: int | None) -> GraphRows:
-        """Rows (nodes [+ virtual nodes]), their batch/token_mask, and the normalized adjacency with self loops.
+    def graph_rows(
+        self,
+        edge_index: Tensor,
+        num_nodes: int,
+        batch: Tensor | None,
+        batch_size: int | None,
+        dtype: torch.dtype = torch.float32,
+    ) -> GraphRows:
+        """Rows (nodes [+ virtual nodes]), their batch/token_mask, and the normalized adjacency with self loops
+        (entries computed in ``dtype``: a float64 model gets a float64-exact adjacency).
 
         A virtual node is one extra row per graph, placed first among its graph's rows (so ``batch`` stays sorted),
         linked in both directions to every node of its graph; its rows are the ``token_mask`` the norms get.
@@ -290,7 +304,7 @@ class DeepGCN(nn.Module):
             token_edges = torch.stack([token_rows[batch], node_rows])  # token -> node, [2, N]
             edge_index = torch.cat([node_rows[edge_index], token_edges, token_edges.flip(0)], dim=1)
             batch, batch_size = layout.row_batch, num_graphs
-        propagation_index, propagation_weight = self._normalized_adjacency(edge_index, num_rows)
+        propagation_index, propagation_weight = self._normalized_adjacency(edge_index, num_rows, dtype)
         return GraphRows(
             num_rows=num_rows,
             node_rows=node_rows,
@@ -303,13 +317,14 @@ class DeepGCN(nn.Module):
             propagation_weight=propagation_weight,
         )
 
-    def _normalized_adjacency(self, edge_index: Tensor, num_rows: int) -> tuple[Tensor, Tensor]:
-        """The ``adjacency`` with self loops as (index, weight): ``"sym"`` or ``"row"`` (see the class docstring)."""
+    def _normalized_adjacency(self, edge_index: Tensor, num_rows: int, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """The ``adjacency`` with self loops as (index, weight in ``dtype``): ``"sym"`` or ``"row"`` (see the class
+        docstring)."""
         if self.adjacency == "sym":
-            return gcn_norm(edge_index, None, num_rows, add_self_loops=True)  # D^-1/2 (A+I) D^-1/2
+            return gcn_norm(edge_index, None, num_rows, add_self_loops=True, dtype=dtype)  # D^-1/2 (A+I) D^-1/2
         index, _ = add_remaining_self_loops(edge_index, num_nodes=num_rows)
         target = index[1]  # GCNConv sums messages source -> target, so row i of \hat A is target i
-        in_degree = degree(target, num_rows)  # >= 1 thanks to the self loop
+        in_degree = degree(target, num_rows, dtype=dtype)  # >= 1 thanks to the self loop
         return index, in_degree.reciprocal()[target]  # D^-1 (A+I)
 
     # --- forward ---------------------------------------------------------------------------------------------
@@ -317,12 +332,16 @@ class DeepGCN(nn.Module):
         self, x: Tensor, edge_index: Tensor, batch: Tensor | None = None, batch_size: int | None = None
     ) -> Tensor:
         """``x`` ``[N, in_channels]`` float (or atom ids) -> ``[N, out]`` (node level) or ``[num_graphs, out]``."""
-        self._check_input(x)
+        dtype = parameter_dtype(self)
+        self._check_input(x, dtype)
         batch = graph_level_batch(self.readout, batch, edge_index, x.size(0))
-        if self.propagation == "sparse":
-            rows, adjacency = self._sparse_rows(edge_index, x.size(0), batch, batch_size)
+        if self.propagation == "sparse":  # the product takes float32 entries for a half model (and rows)
+            rows, adjacency = self._sparse_rows(edge_index, x.size(0), batch, batch_size, adjacency_dtype(dtype))
         else:
-            rows, adjacency = self.graph_rows(edge_index, x.size(0), batch, batch_size), None
+            rows, adjacency = self.graph_rows(edge_index, x.size(0), batch, batch_size, adjacency_dtype(dtype)), None
+            if rows.propagation_weight is not None and rows.propagation_weight.dtype != dtype:
+                # PyG's message multiplies the rows by these entries: in the model's dtype, or the rows are promoted
+                rows = dataclasses.replace(rows, propagation_weight=rows.propagation_weight.to(dtype))
         h = self.input_layer(x, rows)  # [num_rows, width]
         recompute = self.checkpoint_layers and self.training and torch.is_grad_enabled()
         for block in self.blocks:
@@ -333,29 +352,26 @@ class DeepGCN(nn.Module):
         return self.head(self._pool(h, rows, batch, batch_size))  # [num_graphs, hidden] -> [num_graphs, out]
 
     def _sparse_rows(
-        self, edge_index: Tensor, num_nodes: int, batch: Tensor | None, batch_size: int | None
+        self, edge_index: Tensor, num_nodes: int, batch: Tensor | None, batch_size: int | None, dtype: torch.dtype
     ) -> tuple[GraphRows, SparseAdjacency]:
         """:meth:`graph_rows` and its adjacency as a :class:`SparseAdjacency`, reused while the same graph comes back:
-        the same ``edge_index`` and ``batch`` objects, unedited (their version counters), and the same sizes. The
-        cache holds these tensors, so their memory cannot be reused by another graph that would match by address."""
-        key = (
-            edge_index,
-            edge_index._version,
-            num_nodes,
-            batch,
-            None if batch is None else batch._version,
-            batch_size,
-            self.adjacency,
-        )
+        the same ``edge_index`` and ``batch`` objects holding the same values as when the cache was built, and the
+        same sizes. The values are compared with the cache's own copies (a pass over the edges, far less than one
+        propagation): torch's version counter misses an edit through a NumPy view or ``.data``. The rows are built
+        from those copies, so the norms never see a tensor the caller may still edit; the cache also holds the
+        caller's tensors, so their memory cannot be reused by another graph that would match by address."""
+        key = (edge_index, batch, num_nodes, batch_size, self.adjacency, dtype)
         cached = self._sparse_cache
-        if cached is not None and all(
+        same_key = cached is not None and all(
             a is b if isinstance(a, Tensor) or isinstance(b, Tensor) else a == b for a, b in zip(cached[0], key)
-        ):
+        )
+        if same_key and same_values(cached[3], edge_index) and same_values(cached[4], batch):
             return cached[1], cached[2]
         self._sparse_cache = None  # the old graph's matrices go before the new ones are built
-        rows = self.graph_rows(edge_index, num_nodes, batch, batch_size)
+        edge_copy, batch_copy = edge_index.clone(), None if batch is None else batch.clone()
+        rows = self.graph_rows(edge_copy, num_nodes, batch_copy, batch_size, dtype)
         adjacency = SparseAdjacency(rows.propagation_index, rows.propagation_weight, rows.num_rows)
-        self._sparse_cache = (key, rows, adjacency)
+        self._sparse_cache = (key, rows, adjacency, edge_copy, batch_copy)
         return rows, adjacency
 
     def __getstate__(self) -> dict:
@@ -374,12 +390,12 @@ class DeepGCN(nn.Module):
         size = rows.batch_size if rows.batch_size is not None else batch_size
         return pool_graphs(h, batch, size, self.readout)
 
-    def _check_input(self, x: Tensor) -> None:
-        """``ValueError`` for node features that do not fit (:func:`~graphnorm.models.inputs.check_node_features`),
-        or sparse features with a virtual node."""
+    def _check_input(self, x: Tensor, dtype: torch.dtype) -> None:
+        """``ValueError`` for node features that do not fit (:func:`~graphnorm.models.inputs.check_node_features`;
+        float features in the model's ``dtype``), or sparse features with a virtual node."""
         if x.is_sparse and self.virtual_node:
             raise ValueError("sparse x is for raw float features without a virtual node; pass x.to_dense()")
-        check_node_features(x, self.in_channels, self.input_layer.atom_encoder)
+        check_node_features(x, self.in_channels, self.input_layer.atom_encoder, dtype)
 
     # --- probed layers ---------------------------------------------------------------------------------------
     def collapse_layers(self) -> list[tuple[str, nn.Module]]:

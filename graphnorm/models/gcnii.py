@@ -22,14 +22,17 @@ from graphnorm.checks import check_choice, check_edge_index
 from graphnorm.models.inputs import (
     GraphRows,
     InputLayer,
+    adjacency_dtype,
     check_encoder_and_norm,
     check_node_features,
     check_sizes,
     dropout_nonzeros,
+    parameter_dtype,
 )
 from graphnorm.models.readout import graph_level_batch, pool_graphs
 from graphnorm.models.registry import register_model
 from graphnorm.norms import build_norm
+from graphnorm.norms.precision import HALF_DTYPES
 
 READOUTS = (None, "mean", "sum")
 
@@ -95,10 +98,15 @@ class GCNIIBlock(nn.Module):
         self.norm = norm
         self.dropout = dropout
 
-    def forward(self, x: Tensor, x_0: Tensor, rows: GraphRows, adjacency: Tensor) -> Tensor:
-        """``adjacency``: the normalized adjacency as a sparse CSR ``[N, N]`` matrix, row ``i`` = target ``i``."""
+    def forward(self, x: Tensor, x_0: Tensor, rows: GraphRows, adjacency: Tensor | None) -> Tensor:
+        """``adjacency``: the normalized adjacency as a sparse CSR ``[N, N]`` matrix, row ``i`` = target ``i``; None:
+        PyG's propagation over ``rows``' edge list and weights (float16 / bfloat16, which torch's CSR product on the
+        CPU does not take)."""
         x = F.dropout(x, self.dropout, self.training)
-        x = self.conv(x, x_0, adjacency)
+        if adjacency is None:
+            x = self.conv(x, x_0, rows.propagation_index, rows.propagation_weight)
+        else:
+            x = self.conv(x, x_0, adjacency)
         if self.norm is not None:
             x = self.norm(x, batch=rows.batch, batch_size=rows.batch_size, edge_index=rows.edge_index, token_mask=None)
         return F.relu(x)
@@ -247,11 +255,15 @@ class GCNII(nn.Module):
         self, x: Tensor, edge_index: Tensor, batch: Tensor | None = None, batch_size: int | None = None
     ) -> Tensor:
         """``x`` ``[N, in_channels]`` float (or atom ids) -> ``[N, out]`` (node level) or ``[num_graphs, out]``."""
-        self._check_input(x)
+        dtype = parameter_dtype(self)
+        self._check_input(x, dtype)
         batch = graph_level_batch(self.readout, batch, edge_index, x.size(0))
-        rows = self.graph_rows(edge_index, x.size(0), batch, batch_size, dtype=self.head.weight.dtype)
+        rows = self.graph_rows(edge_index, x.size(0), batch, batch_size, dtype=adjacency_dtype(dtype))
+        rows.propagation_weight = rows.propagation_weight.to(dtype)  # the entries rounded once for a half model
         h0 = self.input_block(x, rows)  # [N, hidden]
-        adjacency = csr_adjacency(rows.propagation_index, rows.propagation_weight.to(h0.dtype), rows.num_rows)
+        adjacency = None  # half precision: PyG's propagation over the edge list (no CSR product on the CPU)
+        if dtype not in HALF_DTYPES:
+            adjacency = csr_adjacency(rows.propagation_index, rows.propagation_weight, rows.num_rows)
         h = h0
         for block in self.blocks:
             h = block(h, h0, rows, adjacency)  # [N, hidden]
@@ -259,9 +271,10 @@ class GCNII(nn.Module):
             h = pool_graphs(h, batch, batch_size, self.readout)  # [num_graphs, hidden]
         return self.head(F.dropout(h, self.dropout, self.training))
 
-    def _check_input(self, x: Tensor) -> None:
-        """``ValueError`` for node features that do not fit (:func:`~graphnorm.models.inputs.check_node_features`)."""
-        check_node_features(x, self.in_channels, self.input_block.encoder.atom_encoder)
+    def _check_input(self, x: Tensor, dtype: torch.dtype) -> None:
+        """``ValueError`` for node features that do not fit (:func:`~graphnorm.models.inputs.check_node_features`;
+        float features in the model's ``dtype``)."""
+        check_node_features(x, self.in_channels, self.input_block.encoder.atom_encoder, dtype)
 
     # --- probed layers ---------------------------------------------------------------------------------------
     def collapse_layers(self) -> list[tuple[str, nn.Module]]:

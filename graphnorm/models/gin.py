@@ -21,7 +21,13 @@ from torch_geometric.nn.norm import BatchNorm as PyGBatchNorm
 
 from graphnorm.checks import check_choice, check_edge_index
 from graphnorm.data.task import ZINC_NUM_BOND_TYPES
-from graphnorm.models.inputs import InputLayer, check_encoder_and_norm, check_node_features, check_sizes
+from graphnorm.models.inputs import (
+    InputLayer,
+    check_encoder_and_norm,
+    check_node_features,
+    check_sizes,
+    parameter_dtype,
+)
 from graphnorm.models.readout import graph_level_batch, pool_graphs
 from graphnorm.models.registry import register_model
 from graphnorm.norms import build_norm
@@ -112,12 +118,19 @@ class GINBlock(nn.Module):
 class VirtualNode(nn.Module):
     """OGB's virtual node: one learned start vector (zero at init), added to every row of its graph before each
     layer and updated after each layer but the last by ``MLP_v(sum of the graph's layer-input rows + v)``. It is a
-    vector, not a row of the node matrix (DeepGCN's virtual node is a row), so the norms never see token rows."""
+    vector, not a row of the node matrix (DeepGCN's virtual node is a row), so the norms never see token rows.
+    ``in_channels``: the width of the first layer's input (the raw features' without an atom encoder), which the
+    start vector and the first update's MLP take; every later one is ``hidden_channels`` wide."""
 
-    def __init__(self, hidden_channels: int, num_updates: int, dropout: float, residual: bool) -> None:
+    def __init__(
+        self, in_channels: int, hidden_channels: int, num_updates: int, dropout: float, residual: bool
+    ) -> None:
         super().__init__()
-        self.start = nn.Parameter(torch.zeros(1, hidden_channels))
-        self.mlps = nn.ModuleList(two_layer_mlp(hidden_channels, hidden_channels, True) for _ in range(num_updates))
+        self.start = nn.Parameter(torch.zeros(1, in_channels))
+        self.mlps = nn.ModuleList(
+            two_layer_mlp(in_channels if index == 0 else hidden_channels, hidden_channels, True)
+            for index in range(num_updates)
+        )
         self.dropout = dropout
         self.residual = residual
 
@@ -129,7 +142,7 @@ class VirtualNode(nn.Module):
         """The virtual nodes after layer ``index``: ``MLP_v`` of each graph's summed layer-input rows plus ``v``."""
         pooled = global_add_pool(layer_input, batch, batch_size) + v
         new = F.dropout(self.mlps[index](pooled), self.dropout, self.training)
-        return v + new if self.residual else new
+        return v + new if self.residual and v.size(1) == new.size(1) else new
 
 
 def check_gin_config(config: Any) -> None:
@@ -228,7 +241,11 @@ class GIN(nn.Module):
                 )
             )
         self.blocks = nn.ModuleList(blocks)
-        self.virtual_node = VirtualNode(hidden_channels, num_layers - 1, dropout, residual) if virtual_node else None
+        self.virtual_node = (
+            VirtualNode(self.input_layer.out_channels, hidden_channels, num_layers - 1, dropout, residual)
+            if virtual_node
+            else None
+        )
         self.head = nn.Linear(hidden_channels, out_channels)
 
     def forward(
@@ -263,7 +280,7 @@ class GIN(nn.Module):
         misshapen ``x``, a bad ``edge_index`` or ``batch``, missing or misshapen bond features when bonds are used."""
         if x.is_sparse:
             raise ValueError("model 'gin' takes dense x; pass x.to_dense()")
-        check_node_features(x, self.in_channels, self.input_layer.atom_encoder)
+        check_node_features(x, self.in_channels, self.input_layer.atom_encoder, parameter_dtype(self))
         check_edge_index(edge_index, x.size(0), batch, where="gin")
         if not self.uses_bonds:
             return

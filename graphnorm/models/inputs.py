@@ -15,8 +15,33 @@ import torch
 from torch import Tensor, nn
 
 from graphnorm.checks import check_choice
+from graphnorm.norms.precision import HALF_DTYPES
 
 ATOM_ENCODERS = (None, "zinc", "ogb")
+
+
+def parameter_dtype(module: nn.Module) -> torch.dtype:
+    """The dtype of ``module``'s floating-point parameters (the first one's; float32 without any): what
+    ``module.to(dtype)`` set, and the dtype its float features must come in."""
+    for parameter in module.parameters():
+        if parameter.is_floating_point():
+            return parameter.dtype
+    return torch.float32
+
+
+def adjacency_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype a model of ``dtype`` computes its normalized adjacency in: float32 for float16 / bfloat16 (degrees
+    past 256 are not exact in bfloat16; the entries are rounded to the model's dtype once, for the convolutions),
+    else the model's own."""
+    return torch.float32 if dtype in HALF_DTYPES else dtype
+
+
+def same_values(cached: Tensor | None, given: Tensor | None) -> bool:
+    """Whether ``given`` holds the values of ``cached`` (a cache's own copy): both None, or equal shapes, devices and
+    entries. Unlike torch's version counter, this sees an edit through a NumPy view or ``.data``."""
+    if cached is None or given is None:
+        return cached is given
+    return cached.shape == given.shape and cached.device == given.device and torch.equal(cached, given)
 
 
 @dataclass
@@ -106,14 +131,19 @@ def check_encoder_and_norm(
     return norm_kwargs
 
 
-def check_node_features(x: Tensor, in_channels: int, atom_encoder: str | None) -> None:
+def check_node_features(
+    x: Tensor, in_channels: int, atom_encoder: str | None, dtype: torch.dtype | None = None
+) -> None:
     """``ValueError`` unless ``x`` fits the input: float ``[N, in_channels]`` (dense or sparse) without an atom
-    encoder, integer atom types ``[N, 1]`` for ``"zinc"``, the 9 integer OGB atom columns for ``"ogb"``."""
+    encoder, in the model's ``dtype`` when given (:func:`parameter_dtype`; as PyG's layers, the models do not cast
+    their input), integer atom types ``[N, 1]`` for ``"zinc"``, the 9 integer OGB atom columns for ``"ogb"``."""
     if x.is_sparse and atom_encoder is not None:
         raise ValueError("sparse x is for raw float features, not atom ids; pass x.to_dense()")
     if atom_encoder is None:
         if not x.is_floating_point() or x.dim() != 2 or x.size(1) != in_channels:
             raise ValueError(f"x must be float [num_nodes, {in_channels}], got {x.dtype} {tuple(x.shape)}")
+        if dtype is not None and x.dtype != dtype:
+            raise ValueError(f"x is {x.dtype} but the model's parameters are {dtype}: pass x.to({dtype})")
     elif atom_encoder == "zinc":
         if x.is_floating_point() or x.dim() not in (1, 2) or (x.dim() == 2 and x.size(1) != 1):
             raise ValueError(f"atom_encoder='zinc' needs integer atom types [num_nodes, 1], got {tuple(x.shape)}")
