@@ -30,6 +30,7 @@ from graphnorm.checks import check_choice
 from graphnorm.data.root import resolve_root
 from graphnorm.data.scoring import get_metric, metric_names
 from graphnorm.data.task import GraphTask, check_task
+from graphnorm.names import check_name
 
 LEVELS = ("node", "graph")
 TASK_TYPES = ("multiclass", "regression", "binary")
@@ -89,18 +90,18 @@ def register_dataset(
     check_options: Callable[..., Any] | None = None,
     identity: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Decorator: register a loader ``loader(spec, root, **options) -> GraphTask`` under a lower-case ``name``.
+    """Decorator: register a loader ``loader(spec, root, **options) -> GraphTask`` under ``name``
+    (:data:`graphnorm.names.NAME_PATTERN`: a lower-case letter, then a-z, 0-9 and _).
 
     ``level``, ``task_type``, ``metric``, ``features`` and ``num_splits`` are the :class:`DatasetSpec` fields;
     ``check_options(**options)``: optional validation of the options, run by config validation before loading;
     ``identity(options)``: optional, what the run id hashes in place of the options.
 
     Raises:
-        ValueError: ``name`` is not lower-case or is taken by another loader, a field is not one of its choices, or
-            ``num_splits`` is not a positive integer.
+        ValueError: ``name`` does not fit the pattern or is taken by another loader, a field is not one of its
+            choices, or ``num_splits`` is not a positive integer.
     """
-    if not isinstance(name, str) or not name or name != name.lower():
-        raise ValueError(f"dataset names are non-empty lower-case strings, got {name!r}")
+    check_name(name, "dataset name")
     where = f"dataset {name!r}"
     check_choice(level, LEVELS, "level", where)
     check_choice(task_type, (*TASK_TYPES, None), "task_type", where)

@@ -17,6 +17,7 @@ from typing import Any
 from torch import Tensor, nn
 
 from graphnorm.checks import check_choice
+from graphnorm.names import check_name
 
 INPUTS = ("pyg", "graphormer")
 LEVELS = ("node", "graph")
@@ -83,7 +84,8 @@ def register_model(
     virtual_node_rows: bool = True,
     last_layer: str | Mapping[str, str] | None = None,
 ) -> Callable[[Callable[..., nn.Module]], Callable[..., nn.Module]]:
-    """Decorator: register a model class (or a function returning a module) under a lower-case ``name``::
+    """Decorator: register a model class (or a function returning a module) under ``name``
+    (:data:`graphnorm.names.NAME_PATTERN`: a lower-case letter, then a-z, 0-9 and _)::
 
         @register_model("sage")
         class Sage(nn.Module):
@@ -105,10 +107,9 @@ def register_model(
         last_layer: what the collapse probe's last layer of the model is, for reports (one text, or one per level).
 
     Raises:
-        ValueError: a name that is not lower case or is taken by another factory, an unknown ``inputs`` or level.
+        ValueError: a name outside the pattern or taken by another factory, an unknown ``inputs`` or level.
     """
-    if not isinstance(name, str) or name != name.lower() or not name:
-        raise ValueError(f"model names are non-empty lower-case strings, got {name!r}")
+    check_name(name, "model name")
     check_choice(inputs, INPUTS, "inputs")
     if not levels or any(level not in LEVELS for level in levels):
         raise ValueError(f"levels must be a non-empty subset of {LEVELS}, got {levels!r}")

@@ -19,22 +19,23 @@ from collections.abc import Callable
 
 from torch import nn
 
+from graphnorm.names import check_name
 from graphnorm.norms.hosts import host_aware_forward, reset_children_parameters
 
 _NORMS: dict[str, type[nn.Module]] = {}
 
 
 def register_norm(name: str) -> Callable[[type[nn.Module]], type[nn.Module]]:
-    """Class decorator: register a norm under a lower-case ``name`` (also set as its ``registry_name``), its
-    ``forward`` wrapped by :func:`~graphnorm.norms.hosts.host_aware_forward` (a shared instance warns, and
+    """Class decorator: register a norm under ``name`` (:data:`graphnorm.names.NAME_PATTERN`: a lower-case letter,
+    then a-z, 0-9 and _; also set as its ``registry_name``), its ``forward`` wrapped by
+    :func:`~graphnorm.norms.hosts.host_aware_forward` (a shared instance warns, and
     :func:`~graphnorm.norms.hosts.pass_edge_index` hands it the host's edges), and given a ``reset_parameters()``
     that resets its children when it has none (PyG hosts call it).
 
     Raises:
-        ValueError: ``name`` is not lower-case, or is registered to another class.
+        ValueError: ``name`` does not fit the pattern, or is registered to another class.
     """
-    if name != name.lower():
-        raise ValueError(f"norm names are lower-case, got {name!r}")
+    check_name(name, "norm name")
 
     def decorator(cls: type[nn.Module]) -> type[nn.Module]:
         if name in _NORMS and _NORMS[name] is not cls:
