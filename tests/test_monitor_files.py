@@ -132,6 +132,41 @@ def test_a_write_failing_mid_block_leaves_whole_steps(tmp_path, monkeypatch) -> 
         assert reopened.step(1) is None and sorted(set(reopened.table.step)) == [0, 1]
 
 
+def test_an_interrupt_mid_block_is_rolled_back(tmp_path, monkeypatch) -> None:
+    """Ctrl-C (any exception, not only a failed write) in the middle of a block: the block goes, the error stays."""
+    first = monitor(tmp_path)
+    first.step(0)
+    rows = step_counts(tmp_path / MONITOR_CSV)[0]
+    real_write, csv = os.write, (tmp_path / MONITOR_CSV).resolve()
+
+    def interrupted(descriptor: int, data) -> int:
+        if Path(os.readlink(f"/proc/self/fd/{descriptor}")) == csv:
+            real_write(descriptor, bytes(data)[: len(data) // 2])
+            raise KeyboardInterrupt
+        return real_write(descriptor, data)
+
+    monkeypatch.setattr(os, "write", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        first.step(1)
+    monkeypatch.undo()
+    assert step_counts(tmp_path / MONITOR_CSV) == {0: rows}
+    assert first.step(1) is not None and step_counts(tmp_path / MONITOR_CSV) == {0: rows, 1: rows}
+
+
+def test_a_csv_changed_behind_the_monitor_is_left_alone(tmp_path) -> None:
+    with monitor(tmp_path) as opened:
+        opened.step(0)
+        with open(tmp_path / MONITOR_CSV, "a") as handle:
+            handle.write("rows someone else added\n")
+        changed = (tmp_path / MONITOR_CSV).read_bytes()
+        with pytest.raises(RuntimeError) as caught:
+            opened.step(1)
+        assert one_line_naming(caught.value, tmp_path / MONITOR_CSV) and "something else changed it" in str(
+            caught.value
+        )
+    assert (tmp_path / MONITOR_CSV).read_bytes() == changed  # neither cut back nor written to
+
+
 def test_a_kill_after_part_of_a_block_is_redone(written, tmp_path) -> None:
     source, rows = written
     folder = copy_folder(source, tmp_path / "out")
@@ -267,6 +302,36 @@ def test_fuzzed_csvs_load_or_give_the_one_line_error(written, tmp_path, no_fsync
             if not one_line_naming(error, folder / MONITOR_CSV):
                 failures.append((number, f"{type(error).__name__}: {str(error)[:120]}"))
         except Exception as error:  # noqa: BLE001 (counted: every other exception is a failure)
+            failures.append((number, f"{type(error).__name__}: {str(error)[:120]}"))
+    assert not failures, f"{len(failures)} of {len(cases)} cases: {failures[:5]}"
+
+
+@pytest.mark.slow
+def test_a_damaged_step_record_never_fails_the_opening(written, tmp_path, no_fsync) -> None:
+    """Seeded fuzzing of the record of whole steps beside a valid CSV: random bytes, mutations, other steps or
+    counts; the folder always opens, keeping only whole steps of the CSV."""
+    source, rows = written
+    record = next(path for path in source.iterdir() if path.name.endswith(".steps"))
+    text = record.read_bytes()
+    generator = random.Random(7)
+    cases = [bytes(generator.randrange(256) for _ in range(generator.randint(0, 40))) for _ in range(40)]
+    cases += [mutate(text + b"9 9\n", generator) for _ in range(80)]
+    cases += [b"0 %d\n1 %d\n2 %d\n" % counts for counts in [(rows, rows, rows + 5), (rows, 3, rows), (1, 1, 1)]]
+    cases += [b"", b"0 %d\n" % rows, text + b"3 %d\n" % rows, text[:-3], b"2 %d\n1 %d\n0 %d\n" % (rows, rows, rows)]
+    folder = tmp_path / "out"
+    failures = []
+    for number, content in enumerate(cases):
+        shutil.rmtree(folder, ignore_errors=True)
+        copy_folder(source, folder)
+        (folder / record.name).write_bytes(content)
+        try:
+            with monitor(folder) as reopened:
+                kept = reopened.table.groupby("step").size().to_dict()
+            if not (
+                set(kept) <= {0, 1, 2} and set(kept.values()) <= {rows} and step_counts(folder / MONITOR_CSV) == kept
+            ):
+                failures.append((number, kept))
+        except Exception as error:  # noqa: BLE001 (counted: the record must never fail the opening)
             failures.append((number, f"{type(error).__name__}: {str(error)[:120]}"))
     assert not failures, f"{len(failures)} of {len(cases)} cases: {failures[:5]}"
 

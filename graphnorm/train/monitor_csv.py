@@ -68,8 +68,8 @@ def open_regular(path: Path, flags: int, error: type[Exception] = ValueError) ->
 
 def _not_regular(path: Path, kind: str) -> str:
     return (
-        f"CollapseMonitor: {path} is {kind}, not a regular file; the monitor writes its table only into a regular "
-        "file it can replace: remove it or give another out_dir"
+        f"CollapseMonitor: {path} is {kind}, not a regular file; the monitor reads and writes only regular files "
+        "(no link followed): remove it or give another out_dir"
     )
 
 
@@ -101,7 +101,10 @@ class _Lock:
 
     def __init__(self, folder: Path) -> None:
         path = folder / LOCK_NAME
-        descriptor = open_regular(path, os.O_RDWR | os.O_CREAT)
+        try:
+            descriptor = open_regular(path, os.O_RDWR | os.O_CREAT)
+        except OSError as e:
+            raise ValueError(f"CollapseMonitor: cannot lock out_dir {folder}: {e.strerror or e} ({path})") from None
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:
@@ -109,7 +112,7 @@ class _Lock:
             if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
                 raise RuntimeError(
                     f"CollapseMonitor: out_dir {folder} is in use by another CollapseMonitor (it holds {path}): two "
-                    f"monitors would write one table; close the other one (monitor.close()) or give another out_dir"
+                    "monitors would write one table; close the other one (monitor.close()) or give another out_dir"
                 ) from None
             raise ValueError(f"CollapseMonitor: cannot lock out_dir {folder}: {e.strerror or e} ({path})") from None
         self.release = weakref.finalize(self, os.close, descriptor)  # closing the descriptor releases the lock
@@ -126,6 +129,12 @@ class StepCsv:
         self._lock = _Lock(folder)
         try:
             self._open(start_step)
+        except OSError as e:  # unreadable, or no room to rewrite it
+            self.close()
+            raise ValueError(
+                f"CollapseMonitor: cannot open {e.filename or self.path}: {e.strerror or e}; fix the folder or give "
+                "another out_dir"
+            ) from None
         except BaseException:
             self.close()
             raise
@@ -255,34 +264,36 @@ class StepCsv:
             raise RuntimeError(f"CollapseMonitor: {self.path} is closed; open a new monitor to probe again")
         block = table.to_csv(index=False, header=False, columns=self.columns, lineterminator="\n").encode("utf-8")
         line = f"{step} {len(table)}\n".encode("ascii")
-        descriptors: list[tuple[int, int]] = []  # (descriptor, size to roll back to)
+        descriptors: list[tuple[int, int, bytes]] = []  # (descriptor, size to roll back to, what to add)
         try:
             for path, size, data in ((self.path, self.size, block), (self.record, self.record_size, line)):
                 descriptor = open_regular(path, os.O_WRONLY | os.O_APPEND, RuntimeError)
-                descriptors.append((descriptor, size))
+                descriptors.append((descriptor, size, data))
                 found = os.fstat(descriptor).st_size
-                if found != size:
+                if found != size:  # nothing written yet: nothing to roll back
                     raise RuntimeError(
                         f"CollapseMonitor: {path} is {found} bytes, not the {size} this monitor wrote: something "
                         "else changed it; the monitor writes no more there: open a new monitor on the folder"
                     )
-                _write_all(descriptor, data)
-                os.fsync(descriptor)
-        except BaseException as e:
-            for descriptor, size in descriptors:
-                try:
-                    os.ftruncate(descriptor, size)
+            try:
+                for descriptor, _, data in descriptors:
+                    _write_all(descriptor, data)
                     os.fsync(descriptor)
-                except OSError:
-                    pass  # the next opening drops what is not recorded
-            if isinstance(e, OSError):
-                raise RuntimeError(
-                    f"CollapseMonitor: cannot write step {step} to {self.path}: {e.strerror or e}; the file keeps its "
-                    "whole steps: make room (or fix the folder) and probe the step again"
-                ) from None
-            raise
+            except BaseException:
+                for descriptor, size, _ in descriptors:
+                    try:
+                        os.ftruncate(descriptor, size)
+                        os.fsync(descriptor)
+                    except OSError:
+                        pass  # the next opening drops what is not recorded
+                raise
+        except OSError as e:
+            raise RuntimeError(
+                f"CollapseMonitor: cannot write step {step} to {e.filename or self.path}: {e.strerror or e}; the file "
+                "keeps its whole steps: make room (or fix the folder) and probe the step again"
+            ) from None
         finally:
-            for descriptor, _ in descriptors:
+            for descriptor, _, _ in descriptors:
                 os.close(descriptor)
         self.size += len(block)
         self.record_size += len(line)
