@@ -10,6 +10,8 @@ import gc
 import os
 import random
 import shutil
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -20,6 +22,7 @@ from torch_geometric.data import Data
 from torch_geometric.nn.models import GCN
 
 from graphnorm.train.monitor import MONITOR_CSV, CollapseMonitor
+from graphnorm.train.monitor_csv import LOCK_NAME
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -102,6 +105,30 @@ def test_the_lock_holds_against_another_open_of_the_folder_until_close(tmp_path)
                 monitor(tmp_path)
     with monitor(tmp_path) as later:
         assert later.step(0) is not None
+
+
+def test_a_monitor_in_another_process_holds_the_folder_until_it_exits(tmp_path) -> None:
+    """Another process's monitor, reduced to what it holds: the folder's lock (released by the kernel at exit)."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, str(tmp_path / LOCK_NAME)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    try:
+        assert holder.stdout.readline() == b"locked\n"
+        with pytest.raises(RuntimeError, match="in use by another CollapseMonitor"):
+            monitor(tmp_path)
+    finally:
+        holder.communicate(b"", timeout=30)  # its stdin closes: it exits
+    with monitor(tmp_path) as later:
+        assert later.step(0) is not None
+
+
+HOLD_LOCK = """
+import fcntl, os, sys
+descriptor = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)
+fcntl.flock(descriptor, fcntl.LOCK_EX)
+print("locked", flush=True)
+sys.stdin.read()
+"""
 
 
 # --- whole steps or nothing ------------------------------------------------------------------------------------
