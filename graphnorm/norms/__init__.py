@@ -23,7 +23,13 @@ from graphnorm.norms.contranorm import ContraNorm, NeighborsNotExcludedWarning
 from graphnorm.norms.detach_norm import DetachNorm
 from graphnorm.norms.diff_group_norm import DiffGroupNorm
 from graphnorm.norms.graph_norm import GraphNorm
-from graphnorm.norms.hosts import EdgeIndexHandoff, SharedNormWarning, pass_edge_index, untie_norms
+from graphnorm.norms.hosts import (
+    EdgeIndexHandoff,
+    SharedNormWarning,
+    UntiedAfterBackwardWarning,
+    pass_edge_index,
+    untie_norms,
+)
 from graphnorm.norms.identity import Identity
 from graphnorm.norms.instance_norm import InstanceNorm
 from graphnorm.norms.layer_norm import LayerNorm
@@ -47,6 +53,7 @@ __all__ = [
     "EdgeIndexHandoff",
     "NeighborsNotExcludedWarning",
     "SharedNormWarning",
+    "UntiedAfterBackwardWarning",
     "AdaNorm",
     "BatchNorm",
     "ContraNorm",

@@ -31,6 +31,7 @@ __all__ = [
     "untie_norms",
     "EdgeIndexHandoff",
     "SharedNormWarning",
+    "UntiedAfterBackwardWarning",
     "host_aware_forward",
     "outermost_modules",
 ]
@@ -43,6 +44,11 @@ CHECKED_ATTRIBUTE = "_graphnorm_positions_checked"
 class SharedNormWarning(UserWarning):
     """One graphnorm norm instance with parameters or statistics sits at several positions of a model: the
     positions share them."""
+
+
+class UntiedAfterBackwardWarning(UserWarning):
+    """:func:`untie_norms` (or :func:`pass_edge_index`) made copies in a model that has been through a backward: an
+    optimizer built before holds the old parameters, not the copies', which it then never updates."""
 
 
 def is_graphnorm_norm(module: Any) -> bool:
@@ -88,8 +94,20 @@ def untie_norms(model: nn.Module) -> list[str]:
     first position keeps the instance); returns the attribute paths that got a copy.
 
     Call it before building the optimizer: the copies' parameters are new tensors, which an optimizer built
-    earlier does not hold. A copy starts from the instance's current parameters and statistics.
+    earlier does not hold, so it would never update them. Whether an optimizer holds the model's parameters cannot be
+    read from the model; when copies are made in a model whose parameters have gradients (it has been through a
+    backward, so it is likely being trained), an :class:`UntiedAfterBackwardWarning` names them: then build the
+    optimizer again, or give it the copies' parameters (``optimizer.add_param_group``, with
+    ``model.get_submodule(path).parameters()`` for each returned path). A copy starts from the instance's current
+    parameters and statistics.
+
+    Raises:
+        TypeError: ``model`` is not an ``nn.Module``.
     """
+    if not isinstance(model, nn.Module):
+        raise TypeError(
+            f"untie_norms: model must be a torch.nn.Module (the model whose norms to untie), got {type(model).__name__}"
+        )
     replaced: list[str] = []
     for paths in _norm_positions(model).values():
         for path in paths[1:]:
@@ -97,6 +115,15 @@ def untie_norms(model: nn.Module) -> list[str]:
             parent = model.get_submodule(parent_path)
             setattr(parent, attribute, copy.deepcopy(getattr(parent, attribute)))
             replaced.append(path)
+    if replaced and any(parameter.grad is not None for parameter in model.parameters()):
+        warnings.warn(
+            f"untie_norms: gave {', '.join(map(repr, replaced))} of {type(model).__name__} their own norm copies after "
+            "a backward (the model's parameters have gradients): an optimizer built before this call does not hold "
+            "the copies' parameters and never updates them; build the optimizer after untie_norms / pass_edge_index, "
+            "or add them with optimizer.add_param_group",
+            UntiedAfterBackwardWarning,
+            stacklevel=2,
+        )
     return replaced
 
 
