@@ -1,28 +1,40 @@
-"""Reading and writing files safely: atomic writes, writable-folder checks, clean-up of interrupted writes, and
+"""Reading and writing files safely: atomic writes, checks of output paths, clean-up of interrupted writes, and
 strict YAML reading.
 
-Every file graphnorm writes for later reading (sweep tables and results, checkpoints, model files, dataset caches)
-goes through :func:`atomic_write`: the new content goes to ``.<name>.<pid>.tmp`` beside the target, is flushed to
-disk, and replaces the target by ``os.replace``, so a reader sees the old file or the new one, never a partial one.
-A killed writer leaves at most the temporary file, which :func:`remove_leftover_temporary_files` deletes. A target
-whose name is too long for that pattern gets a shortened, hashed stem (:func:`temporary_stem`).
+Every file graphnorm writes for later reading (sweep tables and results, checkpoints, model files, figures, dataset
+caches) goes through :func:`atomic_write`: the new content goes to ``.<name>.<pid>.tmp`` beside the target, is
+flushed to disk, and replaces the target by ``os.replace``, so a reader sees the old file or the new one, never a
+partial one. A killed writer leaves at most the temporary file, which :func:`remove_leftover_temporary_files`
+deletes. A target whose name is too long for that pattern gets a shortened, hashed stem (:func:`temporary_stem`).
+
+The one rule for every writer (:func:`check_output_path`, :func:`check_output_dir`): graphnorm writes only regular
+files, never through a symbolic link (the target, or one planted where a temporary or lock file goes), never onto a
+device, FIFO, socket or folder, never onto a file another writer holds (:func:`hold_lock`). A refusal is an
+:class:`OutputPathError`, one line naming the path and why. Appending (:func:`open_for_append`) follows the same
+rule.
 
 A command never writes over a file it reads: :func:`check_not_an_input` compares an output path with the inputs by
 resolved path and by file identity (symlinks, ``./x`` against ``x``, hard links).
 
 YAML that users write is read by :func:`load_yaml_file` / :func:`parse_yaml`: ``yaml.SafeLoader`` that refuses a
-repeated key, with every problem a one-line ``ValueError`` naming file, line and column.
+repeated key, and, before building anything, a document over :data:`MAX_YAML_CHARS`, nested deeper than
+:data:`MAX_YAML_DEPTH` or whose aliases expand it past :data:`MAX_YAML_VALUES` values (an alias bomb); every
+problem is a one-line ``ValueError`` naming file, line and column.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import glob
 import hashlib
 import os
+import shutil
+import stat
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TextIO
 
 import yaml
 
@@ -59,25 +71,232 @@ def temporary_path(path: Path) -> Path:
     return path.with_name(f"{temporary_stem(path)}.{os.getpid()}.tmp")
 
 
-def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], object]) -> None:
-    """Replace ``path`` by what ``write(handle)`` writes to a binary file handle (e.g. ``torch.save(obj, handle)``),
-    atomically (module docstring). The folder must exist."""
-    path = Path(path)
-    tmp = temporary_path(path)
+# --- the rule for every output --------------------------------------------------------------------------------
+
+WRITE_RULE = "graphnorm writes only regular files, never through a symbolic link nor onto a device, FIFO or socket"
+NODE_KINDS = (
+    (stat.S_ISREG, "a regular file"),
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISLNK, "a symbolic link"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
+class OutputPathError(OSError, ValueError):
+    """An output graphnorm will not write (:func:`check_output_path`, :func:`check_output_dir`); the message is one
+    line naming the path and why. An ``OSError``, so code that survives a failed write survives it, and a
+    ``ValueError``, so the commands report it as bad input in one line."""
+
+
+class OutputBusyError(OutputPathError, RuntimeError):
+    """An output another writer holds (its lock, :func:`hold_lock`, is taken)."""
+
+
+def node_kind(mode: int) -> str:
+    """What a file of ``st_mode`` ``mode`` is, in words (``a regular file``, ``a FIFO (named pipe)``, ...)."""
+    return next((kind for test, kind in NODE_KINDS if test(mode)), "an unknown kind of file")
+
+
+def _lstat(path: Path) -> os.stat_result | None:
+    """``path``'s own status (a link's, not its target's); None when nothing is there."""
     try:
-        with open(tmp, "wb") as handle:
+        return os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def _named(path: Path, what: str | None) -> str:
+    """``what`` (e.g. ``--out x.json``) with the path in it, or the path alone."""
+    if what is None:
+        return str(path)
+    return what if str(path) in what else f"{what} {path}"
+
+
+def _refuse_kind(path: Path, info: os.stat_result, what: str | None) -> None:
+    """:class:`OutputPathError` unless ``info`` (``path``'s lstat) is a regular file's."""
+    if stat.S_ISREG(info.st_mode):
+        return
+    named = _named(path, what)
+    if stat.S_ISLNK(info.st_mode):
+        raise OutputPathError(
+            f"{named} is a symbolic link (to {os.readlink(path)}); {WRITE_RULE}: remove the link or give another path"
+        )
+    if stat.S_ISDIR(info.st_mode):
+        raise OutputPathError(f"{named} is a directory, not a file: give a file name")
+    raise OutputPathError(f"{named} is {node_kind(info.st_mode)}, not a regular file; {WRITE_RULE}: give a file name")
+
+
+def held_by_another_writer(path: Path) -> bool:
+    """Whether the regular file ``path`` is locked (``flock``) by another open file: a writer's lock file."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False  # not there, or not readable: the write itself will say
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released with the descriptor
+    except BlockingIOError:
+        return True
+    except OSError:  # a file system without locks: nobody can hold one there
+        return False
+    finally:
+        os.close(fd)
+    return False
+
+
+def check_output_path(path: str | os.PathLike, what: str | None = None) -> Path:
+    """``path`` (``~`` expanded) once graphnorm may replace it: nothing there, or a regular file that no other writer
+    holds, in a folder that is a folder (a link to one is fine: the user named it). :class:`OutputPathError` in one
+    line (``what``, e.g. ``--out x.json``, names it) for a symbolic link, a directory, a device, FIFO or socket."""
+    path = Path(path).expanduser()
+    info = _lstat(path)
+    if info is None:
+        try:
+            parent = os.stat(path.parent).st_mode
+        except OSError:  # missing (made later) or unreachable (the write will say)
+            return path
+        if not stat.S_ISDIR(parent):
+            raise OutputPathError(f"{_named(path, what)} cannot be written: {path.parent} is not a folder")
+        return path
+    _refuse_kind(path, info, what)
+    if held_by_another_writer(path):
+        raise OutputBusyError(
+            f"{_named(path, what)} is held by another writer (it is locked): wait for it to end or give another path"
+        )
+    return path
+
+
+def check_output_dir(
+    folder: str | os.PathLike, what: str | None = None, links: bool = True, create: bool = True
+) -> Path:
+    """``folder`` (``~`` expanded), created with its parents unless ``create`` is false, once it is a folder that
+    accepts a new file (a probe file is made and removed), checked before any long work whose output would be lost.
+    ``links``: ``folder`` may be a symbolic link to a folder (one the user named); false for a folder graphnorm makes
+    inside the one the user named. :class:`OutputPathError` in one line naming ``what`` otherwise. Without
+    ``create``, a missing folder is fine and nothing is made."""
+    folder = Path(folder).expanduser()
+    named = _named(folder, what)
+    info = _lstat(folder)
+    link = info is not None and stat.S_ISLNK(info.st_mode)
+    if link:
+        if not links:
+            raise OutputPathError(
+                f"{named} cannot be written: it is a symbolic link (to {os.readlink(folder)}); graphnorm makes this "
+                "folder itself and writes only inside the folder you named: remove the link"
+            )
+        try:
+            info = os.stat(folder)
+        except OSError:
+            raise OutputPathError(
+                f"{named} cannot be written: it is a symbolic link to {os.readlink(folder)}, which is no folder"
+            ) from None
+    if info is not None and not stat.S_ISDIR(info.st_mode):
+        kind = f"a symbolic link to {node_kind(info.st_mode)}" if link else node_kind(info.st_mode)
+        raise OutputPathError(f"{named} cannot be written: {folder} is {kind}, not a folder")
+    if info is None and not create:
+        return folder
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-check.", suffix=".tmp"):  # O_EXCL: no link
+            pass
+    except OSError as e:
+        raise OutputPathError(f"{named} cannot be written: {e.strerror or e} ({e.filename or folder})") from None
+    return folder
+
+
+def _create_temporary(tmp: Path, what: str | None) -> int:
+    """A descriptor of the new, empty file ``tmp``, created by this call: never through a link planted there."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        return os.open(tmp, flags, 0o666)
+    except FileExistsError:
+        pass
+    # The name holds this process's id: what is there was left by a dead process with the same id, or planted.
+    # Unlinking a link removes the link alone, never what it points to.
+    info = _lstat(tmp)
+    if info is not None and stat.S_ISDIR(info.st_mode):
+        raise OutputPathError(f"{_named(tmp, what)}: the temporary file {tmp} is a directory: remove it") from None
+    tmp.unlink(missing_ok=True)
+    return os.open(tmp, flags, 0o666)
+
+
+def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], object], what: str | None = None) -> None:
+    """Replace ``path`` by what ``write(handle)`` writes to a binary file handle (e.g. ``torch.save(obj, handle)``),
+    atomically (module docstring). The folder must exist. ``path`` must pass :func:`check_output_path` (``what``
+    names it in the error); a hard-linked ``path`` is replaced by a new file, its other names keep the old bytes."""
+    path = check_output_path(path, what)
+    tmp = temporary_path(path)
+    fd = _create_temporary(tmp, what)
+    try:
+        with os.fdopen(fd, "wb") as handle:
             write(handle)
             handle.flush()
             os.fsync(handle.fileno())
+        check_output_path(path, what)  # again: something may have taken its place during a long write
         os.replace(tmp, path)
     finally:
-        if tmp.exists():  # (unlink of a missing file still fails on a read-only file system)
+        if os.path.lexists(tmp):  # (unlink of a missing file still fails on a read-only file system)
             tmp.unlink()
 
 
-def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+def atomic_write_text(path: str | os.PathLike, text: str, what: str | None = None) -> None:
     """:func:`atomic_write` of ``text`` in UTF-8."""
-    atomic_write(path, lambda handle: handle.write(text.encode("utf-8")))
+    atomic_write(path, lambda handle: handle.write(text.encode("utf-8")), what)
+
+
+def save_figure(figure: Any, path: str | os.PathLike, what: str | None = None, **savefig: Any) -> None:
+    """A matplotlib ``figure`` saved to ``path`` by :func:`atomic_write`, in the format of its suffix (``.png``,
+    ``.pdf``, ...); ``savefig``: ``Figure.savefig``'s options (``dpi``, ``bbox_inches``...)."""
+    form = Path(path).suffix.lstrip(".").lower() or "png"
+    atomic_write(path, lambda handle: figure.savefig(handle, format=form, **savefig), what)
+
+
+def open_for_append(path: str | os.PathLike, what: str | None = None, buffering: int = -1) -> TextIO:
+    """``path`` opened to append text (created if missing) under the rule of :func:`check_output_path`. A file with
+    other hard links is first replaced by a copy of itself, so that its other names keep their bytes."""
+    path = check_output_path(path, what)
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    fd = os.open(path, flags, 0o666)
+    info = os.fstat(fd)
+    if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
+        os.close(fd)
+        with open(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC), "rb") as source:
+            atomic_write(path, lambda copy: shutil.copyfileobj(source, copy), what)
+        fd = os.open(path, flags, 0o666)
+        info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):  # replaced between the check and the open
+        os.close(fd)
+        _refuse_kind(path, info, what)
+    return os.fdopen(fd, "a", buffering=buffering)
+
+
+@contextlib.contextmanager
+def hold_lock(path: str | os.PathLike, busy: str, what: str | None = None) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on the regular file ``path`` (created if missing, never truncated, never through a
+    link) while inside; :class:`OutputBusyError` with the message ``busy`` when another writer holds it. The lock
+    goes with the descriptor: also when the process dies."""
+    path = Path(path).expanduser()
+    info = _lstat(path)
+    if info is not None:
+        _refuse_kind(path, info, what)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags, 0o666)
+    except OSError as e:
+        raise OutputPathError(f"{_named(path, what)} cannot be created: {e.strerror or e}") from None
+    try:
+        _refuse_kind(path, os.fstat(fd), what)  # replaced between the check and the open
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise OutputBusyError(busy) from None
+        yield
+    finally:
+        os.close(fd)
 
 
 def is_temporary_file(path: Path) -> bool:
@@ -122,17 +341,8 @@ def pid_alive(pid: int) -> bool:
 
 
 def ensure_writable_dir(path: str | os.PathLike, what: str) -> None:
-    """Create folder ``path`` (and its parents) and write a probe file in it, before any long work whose output
-    would be lost; ``ValueError`` in one line naming ``what`` (e.g. ``--out OUT``) otherwise."""
-    path = Path(path)
-    if path.exists() and not path.is_dir():
-        raise ValueError(f"{what} cannot be written: {path} is a file, not a folder")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path, prefix=".write-check.", suffix=".tmp"):
-            pass
-    except OSError as e:
-        raise ValueError(f"{what} cannot be written: {e.strerror or e} ({path})") from None
+    """:func:`check_output_dir` of a folder the user named (a link to a folder is fine)."""
+    check_output_dir(path, what)
 
 
 def check_name_fits(path: Path, what: str) -> None:
@@ -171,12 +381,65 @@ def check_not_an_input(out: str | os.PathLike, inputs: dict[str, str | os.PathLi
 # --- strict YAML -----------------------------------------------------------------------------------------------
 
 
+# A config, sweep or page structure is a few kilobytes, a few hundred values, a few levels deep; these bounds are
+# far above that and far below what exhausts memory or time (PyYAML reads about a megabyte a second).
+MAX_YAML_CHARS = 1_000_000
+MAX_YAML_VALUES = 100_000  # scalars, lists and mappings, every alias counted as what it refers to
+MAX_YAML_DEPTH = 100  # lists and mappings inside one another (the composer recurses per level)
+
+
 class DuplicateKeyError(yaml.MarkedYAMLError):
     """A mapping lists the same key twice."""
 
 
+class YAMLBoundError(yaml.MarkedYAMLError):
+    """A document nested too deeply, with a recursive alias, or whose aliases expand past the bound."""
+
+
 class StrictLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` that refuses duplicate keys in a mapping (merge keys ``<<`` keep their meaning)."""
+    """``yaml.SafeLoader`` that refuses duplicate keys in a mapping (merge keys ``<<`` keep their meaning), and
+    documents that exceed :data:`MAX_YAML_VALUES` or :data:`MAX_YAML_DEPTH` while they are composed, before any
+    value is built: each alias adds the size of the node it refers to, so a bomb stops at the alias that crosses."""
+
+    def compose_document(self) -> yaml.Node:
+        self._values = 0  # values composed so far, aliases expanded
+        self._depth = 0
+        self._sizes: dict[str, int] = {}  # anchor -> values of its node, aliases expanded
+        return super().compose_document()
+
+    def _count(self, values: int, mark: yaml.Mark) -> None:
+        self._values += values
+        if self._values > MAX_YAML_VALUES:
+            raise YAMLBoundError(
+                problem=f"the document holds more than {MAX_YAML_VALUES} values with its aliases expanded (an alias "
+                "bomb?); write fewer values or use fewer aliases",
+                problem_mark=mark,
+            )
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent):
+            if event.anchor in self.anchors and event.anchor not in self._sizes:
+                raise YAMLBoundError(
+                    problem=f"alias *{event.anchor} is inside the value it refers to (a recursive alias)",
+                    problem_mark=event.start_mark,
+                )
+            self._count(self._sizes.get(event.anchor, 0), event.start_mark)  # an undefined one: PyYAML's error
+            return super().compose_node(parent, index)
+        if self._depth >= MAX_YAML_DEPTH:
+            raise YAMLBoundError(
+                problem=f"values nested more than {MAX_YAML_DEPTH} levels deep", problem_mark=event.start_mark
+            )
+        before = self._values
+        self._count(1, event.start_mark)
+        self._depth += 1
+        try:
+            node = super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+        if getattr(event, "anchor", None) is not None:
+            self._sizes[event.anchor] = self._values - before
+        return node
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
@@ -200,23 +463,32 @@ def _one_line(error: yaml.YAMLError, source: str) -> str:
     where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark is not None else source
     if isinstance(error, DuplicateKeyError):
         return f"{where}: {error.problem} (each key may appear once per mapping)"
+    if isinstance(error, YAMLBoundError):
+        return f"{where}: {error.problem}"
     problem = getattr(error, "problem", None) or str(error).splitlines()[0]
     return f"{where}: YAML syntax error: {problem}"
 
 
 def parse_yaml(text: str, source: str = "<text>") -> Any:
-    """``text`` parsed by :class:`StrictLoader`; ``ValueError`` in one line naming ``source``, line and column."""
+    """``text`` parsed by :class:`StrictLoader`; ``ValueError`` in one line naming ``source``, line and column.
+    Text over :data:`MAX_YAML_CHARS` is refused unread."""
+    if len(text) > MAX_YAML_CHARS:
+        raise ValueError(f"{source}: {len(text)} characters of YAML, more than the {MAX_YAML_CHARS} a config may have")
     try:
         return yaml.load(text, Loader=StrictLoader)  # noqa: S506 (StrictLoader is a SafeLoader)
     except yaml.YAMLError as e:
         raise ValueError(_one_line(e, source)) from None
+    except ValueError as e:  # a value Python refuses, e.g. an integer of more than 4300 digits
+        raise ValueError(f"{source}: {' '.join(str(e).split())}") from None
 
 
 def load_yaml_file(path: str | Path, what: str = "config") -> Any:
     """The parsed content of the YAML file ``path`` (``None`` for an empty file).
 
     ``FileNotFoundError`` if it does not exist; ``ValueError`` (one line naming ``what`` and the file) if it is a
-    directory, cannot be read, is not UTF-8 text, or is not valid YAML (with line and column), or repeats a key.
+    directory, cannot be read, is larger than :data:`MAX_YAML_CHARS` bytes (read no further, so that a device or a
+    growing file ends too), is not UTF-8 text, or is not valid YAML (with line and column), or repeats a key, or
+    exceeds :class:`StrictLoader`'s bounds.
     """
     path = Path(path)
     if not path.exists():
@@ -224,7 +496,14 @@ def load_yaml_file(path: str | Path, what: str = "config") -> Any:
     if path.is_dir():
         raise ValueError(f"{what} {path} is a directory, not a YAML file")
     try:
-        text = path.read_text(encoding="utf-8")
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_YAML_CHARS + 1)
+        if len(data) > MAX_YAML_CHARS:
+            raise ValueError(
+                f"{what} {path} is larger than {MAX_YAML_CHARS} bytes; a config is a few kilobytes: is this the "
+                "right file?"
+            )
+        text = data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as e:
         reason = e.strerror if isinstance(e, OSError) and e.strerror else e
         raise ValueError(f"{what} {path} cannot be read: {reason}") from None
