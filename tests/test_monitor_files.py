@@ -122,6 +122,34 @@ def test_a_monitor_in_another_process_holds_the_folder_until_it_exits(tmp_path) 
         assert later.step(0) is not None
 
 
+def test_close_releases_the_folder_while_a_forked_process_lives(tmp_path) -> None:
+    """A process forked while the monitor is open (a data-loader worker) shares its lock's descriptor: close() must
+    release the folder all the same, and that process ending must not release a later monitor's lock."""
+    first = monitor(tmp_path)
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # the forked process: waits for its parent's word (or its end), then leaves without clean-up
+        os.close(write)
+        os.read(read, 1)
+        os._exit(0)
+    os.close(read)
+    try:
+        first.close()
+        with monitor(tmp_path) as later:
+            os.close(write)  # the forked process ends now
+            write = -1
+            os.waitpid(child, 0)
+            child = 0
+            with pytest.raises(RuntimeError, match="in use"):
+                monitor(tmp_path)
+            assert later.step(0) is not None
+    finally:
+        if write >= 0:
+            os.close(write)
+        if child:
+            os.waitpid(child, 0)
+
+
 HOLD_LOCK = """
 import fcntl, os, sys
 descriptor = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)

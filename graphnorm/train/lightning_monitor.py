@@ -66,8 +66,8 @@ class CollapseMonitorCallback(Callback):
     ends or fails.
 
     Args:
-        sample: the fixed graph (node level) or batch or list of graphs (graph level) to probe; moved to the module's
-            device when training starts.
+        sample: the fixed graph (node level) or batch or list of graphs (graph level) to probe; left as it is (the
+            monitor probes a copy on the module's device).
         every_n_steps: probe every N optimizer steps (> 0).
         model: what to probe: None (default) the Lightning module itself, an attribute path of a submodule (e.g.
             ``"gnn"``) or a function ``module -> nn.Module``.

@@ -115,7 +115,16 @@ class _Lock:
                     "monitors would write one table; close the other one (monitor.close()) or give another out_dir"
                 ) from None
             raise ValueError(f"CollapseMonitor: cannot lock out_dir {folder}: {e.strerror or e} ({path})") from None
-        self.release = weakref.finalize(self, os.close, descriptor)  # closing the descriptor releases the lock
+        self.release = weakref.finalize(self, _unlock, descriptor, os.getpid())
+
+
+def _unlock(descriptor: int, owner: int) -> None:
+    """Release the lock and close its descriptor. Unlocked explicitly, not by the close alone: a process forked
+    meanwhile (a data-loader worker) shares the descriptor and would keep the folder locked until it exits; and
+    only by its owner, so that such a process ending does not release the owner's lock."""
+    if os.getpid() == owner:
+        fcntl.flock(descriptor, fcntl.LOCK_UN)
+    os.close(descriptor)
 
 
 class StepCsv:
