@@ -212,7 +212,7 @@ def check_predict_inputs(args: argparse.Namespace) -> None:
 def cmd_predict(args: argparse.Namespace) -> int:
     """``graphnorm predict``: score a SMILES CSV or a part of the run's dataset, print one summary line; bad input is
     a :class:`CommandError`."""
-    from graphnorm.files import check_name_fits, check_not_an_input, ensure_writable_dir
+    from graphnorm.files import check_name_fits, check_not_an_input, check_output_path, ensure_writable_dir
     from graphnorm.predict import DEFAULT_BATCH_SIZE, check_device, check_outside_data_root, predict_csv, predict_split
     from graphnorm.train.model_file import ModelFileError
 
@@ -228,6 +228,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         if args.split is not None:
             check_outside_data_root(out, args.data_root, f"--out {out}")
         ensure_writable_dir(out.parent, f"--out {out}")
+        check_output_path(out, f"--out {out}")
         if args.split is not None:
             scores = predict_split(args.model, args.split, out, args.data_root, args.batch_size, args.device)
         else:
@@ -235,6 +236,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
             summary = predict_csv(args.model, args.input, out, args.smiles_column, batch_size, args.device)
     except (ModelFileError, ValueError, FileNotFoundError) as e:
         raise CommandError(str(e)) from None
+    except OSError as e:  # the predictions could not be saved (a full disk)
+        raise CommandError(f"--out {out} cannot be written: {e.strerror or e}") from None
     if args.split is not None:
         print(split_summary(scores, out))
         return 0
@@ -469,6 +472,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     if out is not None:  # before training: a run whose record cannot be saved is lost
         check_train_out(out, Path(args.config), config)
     check_tensorboard_dir(config.tensorboard_dir, "--tensorboard" if args.tensorboard else "tensorboard_dir")
+    check_run_outputs(config)
     load_run_data(config)
     from graphnorm.data import DatasetNotFoundError
     from graphnorm.train.schedules import TrainingDivergedError
@@ -479,12 +483,21 @@ def cmd_train(args: argparse.Namespace) -> int:
         record = train.run(config)
     except (DatasetNotFoundError, TrainingDivergedError) as e:
         raise CommandError(str(e)) from None
-    curve = None
-    if out is not None:
-        atomic_write_text(out, json.dumps(record, indent=1))
-        if record.get("history"):
-            curve = learning_curve_path(out)
-            _save_learning_curve(record["history"], config, curve)
+    curve, failure = None, None
+    if out is not None:  # the record is printed below also when a full disk keeps it from being saved
+        try:
+            atomic_write_text(out, json.dumps(record, indent=1), f"--out {out}")
+        except OSError as e:
+            failure = f"the run finished, but its record cannot be written to {out}: {e.strerror or e}"
+        else:
+            if record.get("history"):
+                curve = learning_curve_path(out)
+                try:
+                    _save_learning_curve(record["history"], config, curve)
+                except OSError as e:
+                    failure = f"the record is saved to {out}, but its learning curve {curve} cannot be written: "
+                    failure += str(e.strerror or e)
+                    curve = None
     parts = (("layers", "per-layer rows"), ("history", "epochs of history"), (STEPS_KEY, "per-step rows"))
     shown = {k: v for k, v in record.items() if k not in dict(parts)}
     print(json.dumps(shown, indent=1))
@@ -493,6 +506,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(f"({' and '.join(hidden)} not shown{'' if args.out else '; save them with --out'})")
     if curve is not None:
         print(f"learning curve: {curve}")
+    if failure is not None:
+        raise CommandError(failure)
     return 0
 
 
@@ -522,8 +537,9 @@ def run_inputs(config_path: Path, config: RunConfig) -> dict[str, Any]:
 
 def check_train_out(out: Path, config_path: Path, config: RunConfig) -> None:
     """``CommandError`` unless ``train --out`` (and its learning curve beside it) can be written: a file name the
-    folder accepts, in a writable folder, and no file the run reads."""
-    from graphnorm.files import check_name_fits, check_not_an_input, ensure_writable_dir
+    folder accepts, in a writable folder, no file the run reads, and a regular file or nothing
+    (:func:`graphnorm.files.check_output_path`: never a link, a device, a FIFO or a socket)."""
+    from graphnorm.files import check_name_fits, check_not_an_input, check_output_path, ensure_writable_dir
     from graphnorm.predict import check_outside_data_root
 
     outputs = ((out, f"--out {out}"), (learning_curve_path(out), f"the learning curve of --out {out}"))
@@ -537,7 +553,23 @@ def check_train_out(out: Path, config_path: Path, config: RunConfig) -> None:
             check_not_an_input(path, inputs, what)
             check_outside_data_root(path, config.data_root, what)
         ensure_writable_dir(out.parent, f"--out {out}")
+        for path, what in outputs:
+            check_output_path(path, what)
     except ValueError as e:
+        raise CommandError(str(e)) from None
+
+
+def check_run_outputs(config: RunConfig) -> None:
+    """``CommandError`` unless every place the run writes can be written (checkpoint_dir, its checkpoint and model
+    file, the TensorBoard folders: :func:`graphnorm.train.loop.check_run_outputs`), before any data loads."""
+    if config.checkpoint_dir is None and config.tensorboard_dir is None:
+        return  # (nothing to check: no need to import the trainer yet)
+    from graphnorm.train.checkpoints import CheckpointError
+    from graphnorm.train.loop import check_run_outputs as check
+
+    try:
+        check(config)
+    except (CheckpointError, ValueError) as e:
         raise CommandError(str(e)) from None
 
 
@@ -576,12 +608,15 @@ def _save_learning_curve(history: list[dict], config: RunConfig, path: Path) -> 
     import matplotlib.pyplot as plt
     import pandas as pd
 
+    from graphnorm.files import save_figure
     from graphnorm.sweep.report import plot_learning_curves
 
     runs = pd.DataFrame([{"run_id": "run", "norm": config.norm, "num_layers": config.num_layers}])
     figure = plot_learning_curves(pd.DataFrame(history).assign(run_id="run"), runs)
-    figure.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(figure)
+    try:
+        save_figure(figure, path, f"the learning curve {path}", dpi=120, bbox_inches="tight")
+    finally:
+        plt.close(figure)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -616,6 +651,11 @@ def main(argv: list[str] | None = None) -> int:
     except CommandError as e:
         print(f"graphnorm {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except MemoryError as e:  # a size beyond this machine: its one line, not a traceback from inside numpy or torch
+        from graphnorm.memory import InsufficientMemoryError
+
+        print(f"graphnorm {args.command}: error: {' '.join(str(e).split()) or 'out of memory'}", file=sys.stderr)
+        return 2 if isinstance(e, InsufficientMemoryError) else 1
     except BrokenPipeError:  # output piped into `head`: stop quietly, like other command-line tools
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141

@@ -19,12 +19,13 @@ import hashlib
 import json
 import math
 import re
+import reprlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import UnionType
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
-from graphnorm.files import parse_yaml
+from graphnorm.files import MAX_YAML_VALUES, parse_yaml
 
 # The adjacency, layer order and readout choices are DeepGCN's (graphnorm.models.gcn), imported where they are checked
 # so that importing this module stays free of torch.
@@ -153,7 +154,7 @@ class RunConfig:
         valid = set(cls.field_names())
         unknown = sorted((key for key in values if key not in valid), key=str)
         if unknown:
-            raise ValueError(f"unknown config key(s) {unknown}; valid keys: {', '.join(cls.field_names())}")
+            raise ValueError(f"unknown config key(s) {shown(unknown)}; valid keys: {', '.join(cls.field_names())}")
         config = cls(**values)
         config.validate(check_device=check_device)
         return config
@@ -169,9 +170,10 @@ class RunConfig:
         return dataset_spec(self.dataset).level == "node"
 
     def validate(self, check_device: bool = True) -> None:
-        """Raise a one-line ``ValueError`` naming the first impossible value: types, then ranges, then the rules
-        between keys. ``check_device=False`` skips whether ``device`` exists on this machine (for a driver that only
-        plans runs for other machines)."""
+        """Raise a one-line ``ValueError`` naming the first impossible value: sizes and types, then ranges, then the
+        rules between keys, then whether the model fits this machine's memory. ``check_device=False`` skips what
+        judges this machine, whether ``device`` exists and the memory (for a driver that only plans runs for other
+        machines)."""
         check_types(self)
         check_choices(self)
         check_ranges(self)
@@ -181,6 +183,7 @@ class RunConfig:
         check_norm_rules(self)
         if check_device:
             check_device_available(self)
+            check_model_fits(self)
 
 
 # --- types: one check over every field, driven by its annotation ----------------------------------------------
@@ -190,14 +193,56 @@ MAX_SEED = 2**32 - 1  # numpy's seed range (the run seeds numpy too)
 # weight alone is 16 GiB): larger values fail inside torch (an overflowing allocation) or spend hours building layers.
 MAX_SIZES = {"num_layers": 10_000, "hidden_channels": 65_536, "ffn_channels": 65_536}
 SHOWN_CHARS = 80  # a value quoted in an error message is cut to this many characters
+# The most items (list items, mapping keys and values, nested ones counted in full) one config value may hold; the
+# YAML reader's bound on a document with its aliases expanded, so that a value built in Python obeys it too.
+MAX_VALUE_ITEMS = MAX_YAML_VALUES
 # A number written without a dot or without an exponent sign, which YAML 1.1 (PyYAML) reads as a string.
 YAML_STRING_NUMBER = re.compile(r"([-+]?)(\d*)(\.\d*)?([eE])([-+]?)(\d+)")
 
 
+class _ShortRepr(reprlib.Repr):
+    """``reprlib``'s bounded ``repr`` (a few items per level, a few levels), whose work does not grow with the
+    value: a list that aliases expand to billions of items costs what its first few cost."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.maxlevel, self.maxlist, self.maxtuple, self.maxset, self.maxfrozenset = 3, 6, 6, 6, 6
+        self.maxdict, self.maxstring, self.maxother = 4, SHOWN_CHARS, SHOWN_CHARS
+
+    def repr_str(self, x: str, level: int) -> str:
+        return repr(x[: self.maxstring + 1])  # its start, cut with "..." by shown() as a whole
+
+    def repr_int(self, x: int, level: int) -> str:
+        # repr of an int over 4300 digits raises (sys.set_int_max_str_digits)
+        return super().repr_int(x, level) if x.bit_length() <= 256 else f"<an integer of {x.bit_length()} bits>"
+
+
+_SHORT_REPR = _ShortRepr()
+
+
 def shown(value: Any) -> str:
-    """``repr(value)`` cut short, for a one-line error message (``repr`` escapes newlines)."""
-    text = repr(value)
+    """``repr(value)`` cut short, without computing the whole of it, for a one-line error message (``repr``
+    escapes newlines)."""
+    text = _SHORT_REPR.repr(value)
     return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 3] + "..."
+
+
+def check_value_size(key: str, value: Any) -> None:
+    """``ValueError`` naming ``key`` when ``value`` holds more than :data:`MAX_VALUE_ITEMS` items, nested ones
+    counted in full (so a list repeated by reference counts every time): later checks and the run id walk it whole.
+    Stops counting there, so a huge or recursive value costs no more than that."""
+    count, pending = 0, [value]
+    while pending:
+        item = pending.pop()
+        if not isinstance(item, (dict, list, tuple, set, frozenset)):
+            continue
+        count += len(item) * (2 if isinstance(item, dict) else 1)
+        if count > MAX_VALUE_ITEMS:
+            raise ValueError(
+                f"{key} holds more than {MAX_VALUE_ITEMS} values (nested lists and mappings counted in full, each "
+                f"time they are repeated): {shown(value)}"
+            )
+        pending.extend([*item.keys(), *item.values()] if isinstance(item, dict) else item)
 
 
 def matches(value: Any, expected: Any) -> bool:
@@ -288,6 +333,7 @@ def check_types(config: RunConfig) -> None:
     such, with its fix (``5.0e-4``)."""
     hints = annotations(RunConfig)
     for f in dataclasses.fields(RunConfig):
+        check_value_size(f.name, getattr(config, f.name))
         check_value_type(f.name, getattr(config, f.name), hints[f.name])
 
 
@@ -321,7 +367,7 @@ def check_choices(config: RunConfig) -> None:
     for key, valid in choices.items():
         value = getattr(config, key)
         if value not in valid:
-            raise ValueError(f"{key} must be one of {', '.join(valid)}; got {value!r}")
+            raise ValueError(f"{key} must be one of {', '.join(valid)}; got {shown(value)}")
 
 
 def check_ranges(config: RunConfig) -> None:
@@ -423,7 +469,7 @@ def model_keywords(config: RunConfig, level: str) -> dict[str, Any]:
             keywords[key] = getattr(config, key)
         elif getattr(config, key) != getattr(defaults, key):
             raise ValueError(
-                f"{key}={getattr(config, key)!r} is not an option of model {config.model!r}: leave {key} at "
+                f"{key}={shown(getattr(config, key))} is not an option of model {config.model!r}: leave {key} at "
                 f"{getattr(defaults, key)!r}"
             )
     return {**keywords, **config.model_kwargs}
@@ -439,7 +485,7 @@ def check_model_kwargs(config: RunConfig) -> None:
     valid = [key for key in spec.keywords() if key not in MODEL_CONFIG_KEYS]
     unknown = sorted(set(config.model_kwargs) - set(valid))
     if unknown:
-        raise ValueError(f"unknown model_kwargs {unknown} for {config.model}; valid: {', '.join(valid)}")
+        raise ValueError(f"unknown model_kwargs {shown(unknown)} for {config.model}; valid: {', '.join(valid)}")
     check_keyword_types(
         "model_kwargs", config.model_kwargs, model_class.__init__ if isinstance(model_class, type) else model_class
     )
@@ -508,7 +554,9 @@ def check_dataset_kwargs(config: RunConfig) -> None:
         return
     unknown = sorted(set(config.dataset_kwargs) - set(valid))
     if unknown:
-        raise ValueError(f"unknown dataset_kwargs {unknown} for dataset {spec.name!r}; valid: {', '.join(valid)}")
+        raise ValueError(
+            f"unknown dataset_kwargs {shown(unknown)} for dataset {spec.name!r}; valid: {', '.join(valid)}"
+        )
     parameters = inspect.signature(spec.loader).parameters
     for name in valid:
         if parameters[name].default is inspect.Parameter.empty and name not in config.dataset_kwargs:
@@ -560,7 +608,7 @@ def check_norm_rules(config: RunConfig) -> None:
     valid = norm_keywords(config.norm)
     unknown = sorted(set(config.norm_kwargs) - set(valid))
     if unknown:
-        raise ValueError(f"unknown norm_kwargs {unknown} for norm {config.norm!r}; valid: {', '.join(valid)}")
+        raise ValueError(f"unknown norm_kwargs {shown(unknown)} for norm {config.norm!r}; valid: {', '.join(valid)}")
     check_keyword_types("norm_kwargs", config.norm_kwargs, norm_class(config.norm).__init__)
     error = construction_error(build_norm, config.norm, config.hidden_channels, **config.norm_kwargs)
     if error is not None:
@@ -577,6 +625,78 @@ def check_device_available(config: RunConfig) -> None:
 
     if config.device == "cuda" and not torch.cuda.is_available():
         raise ValueError("device='cuda' but CUDA is not available on this machine; use device='cpu' or 'auto'")
+
+
+# Bytes a parameter takes in training: its float32 weight, gradient and Adam's two moments.
+TRAINING_BYTES_PER_PARAMETER = 16
+_PARAMETER_COUNTS: dict[str, int | None] = {}  # parameter_count's memo
+
+
+def model_parameters(config: RunConfig) -> int | None:
+    """About how many parameters (and buffer entries) ``config``'s model has on a one-feature task, counted on the
+    meta device (nothing allocated); ``None`` if it cannot be built so. A model deeper than four layers is counted
+    at three and four and extrapolated: each layer between the first and the last is the same size."""
+    from graphnorm.models import model_spec
+
+    spec = model_spec(config.model)
+    accepted = spec.parameters()
+    keywords = {**model_keywords(config, "node" if config.is_node_level else "graph"), "norm": "none"}
+    keywords["norm_kwargs"] = {}  # a norm's few weights per channel do not matter here
+    keywords = {key: value for key, value in keywords.items() if key in accepted}
+    depth = keywords.pop("num_layers", None)
+    if depth is None or depth <= 4:
+        return parameter_count(config.model, keywords, depth)
+    three, four = parameter_count(config.model, keywords, 3), parameter_count(config.model, keywords, 4)
+    return None if three is None or four is None else three + (four - three) * (depth - 3)
+
+
+def parameter_count(model: str, keywords: dict[str, Any], num_layers: int | None) -> int | None:
+    """Parameters and buffer entries of ``model`` built on the meta device with ``keywords`` (and ``num_layers``
+    where not ``None``) on a one-feature task; ``None`` if it cannot be built. Memoized."""
+    import torch
+
+    from graphnorm.models import model_spec
+
+    key = repr((model, num_layers, sorted(keywords.items())))
+    if key not in _PARAMETER_COUNTS:
+        if len(_PARAMETER_COUNTS) >= 4096:
+            _PARAMETER_COUNTS.clear()
+        spec = model_spec(model)
+        task = {name: value for name, value in META_TASK_ARGUMENTS.items() if name in spec.parameters()}
+        depth = {} if num_layers is None else {"num_layers": num_layers}
+        try:
+            with torch.device("meta"):
+                built = spec.factory(**task, **keywords, **depth)
+            _PARAMETER_COUNTS[key] = sum(t.numel() for t in (*built.parameters(), *built.buffers()))
+        except Exception:  # noqa: BLE001 (the model's own checks report its errors: nothing to count)
+            _PARAMETER_COUNTS[key] = None
+    return _PARAMETER_COUNTS[key]
+
+
+def check_model_fits(config: RunConfig) -> None:
+    """``ValueError`` (a :class:`graphnorm.memory.InsufficientMemoryError`) when training the model takes more
+    memory than this machine has, counting only its parameters (:data:`TRAINING_BYTES_PER_PARAMETER` each): a width
+    and depth far beyond the machine fail here, not after building layer upon layer. Runs on CUDA are not judged."""
+    import torch
+
+    from graphnorm.memory import check_fits
+
+    if config.device == "cuda" or (config.device == "auto" and torch.cuda.is_available()):
+        return
+    from graphnorm.models import model_spec
+
+    parameters = model_parameters(config)
+    if parameters is None:
+        return
+    sizes = [f"{key}={getattr(config, key)}" for key in ("num_layers", "hidden_channels", "num_heads")]
+    sizes = sizes[:2] + sizes[2:] * ("num_heads" in model_spec(config.model).parameters())
+    sizes += [f"model_kwargs={shown(config.model_kwargs)}"] * bool(config.model_kwargs)
+    check_fits(
+        parameters * TRAINING_BYTES_PER_PARAMETER,
+        f"training model={config.model!r} with {', '.join(sizes)} (about {parameters:.3g} parameters, "
+        f"{TRAINING_BYTES_PER_PARAMETER} bytes each with gradients and Adam's moments)",
+        "lower its sizes",
+    )
 
 
 _CONSTRUCTION_ERRORS: dict[str, str | None] = {}  # construction_error's memo
@@ -694,11 +814,11 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     """``"base.epochs=50"`` -> ``(["base", "epochs"], 50)``."""
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
-        raise ValueError(f"override {text!r} must look like key=value (e.g. base.epochs=50 or grid.seed=[0,1])")
+        raise ValueError(f"override {shown(text)} must look like key=value (e.g. base.epochs=50 or grid.seed=[0,1])")
     parts = key.strip().split(".")
     if any(not p for p in parts):
-        raise ValueError(f"override {text!r} has an empty key component")
-    parsed = parse_yaml(value, f"override {text!r}")
+        raise ValueError(f"override {shown(text)} has an empty key component")
+    parsed = parse_yaml(value, f"override {shown(text)}")
     return parts, parsed
 
 
@@ -714,7 +834,7 @@ def apply_overrides(mapping: dict[str, Any], overrides: list[str] | tuple[str, .
                 child = node[part] = {}
             if not isinstance(child, dict):
                 where = ".".join(parts[: i + 1])
-                raise ValueError(f"override {text!r}: {where} is a {type(child).__name__}, not a mapping")
+                raise ValueError(f"override {shown(text)}: {where} is a {type(child).__name__}, not a mapping")
             node = child
         node[parts[-1]] = value
     return result

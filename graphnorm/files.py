@@ -125,8 +125,8 @@ def _refuse_kind(path: Path, info: os.stat_result, what: str | None) -> None:
             f"{named} is a symbolic link (to {os.readlink(path)}); {WRITE_RULE}: remove the link or give another path"
         )
     if stat.S_ISDIR(info.st_mode):
-        raise OutputPathError(f"{named} is a directory, not a file: give a file name")
-    raise OutputPathError(f"{named} is {node_kind(info.st_mode)}, not a regular file; {WRITE_RULE}: give a file name")
+        raise OutputPathError(f"{named} is a directory, not a file: give another path")
+    raise OutputPathError(f"{named} is {node_kind(info.st_mode)}, not a regular file; {WRITE_RULE}: give another path")
 
 
 def held_by_another_writer(path: Path) -> bool:
@@ -275,28 +275,48 @@ def open_for_append(path: str | os.PathLike, what: str | None = None, buffering:
 
 
 @contextlib.contextmanager
-def hold_lock(path: str | os.PathLike, busy: str, what: str | None = None) -> Iterator[None]:
+def hold_lock(path: str | os.PathLike, busy: str, what: str | None = None, remove: bool = False) -> Iterator[None]:
     """Hold an exclusive ``flock`` on the regular file ``path`` (created if missing, never truncated, never through a
     link) while inside; :class:`OutputBusyError` with the message ``busy`` when another writer holds it. The lock
-    goes with the descriptor: also when the process dies."""
+    goes with the descriptor, also when the process dies. ``remove``: delete the file on leaving (one lock file per
+    run rather than per folder); a process that opened it just before then finds its lock on a deleted file and
+    takes the path's new one instead (:func:`_locked`)."""
     path = Path(path).expanduser()
-    info = _lstat(path)
-    if info is not None:
-        _refuse_kind(path, info, what)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    fd = _locked(path, busy, what)
     try:
-        fd = os.open(path, flags, 0o666)
-    except OSError as e:
-        raise OutputPathError(f"{_named(path, what)} cannot be created: {e.strerror or e}") from None
-    try:
-        _refuse_kind(path, os.fstat(fd), what)  # replaced between the check and the open
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise OutputBusyError(busy) from None
         yield
     finally:
+        if remove:
+            with contextlib.suppress(OSError):
+                path.unlink()  # while still held: nobody can have locked the file at this name meanwhile
         os.close(fd)
+
+
+def _locked(path: Path, busy: str, what: str | None) -> int:
+    """A descriptor of the regular file ``path`` holding its exclusive lock (:func:`hold_lock`)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    for _ in range(3):
+        info = _lstat(path)
+        if info is not None:
+            _refuse_kind(path, info, what)
+        try:
+            fd = os.open(path, flags, 0o666)
+        except OSError as e:
+            raise OutputPathError(f"{_named(path, what)} cannot be created: {e.strerror or e}") from None
+        try:
+            _refuse_kind(path, os.fstat(fd), what)  # replaced between the check and the open
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            now = _lstat(path)
+            if now is not None and (now.st_dev, now.st_ino) == (os.fstat(fd).st_dev, os.fstat(fd).st_ino):
+                return fd
+        except BlockingIOError:
+            os.close(fd)
+            raise OutputBusyError(busy) from None
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)  # its holder removed it between our open and our lock: lock the new one
+    raise OutputBusyError(busy)
 
 
 def is_temporary_file(path: Path) -> bool:

@@ -30,6 +30,8 @@ draws one graph; every definition below is exact:
   default 2,000-node graph).
 * **Randomness**: one ``numpy.random.Generator`` seeded with ``seed`` draws everything, so one seed gives the same
   graph bit for bit (the global RNGs are never touched).
+* **Memory**: a graph larger than the memory available (:func:`graph_bytes`, :func:`graphnorm.memory.check_fits`)
+  is refused before anything is drawn, in one line.
 
 The task carries :func:`reference_accuracy` (``GraphTask.reference_accuracy`` and ``stats["reference_accuracy"]``,
 which every run's record carries): the Bayes-optimal accuracy from a node's own features alone. In ``stats`` too: the
@@ -48,6 +50,7 @@ from torch_geometric.data import Data
 
 from graphnorm.data.registry import DatasetSpec, register_dataset
 from graphnorm.data.task import GraphTask
+from graphnorm.memory import check_fits
 
 QUADRATURE_POINTS = 8001  # trapezoid nodes on [-QUADRATURE_HALF_WIDTH, +QUADRATURE_HALF_WIDTH]
 QUADRATURE_HALF_WIDTH = 12.0  # the standard normal density beyond 12 is below 1e-31
@@ -113,6 +116,15 @@ def _check_number(name: str, value: Any, low: float, high: float, open_low: bool
     if not ok:
         interval = f"{'(' if open_low else '['}{low:g}, {high:g}{']' if math.isfinite(high) else ')'}"
         raise ValueError(f"csbm: {name} must be a finite number in {interval}, got {value!r}")
+
+
+def graph_bytes(num_nodes: int, num_classes: int, average_degree: float, num_features: int) -> int:
+    """About the most memory :func:`csbm_graph` holds at once: the float32 features with the noise and class means
+    they are summed from (12 bytes per entry), the float64 means and their float32 copy, the labels and their
+    permutation, and 64 bytes per expected undirected edge (the edges while sampled and sorted, and both directions
+    of ``edge_index``)."""
+    expected_edges = math.ceil(num_nodes * average_degree / 2)
+    return 12 * num_nodes * num_features + 12 * num_classes * num_features + 24 * num_nodes + 64 * expected_edges
 
 
 def class_sizes(num_nodes: int, num_classes: int) -> np.ndarray:
@@ -248,12 +260,19 @@ def csbm_graph(
 ) -> Data:
     """One CSBM graph (module docstring): ``x`` float32 ``[N, num_features]``, ``y`` int64 ``[N]``, ``edge_index``
     int64 ``[2, 2E]``, boolean ``train_mask``/``val_mask``/``test_mask``. ``ValueError`` for options out of range
-    (:func:`check_csbm_options`)."""
+    (:func:`check_csbm_options`), :class:`graphnorm.memory.InsufficientMemoryError` (a ``ValueError`` too) for a
+    graph larger than the memory available, before anything is allocated."""
     options = dict(num_nodes=num_nodes, num_classes=num_classes, average_degree=average_degree, homophily=homophily)
     check_csbm_options(
         **options, feature_snr=feature_snr, num_features=num_features, seed=seed,
         train_fraction=train_fraction, val_fraction=val_fraction,
     )  # fmt: skip
+    check_fits(
+        graph_bytes(num_nodes, num_classes, average_degree, num_features),
+        f"csbm: a graph of num_nodes={num_nodes} with num_features={num_features}, average_degree={average_degree} "
+        f"and num_classes={num_classes}",
+        "lower num_nodes, num_features or average_degree",
+    )
     rng = np.random.default_rng(seed)
     labels = rng.permutation(np.arange(num_nodes, dtype=np.int64) % num_classes)  # balanced, shuffled
     p_in, p_out = edge_probabilities(**options)

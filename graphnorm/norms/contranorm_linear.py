@@ -53,6 +53,8 @@ import torch
 from torch import Tensor
 from torch.autograd.function import FunctionCtx, once_differentiable
 
+from graphnorm.memory import check_fits
+
 
 def orthogonal_gaussian_features(num_features: int, dim: int, seed: int) -> Tensor:
     """``num_features`` Gaussian rows ``[num_features, dim]`` (float64, CPU) drawn in orthogonal blocks from ``seed``.
@@ -60,8 +62,14 @@ def orthogonal_gaussian_features(num_features: int, dim: int, seed: int) -> Tens
     Each block of ``dim`` rows is a Haar-random orthogonal matrix (QR of a Gaussian matrix, signs fixed by
     ``R``'s diagonal) whose rows are rescaled by the norms of independent Gaussian vectors, so every row is marginally
     ``N(0, I_dim)`` while rows within a block are exactly orthogonal (Performer's ORF). The same seed gives the same
-    rows on every machine (CPU generator, float64).
+    rows on every machine (CPU generator, float64). More rows than the memory available raise
+    :class:`graphnorm.memory.InsufficientMemoryError` (a ``ValueError`` too) before anything is drawn.
     """
+    check_fits(
+        feature_bytes(num_features, dim),
+        f"contranorm: random_features={num_features} on {dim} channels",
+        "lower random_features",
+    )
     generator = torch.Generator().manual_seed(seed)
     blocks = []
     for _ in range(math.ceil(num_features / dim)):
@@ -71,6 +79,13 @@ def orthogonal_gaussian_features(num_features: int, dim: int, seed: int) -> Tens
         lengths = torch.randn(dim, dim, generator=generator, dtype=torch.float64, device="cpu").norm(dim=1)  # chi_dim
         blocks.append(q.t() * lengths.unsqueeze(1))  # rows orthogonal, with Gaussian lengths
     return torch.cat(blocks, dim=0)[:num_features]
+
+
+def feature_bytes(num_features: int, dim: int) -> int:
+    """The most memory :func:`orthogonal_gaussian_features` holds at once: its float64 ``dim x dim`` blocks twice
+    (the blocks and their concatenation), and one block's draws and QR factors."""
+    blocks = -(-num_features // dim) if dim > 0 else 0  # ceil, exact for any int
+    return 8 * dim * dim * (2 * blocks + 3)
 
 
 def positive_features(x_hat: Tensor, inv_tau: float, weights: Tensor) -> tuple[Tensor, Tensor, Tensor]:
