@@ -10,9 +10,12 @@ norm, model or function that checks, and prefixes the message. One error type pe
 from __future__ import annotations
 
 import math
+import numbers
+import operator
 from collections.abc import Iterable
 from typing import Any, TypeVar
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -57,7 +60,31 @@ def check_choice(value: T, choices: Iterable[Any], what: str, where: str = "") -
 
 
 def check_positive(value: Any, what: str, where: str = "") -> float:
-    """``value`` as a float when it is a finite number > 0 (``eps``, ``scale``, ...); else ``ValueError``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+    """``value`` as a float when it is a finite number > 0 (``eps``, ``scale``, ...; a Python or NumPy number, not a
+    bool); else ``ValueError``."""
+    real = isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
+    if not real or not math.isfinite(value) or value <= 0:
         raise ValueError(f"{_prefix(where)}{what} must be a finite number > 0, got {value!r}")
     return float(value)
+
+
+def check_count(value: Any, what: str, where: str = "", minimum: int = 1, needed: str | None = None) -> int:
+    """``value`` as a Python ``int`` when it is an integer >= ``minimum`` (a size, a width, a number of layers):
+    a Python or NumPy integer, or anything else integral by ``operator.index``; else ``ValueError`` naming ``what``
+    and what it must be (``needed``, default "a positive integer" or "an integer >= minimum"). A bool is refused
+    (``True`` is no count), and so is a float, even a whole one (``16.0``: write ``16``)."""
+    hint = ""
+    if isinstance(value, (bool, np.bool_)) or (isinstance(value, Tensor) and value.dtype == torch.bool):
+        hint = " (true/false is not a count)"
+    else:
+        try:
+            count = operator.index(value)
+        except TypeError:
+            if isinstance(value, float) and value.is_integer():
+                hint = f" (write {int(value)})"
+        else:
+            if count >= minimum:
+                return count
+    if needed is None:
+        needed = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+    raise ValueError(f"{_prefix(where)}{what} must be {needed}, got {value!r}{hint}")

@@ -8,6 +8,7 @@ LayerNorm, residuals, readouts, the virtual node, the atom encoders, the input c
 
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
 import torch
@@ -15,7 +16,7 @@ from torch import Tensor, nn
 from torch_geometric.nn import GATConv
 from torch_geometric.utils import add_self_loops
 
-from graphnorm.checks import check_choice
+from graphnorm.checks import check_choice, check_count
 from graphnorm.models.gcn import DeepGCN
 from graphnorm.models.initialization import INITS, kipf_init
 from graphnorm.models.registry import register_model
@@ -108,11 +109,9 @@ class DeepGAT(DeepGCN):
         attention_init: str = "glorot",
         activation: str = "relu",
     ) -> None:
-        heads = num_heads
-        for value, name in ((heads, "num_heads"), (output_heads, "output_heads")):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if concat and isinstance(hidden_channels, int) and hidden_channels % heads != 0:
+        heads, output_heads = check_count(num_heads, "num_heads"), check_count(output_heads, "output_heads")
+        whole = isinstance(hidden_channels, numbers.Integral) and not isinstance(hidden_channels, bool)
+        if concat and whole and hidden_channels % heads != 0:  # other widths: DeepGCN's check names them
             raise ValueError(
                 f"hidden_channels={hidden_channels} must be divisible by num_heads={heads} when concat=True "
                 "(the heads are concatenated to hidden_channels); or set concat=False"

@@ -220,7 +220,9 @@ class DeepGCN(nn.Module):
         checkpoint_layers: bool = False,
     ) -> None:
         super().__init__()
-        check_sizes(in_channels, hidden_channels, out_channels, num_layers, dropout, "convs")
+        in_channels, hidden_channels, out_channels, num_layers = check_sizes(
+            in_channels, hidden_channels, out_channels, num_layers, dropout, "convs"
+        )
         check_choice(propagation, PROPAGATIONS, "propagation")
         if not isinstance(checkpoint_layers, bool):
             raise ValueError(f"checkpoint_layers must be True or False, got {checkpoint_layers!r}")

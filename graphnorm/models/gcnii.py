@@ -176,7 +176,9 @@ class GCNII(nn.Module):
         atom_encoder: str | None = None,
     ) -> None:
         super().__init__()
-        check_sizes(in_channels, hidden_channels, out_channels, num_layers, dropout, "GCN2Conv layers")
+        in_channels, hidden_channels, out_channels, num_layers = check_sizes(
+            in_channels, hidden_channels, out_channels, num_layers, dropout, "GCN2Conv layers"
+        )
         if not 0.0 <= alpha <= 1.0:
             raise ValueError(f"alpha (initial-residual weight) must be in [0, 1], got {alpha}")
         if not theta > 0.0:

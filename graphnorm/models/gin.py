@@ -213,7 +213,9 @@ class GIN(nn.Module):
         bond_encoder: bool = True,
     ) -> None:
         super().__init__()
-        check_sizes(in_channels, hidden_channels, out_channels, num_layers, dropout, "convs")
+        in_channels, hidden_channels, out_channels, num_layers = check_sizes(
+            in_channels, hidden_channels, out_channels, num_layers, dropout, "convs"
+        )
         check_choice(readout, READOUTS, "readout")
         norm_kwargs = check_encoder_and_norm(in_channels, atom_encoder, norm, norm_kwargs)
         if virtual_node and readout is None:

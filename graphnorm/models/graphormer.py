@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from graphnorm.checks import check_count
 from graphnorm.data.graphormer_preprocess import GraphormerBatch
 from graphnorm.models.dropout import FastDropout, fast_dropout
 from graphnorm.models.registry import register_model
@@ -243,14 +244,15 @@ def check_graphormer_config(config: Any) -> None:
         raise ValueError(ATTENTION_BIAS_LR_SCALE_RULE)
 
 
-def check_arguments(atom_feature_dims: Sequence[int] | None, sizes: dict[str, Any], rates: dict[str, float]) -> None:
+def check_arguments(
+    atom_feature_dims: Sequence[int] | None, sizes: dict[str, Any], rates: dict[str, float]
+) -> dict[str, int]:
     """Graphormer's constructor arguments: atom features given, ``sizes`` positive integers (the heads dividing
-    the width), dropout ``rates`` in [0, 1); ``ValueError`` naming the first that is not."""
+    the width), dropout ``rates`` in [0, 1); ``ValueError`` naming the first that is not. Returns ``sizes`` as Python
+    ints (NumPy integers are taken)."""
     if atom_feature_dims is None:
         raise ValueError("Graphormer needs categorical atom features (atom_feature_dims), e.g. ZINC's or OGB's")
-    for name, value in sizes.items():
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    sizes = {name: check_count(value, name) for name, value in sizes.items()}
     if sizes["hidden_channels"] % sizes["num_heads"] != 0:
         raise ValueError(
             f"hidden_channels ({sizes['hidden_channels']}) must be divisible by num_heads ({sizes['num_heads']})"
@@ -258,6 +260,7 @@ def check_arguments(atom_feature_dims: Sequence[int] | None, sizes: dict[str, An
     for name, value in rates.items():
         if not 0.0 <= value < 1.0:
             raise ValueError(f"{name} must be in [0, 1), got {value}")
+    return sizes
 
 
 @register_model(
@@ -337,7 +340,13 @@ class Graphormer(nn.Module):
             multi_hop_max_dist=multi_hop_max_dist,
         )
         rates = dict(dropout=dropout, attention_dropout=attention_dropout, activation_dropout=activation_dropout)
-        check_arguments(atom_feature_dims, sizes, rates)
+        sizes = check_arguments(atom_feature_dims, sizes, rates)
+        num_layers, hidden_channels, num_heads, ffn_channels = (
+            sizes[key] for key in ("num_layers", "hidden_channels", "num_heads", "ffn_channels")
+        )
+        out_channels, max_degree, max_distance, multi_hop_max_dist = (
+            sizes[key] for key in ("out_channels", "max_degree", "max_distance", "multi_hop_max_dist")
+        )
         norm_kwargs = dict(norm_kwargs or {})
         self.num_layers = num_layers
         self.hidden_channels = hidden_channels

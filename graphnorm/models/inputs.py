@@ -9,12 +9,13 @@ features of these models; :func:`dropout_nonzeros` drops out sparse raw features
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 
-from graphnorm.checks import check_choice
+from graphnorm.checks import check_choice, check_count
 from graphnorm.norms.precision import HALF_DTYPES
 
 ATOM_ENCODERS = (None, "zinc", "ogb")
@@ -99,18 +100,22 @@ class InputLayer(nn.Module):
 
 def check_sizes(
     in_channels: int, hidden_channels: int, out_channels: int, num_layers: int, dropout: float, layers: str
-) -> None:
-    """``ValueError`` for a width or depth that is not a positive integer, or a dropout outside [0, 1); ``layers``
-    names what ``num_layers`` counts (``"convs"``, ``"GCN2Conv layers"``)."""
-    for value, name in ((in_channels, "in_channels"), (hidden_channels, "hidden_channels")):
-        if not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    if not isinstance(out_channels, int) or out_channels < 1:
-        raise ValueError(f"out_channels must be a positive integer, got {out_channels!r}")
-    if not isinstance(num_layers, int) or num_layers < 1:
-        raise ValueError(f"num_layers (number of {layers}) must be >= 1, got {num_layers!r}")
-    if not 0.0 <= dropout < 1.0:
-        raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+) -> tuple[int, int, int, int]:
+    """``(in_channels, hidden_channels, out_channels, num_layers)`` as Python ints (NumPy integers are taken);
+    ``ValueError`` for a width or depth that is not a positive integer (a bool or a float included), or a dropout
+    outside [0, 1). ``layers`` names what ``num_layers`` counts (``"convs"``, ``"GCN2Conv layers"``)."""
+    widths = tuple(
+        check_count(value, name)
+        for value, name in (
+            (in_channels, "in_channels"),
+            (hidden_channels, "hidden_channels"),
+            (out_channels, "out_channels"),
+        )
+    )
+    num_layers = check_count(num_layers, f"num_layers (number of {layers})", needed=">= 1")
+    if isinstance(dropout, bool) or not isinstance(dropout, numbers.Real) or not 0.0 <= dropout < 1.0:
+        raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
+    return (*widths, num_layers)
 
 
 def check_encoder_and_norm(

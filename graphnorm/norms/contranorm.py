@@ -18,7 +18,7 @@ from torch import Tensor, nn
 from torch.autograd.function import FunctionCtx, once_differentiable
 from torch_geometric.utils import to_dense_batch
 
-from graphnorm.checks import check_edge_index, check_positive
+from graphnorm.checks import check_count, check_edge_index, check_positive
 from graphnorm.norms import contranorm_linear, contranorm_symmetric
 from graphnorm.norms.input_checks import check_norm_inputs
 from graphnorm.norms.precision import cast, upcast
@@ -330,10 +330,8 @@ class ContraNorm(nn.Module):
         super().__init__()
         if not (isinstance(scale, (int, float)) and math.isfinite(scale)):
             raise ValueError(f"contranorm: scale must be a finite number, got {scale!r}")
-        if dense_max_nodes is not None and (
-            isinstance(dense_max_nodes, bool) or not isinstance(dense_max_nodes, int) or dense_max_nodes < 0
-        ):
-            raise ValueError(f"contranorm: dense_max_nodes must be a non-negative int, got {dense_max_nodes!r}")
+        if dense_max_nodes is not None:
+            dense_max_nodes = check_count(dense_max_nodes, "dense_max_nodes", "contranorm", 0, "a non-negative int")
         self.channels = channels
         self.dense_max_nodes = dense_max_nodes
         self.use_random_features(random_features, feature_seed)
@@ -453,8 +451,8 @@ class ContraNorm(nn.Module):
         # float64 on the CPU, cast where used; a plain attribute, so checkpoints and state dicts do not change
         self.feature_weights = (
             None
-            if random_features is None
-            else contranorm_linear.orthogonal_gaussian_features(random_features, self.channels, feature_seed)
+            if self.random_features is None
+            else contranorm_linear.orthogonal_gaussian_features(self.random_features, self.channels, self.feature_seed)
         )
 
     def extra_repr(self) -> str:
@@ -472,13 +470,9 @@ class ContraNorm(nn.Module):
 
 def _check_random_features(random_features: object, feature_seed: object) -> tuple[int | None, int]:
     """``(random_features, feature_seed)`` checked: a positive int or ``None``, and an int."""
-    if random_features is not None and (
-        isinstance(random_features, bool) or not isinstance(random_features, int) or random_features < 1
-    ):
-        raise ValueError(f"contranorm: random_features must be a positive int or None, got {random_features!r}")
-    if isinstance(feature_seed, bool) or not isinstance(feature_seed, int):
-        raise ValueError(f"contranorm: feature_seed must be an int, got {feature_seed!r}")
-    return random_features, feature_seed
+    if random_features is not None:
+        random_features = check_count(random_features, "random_features", "contranorm", 1, "a positive int or None")
+    return random_features, check_count(feature_seed, "feature_seed", "contranorm", -(2**63), "an int")
 
 
 def _reject_meta(**tensors: Tensor | None) -> None:

@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.nn.norm import DiffGroupNorm as PyGDiffGroupNorm
 
-from graphnorm.checks import check_positive
+from graphnorm.checks import check_count, check_positive
 from graphnorm.norms.input_checks import check_norm_inputs
 from graphnorm.norms.precision import call_in_dtype, cast, compute_dtype, upcast
 from graphnorm.norms.registry import register_norm
@@ -45,8 +45,7 @@ class DiffGroupNorm(nn.Module):
     ) -> None:
         super().__init__()
         self.channels = channels
-        if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
-            raise ValueError(f"diffgroupnorm: groups must be a positive integer, got {groups!r}")
+        groups = check_count(groups, "groups", "diffgroupnorm")
         if isinstance(lamda, bool) or not isinstance(lamda, (int, float)) or lamda < 0:
             raise ValueError(f"diffgroupnorm: lamda must be a number >= 0, got {lamda!r}")
         if not 0.0 <= momentum <= 1.0:

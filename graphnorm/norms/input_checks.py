@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from graphnorm.checks import check_count
 from graphnorm.norms.reductions import num_graphs
 
 
@@ -62,8 +63,8 @@ def _check_batch(x: Tensor, batch: Tensor | None, where: str) -> None:
 def _check_graph_ids(batch: Tensor | None, batch_size: int | None, where: str) -> None:
     """``batch_size`` must be a non-negative integer or None, and a (shape-checked) ``batch`` hold graph ids in
     ``[0, batch_size)``."""
-    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 0):
-        raise ValueError(f"{where}: batch_size must be a non-negative integer or None, got {batch_size!r}")
+    if batch_size is not None:
+        check_count(batch_size, "batch_size", where, 0, "a non-negative integer or None")
     if batch is None or batch.numel() == 0:
         return
     if batch.device.type == "meta":

@@ -1,0 +1,84 @@
+"""Sizes (widths, depths, heads, groups, counts) may be NumPy integers, as sizes read from arrays are; bools and
+floats are refused in one line that names the argument. The models keep Python ints (a NumPy size written to a
+config or a model file would not read back as an int)."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from graphnorm import checks
+from graphnorm.models import GCNII, GIN, DeepGAT, DeepGCN, Graphormer
+from graphnorm.norms import build_norm
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+N = np.int64
+EDGE_INDEX = torch.tensor([[0, 1, 1, 2, 2, 3], [1, 0, 2, 1, 3, 2]])
+# name -> builder(in_channels, hidden_channels, out_channels, num_layers)
+MODELS = {
+    "gcn": lambda i, h, o, n: DeepGCN(i, h, o, n),
+    "gcn-sparse": lambda i, h, o, n: DeepGCN(i, h, o, n, propagation="sparse"),
+    "gat": lambda i, h, o, n: DeepGAT(i, h, o, n, num_heads=N(2)),
+    "gcnii": lambda i, h, o, n: GCNII(i, h, o, n),
+    "gin": lambda i, h, o, n: GIN(i, h, o, n),
+}
+SIZES = {"in_channels": 5, "hidden_channels": 8, "out_channels": 3, "num_layers": 2}
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_models_take_numpy_integer_sizes(name: str) -> None:
+    model = MODELS[name](*(N(value) for value in SIZES.values())).eval()
+    for key, value in SIZES.items():
+        assert type(getattr(model, key)) is int and getattr(model, key) == value, key
+    out = model(torch.randn(4, 5), EDGE_INDEX)
+    assert out.shape == (4, 3)
+
+
+@pytest.mark.parametrize("bad", [True, 8.0, 2.5, "8", None, np.bool_(True), np.float64(8.0)], ids=repr)
+@pytest.mark.parametrize("argument", SIZES)
+def test_models_refuse_bool_and_float_sizes_in_one_line(argument: str, bad: object) -> None:
+    sizes = {**SIZES, argument: bad}
+    with pytest.raises(
+        ValueError, match=rf"^{argument}\b.* must be (a positive integer|>= 1), got {re.escape(repr(bad))}"
+    ):
+        DeepGCN(*sizes.values())
+
+
+def test_graphormer_and_gat_take_numpy_sizes() -> None:
+    model = Graphormer(N(2), N(8), N(2), ffn_channels=N(16), out_channels=N(1), atom_feature_dims=[5], max_degree=N(4))
+    assert model.num_layers == 2 and type(model.hidden_channels) is int and type(model.max_degree) is int
+    gat = DeepGAT(5, N(8), 3, 2, num_heads=N(4), output_heads=N(1))
+    assert type(gat.heads) is int and gat.heads == 4
+    with pytest.raises(ValueError, match=r"^num_heads must be a positive integer, got True"):
+        DeepGAT(5, 8, 3, 2, num_heads=True)
+
+
+def test_norm_options_take_numpy_integers() -> None:
+    norm = build_norm("diffgroupnorm", 8, groups=N(3))
+    assert norm.module.groups == 3
+    contranorm = build_norm("contranorm", 8, dense_max_nodes=N(0), random_features=N(16), feature_seed=N(2))
+    assert type(contranorm.dense_max_nodes) is int and type(contranorm.random_features) is int
+    x = torch.randn(6, 8)
+    batch = torch.tensor([0, 0, 0, 1, 1, 1])
+    out = build_norm("pairnorm", 8)(x, batch=batch, batch_size=N(2))
+    assert out.shape == x.shape
+    with pytest.raises(ValueError, match=r"groups must be a positive integer, got True"):
+        build_norm("diffgroupnorm", 8, groups=True)
+    with pytest.raises(ValueError, match=r"batch_size must be .*got 2\.0"):
+        build_norm("pairnorm", 8)(x, batch=batch, batch_size=2.0)
+
+
+def test_check_count_takes_integers_and_names_the_rest() -> None:
+    assert checks.check_count(N(3), "width") == 3 and type(checks.check_count(N(3), "width")) is int
+    assert checks.check_count(np.int32(0), "seed", minimum=0) == 0
+    with pytest.raises(ValueError, match=r"^gcn: width must be a positive integer, got 16\.0 \(write 16\)$"):
+        checks.check_count(16.0, "width", "gcn")
+    with pytest.raises(ValueError, match=r"^width must be a positive integer, got True \(true/false is not a count\)$"):
+        checks.check_count(True, "width")
+    with pytest.raises(ValueError, match=r"^nodes must be an integer >= 2, got 1$"):
+        checks.check_count(1, "nodes", minimum=2)
+    assert checks.check_positive(np.float32(0.5), "eps") == 0.5
