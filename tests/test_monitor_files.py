@@ -21,6 +21,7 @@ import torch
 from torch_geometric.data import Data
 from torch_geometric.nn.models import GCN
 
+from graphnorm.files import OutputPathError
 from graphnorm.train.monitor import MONITOR_CSV, CollapseMonitor
 from graphnorm.train.monitor_csv import LOCK_NAME
 
@@ -441,9 +442,9 @@ def test_a_symlink_planted_after_opening_is_not_followed(tmp_path) -> None:
     with monitor(folder) as opened:
         (folder / MONITOR_CSV).unlink()
         (folder / MONITOR_CSV).symlink_to(target)
-        with pytest.raises(RuntimeError) as caught:
+        with pytest.raises(OutputPathError) as caught:
             opened.step(0)
-        assert one_line_naming(caught.value, folder / MONITOR_CSV)
+        assert one_line_naming(caught.value, folder / MONITOR_CSV) and "symbolic link" in str(caught.value)
     assert target.read_text() == "precious\n"
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from torch import nn
 
-from graphnorm.files import ensure_writable_dir
+from graphnorm.files import check_output_dir
 from graphnorm.train.monitor import CollapseMonitor, monitor_sample, step_scalars
 
 try:
@@ -102,7 +102,7 @@ class CollapseMonitorCallback(Callback):
         self.every_n_steps = every_n_steps
         self.model, self.layers, self.forward = model, layers, forward
         if out_dir is not None:
-            ensure_writable_dir(out_dir, "CollapseMonitorCallback out_dir")
+            check_output_dir(out_dir, "CollapseMonitorCallback out_dir")
         self.out_dir, self.overwrite = out_dir, overwrite
         self.probe_options = probe_options
         self.monitor: CollapseMonitor | None = None

@@ -36,7 +36,7 @@ import torch
 from torch import Tensor, nn
 
 from graphnorm.analysis.probe import CollapseProbe, LayerSpec
-from graphnorm.files import ensure_writable_dir
+from graphnorm.files import check_output_dir
 from graphnorm.train.collapse_steps import STEP_SINGULAR_VALUES, log_step_rows, preserved_rng, step_scalars
 from graphnorm.train.monitor_csv import StepCsv
 from graphnorm.train.record import STEP_COLUMNS
@@ -128,11 +128,13 @@ class CollapseMonitor:
             there. None: keep every written row (steps written are not probed again).
 
     Raises:
-        ValueError: ``every`` not a positive integer, a bad sample (:func:`monitor_sample`), an ``out_dir`` that
-            cannot be written, a CSV path that is a symlink, FIFO, device or folder, an existing CSV of other columns
-            or with a row it cannot read (file and line named), or a model the probe cannot watch.
-        RuntimeError: another monitor holds ``out_dir``; later, a probe whose rows cannot be written (a full disk:
-            the file keeps its whole steps and the step can be probed again) or a probe after :meth:`close`.
+        ValueError: ``every`` not a positive integer, a bad sample (:func:`monitor_sample`), an existing CSV of
+            other columns or with a row it cannot read (file and line named), or a model the probe cannot watch;
+            :class:`graphnorm.files.OutputPathError` (a ``ValueError``) for an ``out_dir`` that cannot be written or
+            a CSV path that is a symlink, FIFO, device or folder (also when one is put there later).
+        RuntimeError: another monitor holds ``out_dir`` (:class:`graphnorm.files.OutputBusyError`); later, a probe
+            whose rows cannot be written (a full disk: the file keeps its whole steps and the step can be probed
+            again), a CSV changed by something else meanwhile, or a probe after :meth:`close`.
         TypeError: a sample that is not a graph, or ``tensorboard`` neither a folder nor a writer.
     """
 
@@ -166,7 +168,7 @@ class CollapseMonitor:
         self.closed = False
         self.csv: StepCsv | None = None
         if out_dir is not None:
-            ensure_writable_dir(out_dir, "CollapseMonitor out_dir")
+            check_output_dir(out_dir, "CollapseMonitor out_dir")
             self.csv = StepCsv(Path(out_dir), MONITOR_CSV, self.columns, start_step)
         try:
             self.writer, self._own_writer = _open_writer(tensorboard, start_step)

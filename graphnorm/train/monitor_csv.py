@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from graphnorm.files import atomic_write_text
+from graphnorm.files import WRITE_RULE, OutputBusyError, OutputPathError, atomic_write_text, node_kind
 
 __all__ = ["StepCsv", "STEP_RECORD_SUFFIX", "LOCK_NAME"]
 
@@ -36,41 +36,27 @@ _FLOAT = re.compile(r"[+-]?([0-9]+\.?[0-9]*([eE][+-]?[0-9]+)?|\.[0-9]+([eE][+-]?
 _NO_FOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK  # O_NONBLOCK: opening a FIFO must not wait for a writer
 
 
-def _kind(mode: int) -> str:
-    if stat.S_ISLNK(mode):
-        return "a symbolic link"
-    if stat.S_ISDIR(mode):
-        return "a folder"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    return "a socket" if stat.S_ISSOCK(mode) else "not a regular file"
-
-
-def open_regular(path: Path, flags: int, error: type[Exception] = ValueError) -> int:
-    """A descriptor of ``path`` opened with ``flags``, never through a symlink nor onto a FIFO, device or folder:
-    ``error`` in one line naming the path and what it is otherwise (``OSError`` for other failures)."""
+def open_regular(path: Path, flags: int) -> int:
+    """A descriptor of ``path`` opened with ``flags``, never through a symlink nor onto a FIFO, device or folder
+    (:data:`graphnorm.files.WRITE_RULE`, for reading too): ``OutputPathError`` in one line naming the path and what
+    it is otherwise; ``OSError`` for other failures."""
     try:
         descriptor = os.open(path, flags | _NO_FOLLOW, 0o644)
     except OSError as e:
         if e.errno not in (errno.ELOOP, errno.EISDIR, errno.ENXIO):
             raise
-        kind = _kind(os.lstat(path).st_mode) if os.path.lexists(path) else "not a regular file"
-        raise error(_not_regular(path, kind)) from None
+        raise _not_regular(path, os.lstat(path).st_mode if os.path.lexists(path) else None) from None
     mode = os.fstat(descriptor).st_mode
     if not stat.S_ISREG(mode):
         os.close(descriptor)
-        raise error(_not_regular(path, _kind(mode)))
+        raise _not_regular(path, mode)
     os.set_blocking(descriptor, True)
     return descriptor
 
 
-def _not_regular(path: Path, kind: str) -> str:
-    return (
-        f"CollapseMonitor: {path} is {kind}, not a regular file; the monitor reads and writes only regular files "
-        "(no link followed): remove it or give another out_dir"
-    )
+def _not_regular(path: Path, mode: int | None) -> OutputPathError:
+    kind = "not a regular file" if mode is None else f"{node_kind(mode)}, not a regular file"
+    return OutputPathError(f"CollapseMonitor: {path} is {kind}; {WRITE_RULE}: remove it or give another out_dir")
 
 
 def _write_all(descriptor: int, data: bytes) -> None:
@@ -103,18 +89,24 @@ class _Lock:
         path = folder / LOCK_NAME
         try:
             descriptor = open_regular(path, os.O_RDWR | os.O_CREAT)
+        except OutputPathError:
+            raise
         except OSError as e:
-            raise ValueError(f"CollapseMonitor: cannot lock out_dir {folder}: {e.strerror or e} ({path})") from None
+            raise OutputPathError(
+                f"CollapseMonitor: cannot lock out_dir {folder}: {e.strerror or e} ({path})"
+            ) from None
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:
             os.close(descriptor)
             if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-                raise RuntimeError(
+                raise OutputBusyError(
                     f"CollapseMonitor: out_dir {folder} is in use by another CollapseMonitor (it holds {path}): two "
                     "monitors would write one table; close the other one (monitor.close()) or give another out_dir"
                 ) from None
-            raise ValueError(f"CollapseMonitor: cannot lock out_dir {folder}: {e.strerror or e} ({path})") from None
+            raise OutputPathError(
+                f"CollapseMonitor: cannot lock out_dir {folder}: {e.strerror or e} ({path})"
+            ) from None
         self.release = weakref.finalize(self, _unlock, descriptor, os.getpid())
 
 
@@ -138,9 +130,12 @@ class StepCsv:
         self._lock = _Lock(folder)
         try:
             self._open(start_step)
+        except OutputPathError:
+            self.close()
+            raise
         except OSError as e:  # unreadable, or no room to rewrite it
             self.close()
-            raise ValueError(
+            raise OutputPathError(
                 f"CollapseMonitor: cannot open {e.filename or self.path}: {e.strerror or e}; fix the folder or give "
                 "another out_dir"
             ) from None
@@ -160,10 +155,10 @@ class StepCsv:
         kept_lines = [line for block in blocks for line in lines[block[2] : block[2] + block[1]]]
         content = header + "".join(kept_lines)
         if text != content.encode("utf-8"):
-            atomic_write_text(self.path, content)
+            atomic_write_text(self.path, content, f"CollapseMonitor: {self.path}")
         record = "".join(f"{step} {count}\n" for step, count, _ in blocks)
         if recorded != record:
-            atomic_write_text(self.record, record)
+            atomic_write_text(self.record, record, f"CollapseMonitor: {self.record}")
         self.size, self.record_size = len(content.encode("utf-8")), len(record.encode("utf-8"))
         kept = [row for block in blocks for row in rows[block[2] : block[2] + block[1]]]
         self.kept = self._frame(kept)
@@ -276,7 +271,7 @@ class StepCsv:
         descriptors: list[tuple[int, int, bytes]] = []  # (descriptor, size to roll back to, what to add)
         try:
             for path, size, data in ((self.path, self.size, block), (self.record, self.record_size, line)):
-                descriptor = open_regular(path, os.O_WRONLY | os.O_APPEND, RuntimeError)
+                descriptor = open_regular(path, os.O_WRONLY | os.O_APPEND)
                 descriptors.append((descriptor, size, data))
                 found = os.fstat(descriptor).st_size
                 if found != size:  # nothing written yet: nothing to roll back
@@ -296,6 +291,8 @@ class StepCsv:
                     except OSError:
                         pass  # the next opening drops what is not recorded
                 raise
+        except OutputPathError:
+            raise  # a link, FIFO or device put in its place: refused, nothing written
         except OSError as e:
             raise RuntimeError(
                 f"CollapseMonitor: cannot write step {step} to {e.filename or self.path}: {e.strerror or e}; the file "
