@@ -6,16 +6,21 @@ Each case edits one cached input of a model that has already run on it, then com
 model of the same weights run on a copy of the edited input. The models with a cache of their inputs are DeepGCN with
 ``propagation="sparse"`` (node level, graph level with a batch vector, with a virtual node). DeepGCN's default
 propagation, DeepGAT, GCNII, GIN, Graphormer and the norms recompute what they derive from the graph on every call
-(:func:`test_the_other_models_and_the_norms_keep_no_graph_between_calls` checks that on the same edits).
+(:func:`test_the_other_models_and_the_norms_keep_no_graph_between_calls` checks that on the same edits); the
+collapse probe keeps a graph's edge structure between passes, checked against a copy of the edges
+(:func:`test_the_probe_measures_an_edited_graph_afresh`).
 """
 
 from __future__ import annotations
 
 import copy
 
+import numpy as np
 import pytest
 import torch
+from torch_geometric.data import Data
 
+from graphnorm.analysis import CollapseProbe
 from graphnorm.models import GCNII, GIN, DeepGAT, DeepGCN
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -116,3 +121,21 @@ def test_the_other_models_and_the_norms_keep_no_graph_between_calls(name: str, r
     expected = copy.deepcopy(model)(x, edge_index.clone())
     assert not torch.allclose(before, expected, atol=1e-3)
     torch.testing.assert_close(model(x, edge_index), expected, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("route", ROUTES)
+def test_the_probe_measures_an_edited_graph_afresh(route: str) -> None:
+    """The collapse probe keeps the last graph's edge structure between passes (compared by value with its copy):
+    edge metrics after an edit are those of a new probe."""
+    torch.manual_seed(0)
+    model = DeepGCN(4, 8, 3, 3, norm="pairnorm", dropout=0.0).eval()
+    x, edge_index, _ = graph(numpy_backed=route == "numpy")
+    probe = CollapseProbe(model)
+    before = probe.probe(Data(x=x, edge_index=edge_index))
+    edit(edge_index, route, (1, 0), 2)
+    after = probe.probe(Data(x=x, edge_index=edge_index))
+    expected = CollapseProbe(model).probe(Data(x=x, edge_index=edge_index.clone()))
+    edge_metrics = expected["metric"].str.contains("dirichlet|neighbors")
+    assert edge_metrics.any()
+    assert not np.allclose(before["value"][edge_metrics], expected["value"][edge_metrics], equal_nan=True)
+    np.testing.assert_allclose(after["value"], expected["value"], rtol=1e-4, atol=1e-6)
