@@ -4,10 +4,11 @@ the CLI; what each key does is said beside its field.
 A sweep expands a YAML grid into many ``RunConfig``s; each is executed by ``graphnorm.train.run``. Unknown keys and
 impossible values are errors *before* anything runs: :meth:`RunConfig.validate` raises a one-line ``ValueError``
 naming the key, for types (:func:`check_types`), choices and ranges, the rules between keys, the model's and the
-dataset's own rules (from their registrations) and norms a model cannot run (:func:`unsupported_norm_reason`). A
-run's id (:func:`config_run_id`) hashes its config but not where files live (:data:`NOT_HASHED`), so setting
-``data_root``, ``checkpoint_dir`` or ``tensorboard_dir`` never re-runs a finished sweep. Key-value overrides
-(``epochs=5``, ``base.seed=[0,1]``): :func:`apply_overrides`.
+dataset's own rules (from their registrations), norms a model cannot run (:func:`unsupported_norm_reason`) and a
+model whose training outgrows this machine's memory (:func:`check_model_fits`); values are quoted cut short
+(:func:`shown`), never expanded in full. A run's id (:func:`config_run_id`) hashes its config but not where files
+live (:data:`NOT_HASHED`), so setting ``data_root``, ``checkpoint_dir`` or ``tensorboard_dir`` never re-runs a
+finished sweep. Key-value overrides (``epochs=5``, ``base.seed=[0,1]``): :func:`apply_overrides`.
 """
 
 from __future__ import annotations
