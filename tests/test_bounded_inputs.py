@@ -370,6 +370,7 @@ def endless_file_case(name: str) -> None:
     load_yaml_file(name)
 
 
+@pytest.mark.slow
 def test_error_messages_quote_a_huge_value_cut_short_without_expanding_it() -> None:
     outcomes = run_cases("value_case", list(VALUE_CASES), limit=2048 * MiB, preload=TORCH_MODULES)
     assert_all_refused(outcomes)
