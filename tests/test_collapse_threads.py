@@ -1,5 +1,6 @@
-"""``collapse.single_thread``: torch and NumPy's BLAS on one thread inside, the settings restored after, nested blocks
-free, threads that use it at once each limited until they leave, and the thread count changes no number."""
+"""``graphnorm.threads.single_thread``: torch and NumPy's BLAS on one thread inside, the settings restored after,
+nested blocks free, threads that use it at once each limited until they leave, and the thread count changes no
+number."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import pytest
 import torch
 from threadpoolctl import threadpool_info, threadpool_limits
 
-from graphnorm.analysis.collapse import collapse_records, single_thread
+from graphnorm.analysis.collapse import collapse_records
+from graphnorm.threads import single_thread
 
 
 def _blas_threads() -> list[int]:

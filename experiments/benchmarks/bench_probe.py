@@ -36,9 +36,9 @@ from experiments.benchmarks import _common
 from experiments.benchmarks import run_all as common
 from experiments.benchmarks.bench_gcn import load_cora, synthetic_graph
 from graphnorm.analysis import CollapseProbe, collapse
-from graphnorm.analysis.collapse import single_thread
 from graphnorm.analysis.cone import ROBUST_CONE_LEVEL, stacked_cones
 from graphnorm.models.gcn import DeepGCN
+from graphnorm.threads import single_thread
 
 HIDDEN = 64
 NORM = "pairnorm"  # the model the targets are stated for (issue 37: a 64-layer PairNorm DeepGCN on Cora)
@@ -49,8 +49,9 @@ ROWS_WIDTH = 64  # --rows: columns of the random rows
 
 def _model_and_forwards(data: Data, num_layers: int) -> tuple[DeepGCN, Callable[[], None], Callable[[], None]]:
     """The benchmark's PairNorm DeepGCN (seed 0) in eval mode, and its eval/no-grad forward pass with this process's
-    torch threads and on one thread (the probe's own forward runs on one thread: collapse.single_thread). The model
-    is put in eval mode once: a probe restores the mode it found, so neither forward walks the modules to set it."""
+    torch threads and on one thread (the probe's own forward runs on one thread: graphnorm.threads.single_thread).
+    The model is put in eval mode once: a probe restores the mode it found, so neither forward walks the modules to
+    set it."""
     torch.manual_seed(0)
     model = DeepGCN(data.num_features, HIDDEN, int(data.y.max()) + 1, num_layers, norm=NORM, dropout=0.5).eval()
 

@@ -44,9 +44,9 @@ from torch_geometric.data import Data
 from experiments.benchmarks import _common
 from experiments.benchmarks import run_all as common
 from experiments.benchmarks.bench_gcn import load_cora, synthetic_graph
-from graphnorm.analysis.collapse import single_thread
 from graphnorm.models.gcn import DeepGCN
 from graphnorm.sweep.cpu_budget import usable_cores
+from graphnorm.threads import single_thread
 
 HIDDEN = 64
 TRAIN_EPOCHS = 30  # vanilla 64-layer model trained this long before counting subnormals (30: ~4.5% of gradients)

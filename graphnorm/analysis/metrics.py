@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 import scipy.linalg.cython_blas  # noqa: F401 - the compiled kernels' BLAS and LAPACK (SciPy's), loaded before any
-import scipy.linalg.cython_lapack  # noqa: F401 - thread limit is set (graphnorm.analysis.collapse.single_thread)
+import scipy.linalg.cython_lapack  # noqa: F401 - thread limit is set (graphnorm.threads.single_thread)
 import torch
 from torch import Tensor
 

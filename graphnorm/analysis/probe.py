@@ -24,12 +24,12 @@ from graphnorm.analysis.collapse import (
     LayerStream,
     collapse_records_layers,
     same_values,
-    single_thread,
 )
 from graphnorm.checks import check_choice
 from graphnorm.models.registry import forward_adapter
 from graphnorm.norms import available_norms, norm_class
 from graphnorm.norms.hosts import outermost_modules
+from graphnorm.threads import single_thread
 
 __all__ = [
     "CollapseProbe",
