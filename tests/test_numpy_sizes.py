@@ -82,3 +82,20 @@ def test_check_count_takes_integers_and_names_the_rest() -> None:
     with pytest.raises(ValueError, match=r"^nodes must be an integer >= 2, got 1$"):
         checks.check_count(1, "nodes", minimum=2)
     assert checks.check_positive(np.float32(0.5), "eps") == 0.5
+
+
+def test_csbm_and_the_monitor_take_numpy_integer_counts(tmp_path) -> None:
+    from graphnorm.data.csbm import csbm_graph
+    from graphnorm.train.monitor import CollapseMonitor
+
+    graph = csbm_graph(num_nodes=N(60), num_classes=N(2), num_features=N(4), seed=N(1))
+    assert graph.num_nodes == 60 and graph.x.shape == (60, 4)
+    with pytest.raises(ValueError, match=re.escape("csbm: num_nodes must be an integer >= 2, got 60.0 (write 60)")):
+        csbm_graph(num_nodes=60.0)
+    with pytest.raises(ValueError, match="true/false is not a count"):
+        csbm_graph(num_features=True)
+    monitor = CollapseMonitor(DeepGCN(4, 8, 2, 2), graph, out_dir=tmp_path / "m", every=N(5))
+    assert type(monitor.every) is int and monitor.every == 5
+    monitor.close()
+    with pytest.raises(ValueError, match="every must be a positive integer"):
+        CollapseMonitor(DeepGCN(4, 8, 2, 2), graph, every=2.0)

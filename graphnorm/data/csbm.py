@@ -41,6 +41,7 @@ realised edge homophily, the degree mean and standard deviation, the edge count,
 from __future__ import annotations
 
 import math
+import operator
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,7 @@ import numpy as np
 import torch
 from torch_geometric.data import Data
 
+from graphnorm.checks import check_count
 from graphnorm.data.registry import DatasetSpec, register_dataset
 from graphnorm.data.task import GraphTask
 from graphnorm.memory import check_fits
@@ -70,16 +72,11 @@ def check_csbm_options(
     """``ValueError`` naming the first option out of range: sizes, a homophily outside [0, 1], a degree that no
     block model of this size reaches (an edge probability above 1), a negative SNR, fewer features than classes, or a
     split that leaves a class without a training, validation or test node."""
-    for name, value, least in (("num_nodes", num_nodes, 2), ("num_classes", num_classes, 2)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise ValueError(f"csbm: {name} must be an integer >= {least}, got {value!r}")
-    if isinstance(num_features, bool) or not isinstance(num_features, int) or num_features < num_classes:
-        raise ValueError(
-            f"csbm: num_features must be an integer >= num_classes = {num_classes} (one mean direction per class), "
-            f"got {num_features!r}"
-        )
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"csbm: seed must be a non-negative integer, got {seed!r}")
+    num_nodes = check_count(num_nodes, "num_nodes", "csbm", 2)
+    num_classes = check_count(num_classes, "num_classes", "csbm", 2)
+    needed = f"an integer >= num_classes = {num_classes} (one mean direction per class)"
+    check_count(num_features, "num_features", "csbm", num_classes, needed)
+    check_count(seed, "seed", "csbm", 0, "a non-negative integer")
     if num_nodes < 3 * num_classes:
         raise ValueError(f"csbm: num_nodes = {num_nodes} is too small for {num_classes} classes of >= 3 nodes")
     _check_number("homophily", homophily, 0.0, 1.0)
@@ -267,6 +264,11 @@ def csbm_graph(
         **options, feature_snr=feature_snr, num_features=num_features, seed=seed,
         train_fraction=train_fraction, val_fraction=val_fraction,
     )  # fmt: skip
+    # NumPy integers passed the checks: Python ints from here on
+    num_nodes, num_classes, num_features, seed = (
+        operator.index(v) for v in (num_nodes, num_classes, num_features, seed)
+    )
+    options = dict(num_nodes=num_nodes, num_classes=num_classes, average_degree=average_degree, homophily=homophily)
     check_fits(
         graph_bytes(num_nodes, num_classes, average_degree, num_features),
         f"csbm: a graph of num_nodes={num_nodes} with num_features={num_features}, average_degree={average_degree} "

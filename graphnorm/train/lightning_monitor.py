@@ -20,6 +20,7 @@ from typing import Any
 
 from torch import nn
 
+from graphnorm.checks import check_count
 from graphnorm.files import check_output_dir
 from graphnorm.train.monitor import CollapseMonitor, monitor_sample, step_scalars
 
@@ -92,10 +93,7 @@ class CollapseMonitorCallback(Callback):
         overwrite: bool = False,
         **probe_options: Any,
     ) -> None:
-        if isinstance(every_n_steps, bool) or not isinstance(every_n_steps, int) or every_n_steps <= 0:
-            raise ValueError(
-                f"CollapseMonitorCallback: every_n_steps must be a positive integer, got {every_n_steps!r}"
-            )
+        every_n_steps = check_count(every_n_steps, "every_n_steps", "CollapseMonitorCallback")
         if not isinstance(overwrite, bool):
             raise TypeError(f"CollapseMonitorCallback: overwrite must be True or False, got {overwrite!r}")
         self.sample = monitor_sample(sample)  # checked now, not after the model is built and the data loaded

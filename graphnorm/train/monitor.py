@@ -36,6 +36,7 @@ import torch
 from torch import Tensor, nn
 
 from graphnorm.analysis.probe import CollapseProbe, LayerSpec
+from graphnorm.checks import check_count
 from graphnorm.files import check_output_dir
 from graphnorm.train.collapse_steps import STEP_SINGULAR_VALUES, log_step_rows, preserved_rng, step_scalars
 from graphnorm.train.monitor_csv import StepCsv
@@ -153,8 +154,7 @@ class CollapseMonitor:
         split: str | None = None,
         start_step: int | None = None,
     ) -> None:
-        if isinstance(every, bool) or not isinstance(every, int) or every <= 0:
-            raise ValueError(f"CollapseMonitor: every must be a positive integer (probe every N steps), got {every!r}")
+        every = check_count(every, "every", "CollapseMonitor", needed="a positive integer (probe every N steps)")
         if start_step is not None:
             _check_step(start_step, "start_step")
         self.sample = monitor_sample(sample)
