@@ -16,8 +16,9 @@ import pytest
 import torch
 from torch import Tensor
 
-from graphnorm.analysis import collapse
-from graphnorm.analysis.collapse import LayerStream, collapse_records, collapse_records_layers
+from graphnorm.analysis.collapse import LayerStream, collapse_records, collapse_records_layers, staging
+from graphnorm.analysis.collapse.measure import _measure_chunk, _measure_one_graph
+from graphnorm.analysis.collapse.rows import _row_structure
 
 NUM_ROWS = 120
 
@@ -77,7 +78,7 @@ def test_stacked_layers_equal_each_layer_alone(context_name, chunk_layers, monke
     xs = _layers(generator)
     expected = [collapse_records(x, num_singular_values=5, **context) for x in xs]
     # _CHUNK_BYTES sets how many layers are stacked together: one, a few, or all of them.
-    monkeypatch.setattr(collapse, "_CHUNK_BYTES", chunk_layers * _layer_bytes(8, 800))
+    monkeypatch.setattr(staging, "_CHUNK_BYTES", chunk_layers * _layer_bytes(8, 800))
     got = collapse_records_layers(xs, num_singular_values=5, **context)
     assert len(got) == len(xs)
     for layer_got, layer_expected in zip(got, expected):
@@ -112,7 +113,7 @@ def test_layer_stream_chunks_equal_each_layer_alone(chunk_layers, background, mo
     was measured (on the second thread too); an invalid layer leaves the earlier one of its index in place."""
     generator = torch.Generator().manual_seed(3)
     edge_index = _edges(generator, True)
-    monkeypatch.setattr(collapse, "_CHUNK_BYTES", chunk_layers * _layer_bytes(8, 800))
+    monkeypatch.setattr(staging, "_CHUNK_BYTES", chunk_layers * _layer_bytes(8, 800))
     xs = _layers(generator) + [torch.randn(NUM_ROWS, 3, generator=generator)]
     expected = len(xs) if background else None  # the last layers measured one at a time
     stream = LayerStream(edge_index, num_singular_values=4, background=background, expected_layers=expected)
@@ -137,7 +138,7 @@ def test_background_stream_reports_an_invalid_layer_when_read(monkeypatch):
     """With ``background`` a layer is staged as it is and checked when its chunk is measured: the same error, from
     the add() that measures it here or from records() (which then stops the second thread; close() does otherwise)."""
     generator = torch.Generator().manual_seed(4)
-    monkeypatch.setattr(collapse, "_CHUNK_BYTES", 2 * _layer_bytes(8, 800))
+    monkeypatch.setattr(staging, "_CHUNK_BYTES", 2 * _layer_bytes(8, 800))
     xs = _layers(generator)
     xs[3] = xs[3].clone()
     xs[3][7, 1] = math.nan
@@ -152,11 +153,11 @@ def test_background_stream_reports_an_invalid_layer_when_read(monkeypatch):
 
 def test_chunk_memory_is_bounded():
     """A chunk holds at least one layer and otherwise stays within _CHUNK_BYTES."""
-    assert collapse._chunk_capacity(2708, 5278, 64) == 7  # Cora, hidden 64: 7 layers, 62 MB
-    assert collapse._chunk_capacity(20_000, 80_000, 64) == 1
+    assert staging._chunk_capacity(2708, 5278, 64) == 7  # Cora, hidden 64: 7 layers, 62 MB
+    assert staging._chunk_capacity(20_000, 80_000, 64) == 1
     for rows, edges, width in [(10, 0, 2), (2708, 5278, 64), (50_000, 10**6, 256)]:
-        capacity = collapse._chunk_capacity(rows, edges, width)
-        assert capacity == 1 or capacity * _layer_bytes(width, edges, rows) <= collapse._CHUNK_BYTES
+        capacity = staging._chunk_capacity(rows, edges, width)
+        assert capacity == 1 or capacity * _layer_bytes(width, edges, rows) <= staging._CHUNK_BYTES
 
 
 def test_staged_float32_layers_give_the_numbers_of_their_float64_copies():
@@ -167,15 +168,15 @@ def test_staged_float32_layers_give_the_numbers_of_their_float64_copies():
     generator = torch.Generator().manual_seed(3)
     layers = [x.float() for x in _layers(generator, width=8, count=3)]
     layers[1] = torch.zeros(NUM_ROWS, 8)
-    rows = collapse._build_rows(NUM_ROWS, _edges(generator, undirected=True), None, None)
-    staged = collapse._StackBuffers(3, NUM_ROWS, 8)
-    loaded = collapse._StackBuffers(3, NUM_ROWS, 8)
+    rows = _row_structure(NUM_ROWS, _edges(generator, undirected=True), None, None)
+    staged = staging._StackBuffers(3, NUM_ROWS, 8)
+    loaded = staging._StackBuffers(3, NUM_ROWS, 8)
     for slot, x in enumerate(layers):
         staged.stage(slot, x)
         loaded.load(slot, x, None)
     assert loaded.stack(3).rows_as_given is None  # the loaded chunk's edge metrics read its float64 rows
-    from_staging = collapse._measure_chunk(staged, 3, rows, 1e-3)
-    from_float64 = collapse._one_graph_parts(loaded.stack(3), rows, 1e-3)
+    from_staging = _measure_chunk(staged, 3, rows, 1e-3)
+    from_float64 = _measure_one_graph(loaded.stack(3), rows, 1e-3)
     assert not any(staged.staged) and staged.in_staging == [True, False, True]  # the zero layer was loaded again
     for (summary, edges), (reference, reference_edges) in zip(from_staging, from_float64):
         assert torch.equal(summary.sigma, reference.sigma) and torch.equal(summary.units_sum, reference.units_sum)

@@ -15,7 +15,6 @@ from torch_geometric.nn.models import GCN
 
 from graphnorm.analysis import (
     CollapseProbe,
-    collapse,
     collapse_metrics,
     collapse_records,
     collapse_records_layers,
@@ -30,6 +29,7 @@ from graphnorm.analysis import (
     stable_rank,
 )
 from graphnorm.analysis.collapse import LayerStream
+from graphnorm.analysis.collapse.stream import _QUEUED_CHUNKS, _ROWS_KEY
 from graphnorm.analysis.probe import TABLE_COLUMNS
 from graphnorm.models import DeepGCN
 
@@ -221,7 +221,7 @@ def test_background_probe_gives_the_same_records_and_follows_the_thread_count(pr
     torch.manual_seed(0)
     data = _random_graph(300, num_edges=900)
     model = DeepGCN(8, 16, 3, num_layers=24, norm="pairnorm")
-    monkeypatch.setattr("graphnorm.analysis.collapse._CHUNK_BYTES", 2 * 8 * 7 * 300 * 16)  # chunks of 2 layers
+    monkeypatch.setattr("graphnorm.analysis.collapse.staging._CHUNK_BYTES", 2 * 8 * 7 * 300 * 16)  # chunks of 2 layers
     for dtype in (torch.float32, torch.float64):
         model, data.x = model.to(dtype), data.x.to(dtype)
         here = CollapseProbe(model, background=False, precision=precision).probe_records(data)
@@ -268,7 +268,7 @@ def test_probe_reuses_its_row_buffers_between_calls(background: bool):
     first = probe.probe_records(data)
 
     def buffer_ids() -> dict[tuple, set[int]]:
-        return {key: {id(b) for b in values} for key, values in probe._pool.items() if key != collapse._ROWS_KEY}
+        return {key: {id(b) for b in values} for key, values in probe._pool.items() if key != _ROWS_KEY}
 
     pooled = buffer_ids()
     assert pooled and all(pooled.values())
@@ -278,7 +278,7 @@ def test_probe_reuses_its_row_buffers_between_calls(background: bool):
         assert now.keys() == pooled.keys()
         for key, ids in pooled.items():
             assert ids <= now[key] if background else ids == now[key]
-            assert len(now[key]) <= 1 + collapse._QUEUED_CHUNKS
+            assert len(now[key]) <= 1 + _QUEUED_CHUNKS
         pooled = now
 
 
@@ -290,12 +290,12 @@ def test_probe_keeps_the_edge_structure_of_the_same_graph_between_calls():
     model = DeepGCN(8, 16, 3, num_layers=6, norm="pairnorm")
     probe = CollapseProbe(model, background=True)
     first = probe.probe_records(data)
-    rows = probe._pool[collapse._ROWS_KEY][1]
+    rows = probe._pool[_ROWS_KEY][1]
     assert probe.probe_records(data) == first
-    assert probe._pool[collapse._ROWS_KEY][1] is rows
+    assert probe._pool[_ROWS_KEY][1] is rows
     data.edge_index[1] = data.edge_index[1].roll(1)  # other edges, same tensor
     changed = probe.probe_records(data)
-    assert probe._pool[collapse._ROWS_KEY][1] is not rows
+    assert probe._pool[_ROWS_KEY][1] is not rows
     assert changed == CollapseProbe(model, background=True).probe_records(data)
     assert changed != first
 

@@ -202,18 +202,19 @@ def test_cone_of_a_subset_by_index_equals_the_copied_subset():
 
 
 def test_warm_kernels_compiles_every_kernel_the_probe_runs():
-    from graphnorm.analysis import collapse, cone
+    from graphnorm.analysis import cone
+    from graphnorm.analysis.collapse import kernels, measure
 
     warm_kernels()
     # The kernels the probe calls from Python (the others are compiled into them).
     for kernel in (
-        collapse._edge_metrics_kernel,
-        collapse._measure_layers,
+        kernels._stacked_edge_metrics,
+        measure._measure_layers,
         cone.stacked_cones,
         cone.exact_and_robust_cones,
     ):
         assert kernel.signatures, kernel
-    assert {str(sig[0].dtype) for sig in collapse._edge_metrics_kernel.signatures} >= {"float32", "float64"}
+    assert {str(sig[0].dtype) for sig in kernels._stacked_edge_metrics.signatures} >= {"float32", "float64"}
     # And afterwards a probe of either precision gives records (nothing left to compile is not observable here).
     for precision in PRECISIONS:
         assert collapse_records(torch.rand(40, 3) + 0.1, torch.randint(0, 40, (2, 80)), precision=precision)

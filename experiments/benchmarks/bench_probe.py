@@ -36,6 +36,10 @@ from experiments.benchmarks import _common
 from experiments.benchmarks import run_all as common
 from experiments.benchmarks.bench_gcn import load_cora, synthetic_graph
 from graphnorm.analysis import CollapseProbe, collapse
+from graphnorm.analysis.collapse.per_graph import _edge_metrics_of_stack
+from graphnorm.analysis.collapse.rows import _row_structure
+from graphnorm.analysis.collapse.sets import _grams, _ranks, _singular_values_from
+from graphnorm.analysis.collapse.staging import _StackBuffers
 from graphnorm.analysis.cone import ROBUST_CONE_LEVEL, stacked_cones
 from graphnorm.models.gcn import DeepGCN
 from graphnorm.threads import single_thread
@@ -114,8 +118,8 @@ def _part_timers(probe: CollapseProbe, data: Data) -> dict[str, Callable[[], Non
     norms, unit rows and validation, float64 Gram matrices, edge metrics (Dirichlet energies, neighbour MAD), exact
     and robust cone angles."""
     outputs = [x for x in probe.capture(data) if x.size(1) == HIDDEN]
-    rows = collapse._build_rows(outputs[0].size(0), data.edge_index, None, None)
-    buffers = collapse._StackBuffers(len(outputs), rows.num_rows, HIDDEN)
+    rows = _row_structure(outputs[0].size(0), data.edge_index, None, None)
+    buffers = _StackBuffers(len(outputs), rows.num_rows, HIDDEN)
     for slot, x in enumerate(outputs):
         buffers.load(slot, x, None)
     stack = buffers.stack(len(outputs))
@@ -129,8 +133,8 @@ def _part_timers(probe: CollapseProbe, data: Data) -> dict[str, Callable[[], Non
 
     parts = {
         "copy": copy,
-        "Gram": lambda: collapse._grams(stack.x),
-        "edges": lambda: collapse._edge_metrics_stacked(stack, rows),
+        "Gram": lambda: _grams(stack.x),
+        "edges": lambda: _edge_metrics_of_stack(stack, rows),
         "cones": cones,
     }
     return {name: _on_one_thread(fn) for name, fn in parts.items()}
@@ -291,13 +295,13 @@ def _row_families(x: torch.Tensor, edge_index: torch.Tensor) -> dict[str, Callab
     stable rank, sv_*); the exact and robust cones (with the mean cosine and all-pairs MAD from the unit-row sum);
     the edge metrics (Dirichlet energies, neighbour MAD); and the whole collapse_records call (with the edge
     structure built from edge_index)."""
-    rows = collapse._build_rows(x.size(0), edge_index, None, None)
-    buffers = collapse._StackBuffers(1, x.size(0), x.size(1))
+    rows = _row_structure(x.size(0), edge_index, None, None)
+    buffers = _StackBuffers(1, x.size(0), x.size(1))
     buffers.load(0, x, None)
     stack = buffers.stack(1)
 
     def spectrum() -> None:
-        collapse._ranks(collapse._singular_values_from(collapse._grams(stack.x), None))
+        _ranks(_singular_values_from(_grams(stack.x), None))
 
     parts = {
         "rows (copy, norms, unit rows)": lambda: buffers.load(0, x, None),
@@ -305,7 +309,7 @@ def _row_families(x: torch.Tensor, edge_index: torch.Tensor) -> dict[str, Callab
         "cones (exact, q90), mean cosine, MAD": lambda: stacked_cones(
             stack.units.numpy(), stack.norms.numpy(), ROBUST_CONE_LEVEL, 1e-3
         ),
-        "edges (Dirichlet, neighbour MAD)": lambda: collapse._edge_metrics_stacked(stack, rows),
+        "edges (Dirichlet, neighbour MAD)": lambda: _edge_metrics_of_stack(stack, rows),
         "collapse_records (all, with edge setup)": lambda: collapse.collapse_records(x, edge_index),
     }
     return {name: _on_one_thread(fn) for name, fn in parts.items()}

@@ -131,7 +131,7 @@ def singular_values(x: Tensor, center: bool = False, normalize: str | None = "ma
 
 def effective_rank_from_singular_values(sigma: Tensor) -> float:
     """exp(H(p)), p_k = sigma_k / sum(sigma), with 0 log 0 = 0; 0.0 for an all-zero spectrum.
-    Test oracle of the batched ``graphnorm.analysis.collapse._ranks`` (kept separate on purpose)."""
+    Test oracle of the batched ``graphnorm.analysis.collapse.sets._ranks`` (kept separate on purpose)."""
     total = float(sigma.sum())
     if total <= 0:
         return 0.0
@@ -157,7 +157,7 @@ def effective_rank(x: Tensor, center: bool = False) -> float:
 def stable_rank(x: Tensor) -> float:
     """Stable (numerical) rank ||X||_F^2 / ||X||_2^2 (Rudelson & Vershynin 2007; used for collapse by
     e.g. Guo et al. 2023, ContraNorm). Lies in [1, rank(X)]; zero matrix: 0.0. The probe records it as metric
-    ``stable_rank``. Test oracle of the batched ``graphnorm.analysis.collapse._ranks`` (kept separate on purpose).
+    ``stable_rank``. Test oracle of the batched ``graphnorm.analysis.collapse.sets._ranks`` (kept separate on purpose).
     """
     x64 = as_float64(x, "stable_rank", invariant=True)
     frobenius_sq = float(x64.square().sum())
@@ -168,7 +168,7 @@ def stable_rank(x: Tensor) -> float:
 
 def _unit_rows(x64: Tensor) -> tuple[Tensor, Tensor]:
     """Unit-normalized non-zero rows and the boolean mask of non-zero rows.
-    Test oracle of the batched ``graphnorm.analysis.collapse._unit_rows`` (kept separate on purpose)."""
+    Test oracle of the batched ``graphnorm.analysis.collapse.loading._unit_rows`` (kept separate on purpose)."""
     norms = x64.norm(dim=1)
     nonzero = norms > 0
     return x64[nonzero] / norms[nonzero, None], nonzero
