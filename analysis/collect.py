@@ -30,7 +30,9 @@ from typing import Any
 
 import pandas as pd
 import yaml
-from validate import LARGEST_PLAIN_TABLE, check_runs, read_csv_file, read_table_or_empty
+from validate import LARGEST_PLAIN_TABLE, check_runs, check_study_name, read_csv_file, read_table_or_empty
+
+from graphnorm.escaping import csv_safe
 
 LAYER_METRICS = ("effective_rank", "mean_cosine", "cone_angle", "cone_angle_q90")
 STEP_KEYS = ("step", "epoch", "layer")  # what places a steps.csv row besides its run
@@ -107,8 +109,9 @@ def tidy_layers(layers: pd.DataFrame, run_ids: set[str], keys: tuple[str, ...] =
 def write_table(table: pd.DataFrame, path: Path) -> None:
     """``table`` as the CSV ``path``, or as ``<path>.gz`` when its text is over
     :data:`~validate.LARGEST_PLAIN_TABLE` bytes (gzip without a timestamp: collecting again writes the same bytes);
-    the other form is removed."""
-    text = table.to_csv(index=False).encode()
+    the other form is removed. A text cell a spreadsheet would run as a formula starts with ``'``
+    (:func:`graphnorm.escaping.csv_safe`)."""
+    text = csv_safe(table).to_csv(index=False).encode()
     compressed = path.with_name(path.name + ".gz")
     if len(text) > LARGEST_PLAIN_TABLE:
         compressed.write_bytes(gzip.compress(text, mtime=0))
@@ -170,8 +173,7 @@ def collect_sweep(
     runs_path = run_dir / "runs.csv"
     if not runs_path.exists():
         raise FileNotFoundError(f"{runs_path} not found: --collect needs a sweep output folder with runs.csv")
-    if not study or "/" in study or study.startswith("."):
-        raise ValueError(f"--study must be a plain folder name, got {study!r}")
+    check_study_name(study, "--study")
     runs = read_csv_file(runs_path)
     sweep_path = run_dir / "sweep.yaml"
     sweep = yaml.safe_load(sweep_path.read_text()) if sweep_path.exists() else {}
@@ -182,7 +184,7 @@ def collect_sweep(
     check_runs(tidy, runs_path, record, runs_path)  # the study must build a true page before it is written
     out = Path(data_dir) / study
     out.mkdir(parents=True, exist_ok=True)
-    tidy.to_csv(out / "runs.csv", index=False, float_format="%.6g")
+    csv_safe(tidy).to_csv(out / "runs.csv", index=False, float_format="%.6g")
     write_table(tidy_layers(read_table_or_empty(run_dir / "layers.csv"), set(tidy["run_id"])), out / "layers.csv")
     steps = read_table_or_empty(run_dir / "steps.csv")
     if not steps.empty:

@@ -20,7 +20,8 @@ Kinds of study, each a folder or file of ``analysis/data/``:
 * ``benchmarks/ratios.csv``: speed ratios against a baseline timed in the same process, with their source.
 
 A study folder's ``notes.md`` is shown under its heading. Numbers are shown with three significant digits (whole
-numbers as written), and each table states its seed count once.
+numbers as written), and each table states its seed count once. Text from the data is shown as written, the notes
+and the questions' texts as Markdown without HTML (``validate.py`` says which is which).
 """
 
 from __future__ import annotations
@@ -40,8 +41,16 @@ matplotlib.use("Agg")  # files only
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 from questions import Structure, finding_sentence  # noqa: E402
-from validate import check_provenance, check_runs, read_csv_file, read_json_file, read_table_or_empty  # noqa: E402
+from validate import (  # noqa: E402
+    check_provenance,
+    check_runs,
+    check_study_name,
+    read_csv_file,
+    read_json_file,
+    read_table_or_empty,
+)
 
+from graphnorm.escaping import markdown_code, markdown_prose, markdown_text  # noqa: E402
 from graphnorm.files import atomic_write_text  # noqa: E402
 from graphnorm.sweep import report  # noqa: E402
 from graphnorm.sweep.tables import decimals, markdown_table, significant  # noqa: E402
@@ -83,6 +92,7 @@ def load_studies(data_dir: Path) -> list[Study]:
         if not all((folder / name).exists() for name in SWEEP_FILES):
             continue
         record_path, runs_path = folder / "provenance.json", folder / "runs.csv"
+        check_study_name(folder.name, folder)
         provenance = read_json_file(record_path)
         check_provenance(provenance, record_path)
         runs = check_runs(read_csv_file(runs_path), runs_path, provenance, record_path)
@@ -101,11 +111,12 @@ def table_folders(data_dir: Path) -> list[Path]:
 
 
 def read_notes(path: Path) -> str:
-    """A study's ``notes.md`` ('' when absent); not UTF-8 is a ``ValueError`` naming it."""
+    """A study's ``notes.md`` ('' when absent) as Markdown without HTML (:func:`graphnorm.escaping.markdown_prose`);
+    not UTF-8 is a ``ValueError`` naming it."""
     if not path.exists():
         return ""
     try:
-        return path.read_text(encoding="utf-8").strip()
+        return markdown_prose(path.read_text(encoding="utf-8")).strip()
     except (OSError, UnicodeDecodeError) as error:
         raise ValueError(f"{path} cannot be read as UTF-8 text: {' '.join(str(error).split())}") from None
 
@@ -145,11 +156,13 @@ def provenance_lines(record: dict) -> list[str]:
     """The bullet list under a study's title: command, commit, date, machine, completeness."""
     done = f"{record['runs_ok']} of {record['runs_expected']} runs finished"
     state = "complete" if record.get("complete") else "**incomplete**: the tables show the finished runs only"
+    commit = f"{markdown_code(record['commit'])} ({markdown_text(record.get('commit_note', ''))})"
     return [
-        f"- command: `{record['command']}`",
-        f"- commit: `{record['commit']}` ({record.get('commit_note', '')}); date: {record['date']}",
-        f"- machine: {record['machine']}; {done} ({state}); source folder: `{record['source']}`",
-        *([f"- note: {record['note']}"] if record.get("note") else []),
+        f"- command: {markdown_code(record['command'])}",
+        f"- commit: {commit}; date: {markdown_text(record['date'])}",
+        f"- machine: {markdown_text(record['machine'])}; {done} ({state}); source folder: "
+        f"{markdown_code(record['source'])}",
+        *([f"- note: {markdown_text(record['note'])}"] if record.get("note") else []),
         "",
     ]
 
@@ -208,7 +221,7 @@ def steps_figure(study: Study, dataset: str | None, path: Path, link_prefix: str
         "",
         f"Collapse over training steps: the probe's metrics of the weights being trained, at step 0 and every "
         f"{every[1] - every[0] if len(every) > 1 else 0} optimizer steps up to step {every[-1]} (`probe_every_steps`; "
-        f"`steps.csv`), one line per layer, one column per arm; from `{study.provenance['command']}`.",
+        f"`steps.csv`), one line per layer, one column per arm; from {markdown_code(study.provenance['command'])}.",
         "",
     ]
 
@@ -250,12 +263,13 @@ def read_recorded(path: Path) -> pd.DataFrame:
 def recorded_section(study: str, group: pd.DataFrame, path: Path) -> list[str]:
     """One hand-recorded study: its sources, the values as a table, and mean ± std over seeds where it has several."""
     first = group.iloc[0]
-    parts = [f"### {study}", "", f"{first['dataset']}, {first['model']}; {RECORDED_INTRO}", ""]
-    sources = sorted(set(group["source"].dropna()))
-    dates = ", ".join(sorted(set(group["date"].dropna())))
-    commits = ", ".join(sorted(set(group["commit"].dropna()))) or "not recorded"
-    parts += [f"- command: `{c}`" for c in sorted(set(group["command"].dropna()))]
-    parts += [f"- date: {dates}; commit: {commits}; source: {'; '.join(sources)}", ""]
+    what = f"{markdown_text(first['dataset'], line_start=True)}, {markdown_text(first['model'])}"
+    parts = [f"### {study}", "", f"{what}; {RECORDED_INTRO}", ""]
+    sources = markdown_text("; ".join(sorted(set(group["source"].dropna()))))
+    dates = markdown_text(", ".join(sorted(set(group["date"].dropna()))))
+    commits = markdown_text(", ".join(sorted(set(group["commit"].dropna()))) or "not recorded")
+    parts += [f"- command: {markdown_code(c)}" for c in sorted(set(group["command"].dropna()))]
+    parts += [f"- date: {dates}; commit: {commits}; source: {sources}", ""]
     parts += [_cell_table(group, ["variant", "norm", "seed", "epoch"], ["split", "metric"])]
     summary, usual = seed_summary(group, path)
     if not summary.empty:
@@ -293,7 +307,7 @@ def table_study_section(folder: Path) -> list[str]:
     for path in sorted(folder.glob("*.csv")):
         frame = read_csv_file(path, dtype=str, keep_default_na=False)
         table = frame.set_index(frame.columns[0]).map(format_cell)
-        parts += [f"From `{folder.name}/{path.name}`:", "", markdown_table(table)]
+        parts += [f"From {markdown_code(f'{folder.name}/{path.name}')}:", "", markdown_table(table, prose=True)]
     return parts
 
 
@@ -307,9 +321,12 @@ def collected_items(data_dir: Path, figures: Path) -> dict[str, Callable[[], lis
     items: dict[str, Callable[[], list[str]]] = {
         study.name: partial(study_section, study, figures, "figures/") for study in studies
     }
-    items.update({folder.name: partial(table_study_section, folder) for folder in table_folders(data_dir)})
+    for folder in table_folders(data_dir):
+        check_study_name(folder.name, folder)
+        items[folder.name] = partial(table_study_section, folder)
     if recorded.exists():
         for study, group in read_recorded(recorded).groupby("study", sort=False):
+            check_study_name(study, recorded)
             seed_summary(group, recorded)  # a bad seeded value fails now, not halfway through writing
             items[f"{RECORDED}/{study}"] = partial(recorded_section, study, group, recorded)
         notes = data_dir / RECORDED / "notes.md"
@@ -346,21 +363,29 @@ def summary_lines(items: dict, structure: Structure, data_dir: Path) -> list[str
         if finding.link not in items:
             raise ValueError(f"{structure.path}: finding {finding.title!r} links to {finding.link!r}, not collected")
         anchor = study_link(finding.link).split("](", 1)[1]  # "#study)"
-        parts.append(f"- **[{finding.title}]({anchor}**: {finding_sentence(data_dir, finding)}")
-    return [*parts, "", "Questions: " + " · ".join(f"[{q.title}](#{q.anchor})" for q in structure.questions), ""]
+        sentence = prose_line(finding_sentence(data_dir, finding))
+        parts.append(f"- **[{prose_line(finding.title)}]({anchor}**: {sentence}")
+    questions = " · ".join(f"[{prose_line(q.title)}](#{q.anchor})" for q in structure.questions)
+    return [*parts, "", f"Questions: {questions}", ""]
+
+
+def prose_line(text: str) -> str:
+    """A text of ``questions.yaml`` on one line, as Markdown without HTML."""
+    return markdown_prose(" ".join(text.split()))
 
 
 def grouped_sections(items: dict[str, Callable[[], list[str]]], structure: Structure) -> list[str]:
     """The studies under their questions, in the structure's order; a listed study that is not collected is named."""
     parts = []
     for question in structure.questions:
-        parts += [f"## {question.title}", ""] + ([question.text, ""] if question.text else [])
+        text = [markdown_prose(question.text), ""] if question.text else []
+        parts += [f"## {prose_line(question.title)}", "", *text]
         shown = [name for name in question.studies if name in items]
         missing = [name for name in question.studies if name not in items]
         if shown:
             parts += ["Studies: " + ", ".join(study_link(name) for name in shown), ""]
         if missing:
-            parts += [f"Not collected yet: {', '.join(f'`{name}`' for name in missing)}.", ""]
+            parts += [f"Not collected yet: {', '.join(markdown_code(name) for name in missing)}.", ""]
         for name in shown:
             parts += [*items[name](), ""]
     return parts

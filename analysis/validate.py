@@ -4,6 +4,14 @@ Every error is a ``ValueError`` of one line that names the file (and the line an
 ``build.py`` prints it as one line. A study's ``runs.csv`` must hold one row per finished run: as many rows as its
 ``provenance.json`` says finished, no run twice, and the columns the page reads (run, norm, depth, seed, the
 sweep's metric) with a finite number in every metric cell.
+
+Names are checked, free text is escaped. A study's name (its folder, or its rows of ``recorded/measurements.csv``)
+and the norm, model and dataset of every run are names: :data:`graphnorm.checks.NAME_PATTERN` (a lower-case letter,
+then a-z, 0-9 and _), as the registries require, else an error naming the cell. Every other text (provenance, table
+cells, run ids, recorded measurements) is shown as written (:func:`graphnorm.escaping.markdown_text`), and a study's
+``notes.md`` and the questions' texts are Markdown written by people: kept as Markdown (code, links, emphasis,
+maths), but raw HTML, attribute lists and links to ``javascript:``-like targets show as text
+(:func:`graphnorm.escaping.markdown_prose`), since the page is published on the documentation site.
 """
 
 from __future__ import annotations
@@ -17,9 +25,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from graphnorm.checks import NAME_PATTERN, check_name, is_name
 from graphnorm.sweep.tables import DEFAULT_METRICS
 
 REQUIRED_RUN_COLUMNS = ("run_id", "norm", "num_layers", "seed")
+NAME_COLUMNS = ("norm", "model", "dataset")  # registered names: they become headings, labels and file names
 PROVENANCE_KEYS = ("command", "commit", "date", "machine", "source", "runs_ok", "runs_expected")
 NOT_A_RUN_KEY = ("val_", "test_", "train_", "majority_", "reference_")  # metric columns: not what tells two runs apart
 RUN_RECORD_COLUMNS = {"num_eval_nodes", "best_epoch", "epochs_run", "num_params", "wall_time_s"}  # nor are these
@@ -122,14 +132,27 @@ def _numbers(runs: pd.DataFrame, column: str, path: Path, blank_ok: bool = False
     return pd.Series(numbers, index=runs.index, dtype=float)
 
 
+def check_study_name(name: str, where: Path | str) -> None:
+    """A study's name (``where``: its folder or file) fits :data:`graphnorm.checks.NAME_PATTERN`: it is the heading,
+    the anchor and the name ``questions.yaml`` lists."""
+    check_name(name, f"{where}: study name")
+
+
 def _check_identity(runs: pd.DataFrame, path: Path) -> None:
-    """Run, norm and dataset named in every row; depth a whole number >= 1 and seed a whole number (both set to
-    integers in ``runs``)."""
+    """Run, norm and dataset named in every row, norm, model and dataset names that fit the pattern; depth a whole
+    number >= 1 and seed a whole number (both set to integers in ``runs``)."""
     for column in ("run_id", "norm", "dataset"):
         if column in runs.columns:
             blank = runs[column].isna() | (runs[column].astype(str).str.strip() == "")
             if blank.any():
                 raise ValueError(f"{_cell(path, int(blank.idxmax()), column)} is blank")
+    for column in [c for c in NAME_COLUMNS if c in runs.columns]:
+        for row, value in runs[column].items():
+            if not is_name(value):
+                raise ValueError(
+                    f"{_cell(path, row, column)}: {one_line(repr(value))} is not a name (names match {NAME_PATTERN}: "
+                    "a lower-case letter, then a-z, 0-9, _)"
+                )
     for column, least in (("num_layers", 1), ("seed", None)):
         numbers = _numbers(runs, column, path)
         for row, number in numbers.items():

@@ -1,5 +1,5 @@
 """Argument checks that every layer shares: a graph's ``edge_index`` (and batch vector), a choice among names, a
-positive number.
+positive number, a count, a name to register (:func:`check_name`).
 
 One argument order everywhere, ``(value, ..., what, where)``: ``what`` names the argument, ``where`` (optional) the
 norm, model or function that checks, and prefixes the message. One error type per kind of mistake: a wrong type
@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import numbers
 import operator
+import re
 from collections.abc import Iterable
 from typing import Any, TypeVar
 
@@ -88,3 +89,23 @@ def check_count(value: Any, what: str, where: str = "", minimum: int = 1, needed
     if needed is None:
         needed = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
     raise ValueError(f"{_prefix(where)}{what} must be {needed}, got {value!r}{hint}")
+
+
+# A registered norm, model or dataset, or a collected study: a config value, a table cell, a file name, a heading.
+NAME_PATTERN = r"^[a-z][a-z0-9_]{0,63}$"
+
+
+def is_name(value: Any) -> bool:
+    """Whether ``value`` is a string that fits :data:`NAME_PATTERN`."""
+    return isinstance(value, str) and re.fullmatch(NAME_PATTERN, value) is not None
+
+
+def check_name(value: Any, what: str, where: str = "") -> str:
+    """``value`` when it is a name (:data:`NAME_PATTERN`: a lower-case letter, then lower-case letters, digits and
+    underscores, 64 characters at most), so that it shows as itself wherever it lands; else a one-line
+    ``ValueError`` naming ``what``, the value and the pattern."""
+    if not is_name(value):
+        raise ValueError(
+            f"{_prefix(where)}{what} {value!r} does not match {NAME_PATTERN} (a lower-case letter, then a-z, 0-9, _)"
+        )
+    return value

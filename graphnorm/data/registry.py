@@ -26,11 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from graphnorm.checks import check_choice
+from graphnorm.checks import check_choice, check_name
 from graphnorm.data.root import resolve_root
 from graphnorm.data.scoring import get_metric, metric_names
 from graphnorm.data.task import GraphTask, check_task
-from graphnorm.names import check_name
 
 LEVELS = ("node", "graph")
 TASK_TYPES = ("multiclass", "regression", "binary")
@@ -91,7 +90,7 @@ def register_dataset(
     identity: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator: register a loader ``loader(spec, root, **options) -> GraphTask`` under ``name``
-    (:data:`graphnorm.names.NAME_PATTERN`: a lower-case letter, then a-z, 0-9 and _).
+    (:data:`graphnorm.checks.NAME_PATTERN`: a lower-case letter, then a-z, 0-9 and _).
 
     ``level``, ``task_type``, ``metric``, ``features`` and ``num_splits`` are the :class:`DatasetSpec` fields;
     ``check_options(**options)``: optional validation of the options, run by config validation before loading;

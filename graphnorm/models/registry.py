@@ -16,8 +16,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from graphnorm.checks import check_choice
-from graphnorm.names import check_name
+from graphnorm.checks import check_choice, check_name
 
 INPUTS = ("pyg", "graphormer")
 LEVELS = ("node", "graph")
@@ -85,7 +84,7 @@ def register_model(
     last_layer: str | Mapping[str, str] | None = None,
 ) -> Callable[[Callable[..., nn.Module]], Callable[..., nn.Module]]:
     """Decorator: register a model class (or a function returning a module) under ``name``
-    (:data:`graphnorm.names.NAME_PATTERN`: a lower-case letter, then a-z, 0-9 and _)::
+    (:data:`graphnorm.checks.NAME_PATTERN`: a lower-case letter, then a-z, 0-9 and _)::
 
         @register_model("sage")
         class Sage(nn.Module):

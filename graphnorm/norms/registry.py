@@ -19,14 +19,14 @@ from collections.abc import Callable
 
 from torch import nn
 
-from graphnorm.names import check_name
+from graphnorm.checks import check_name
 from graphnorm.norms.hosts import host_aware_forward, reset_children_parameters
 
 _NORMS: dict[str, type[nn.Module]] = {}
 
 
 def register_norm(name: str) -> Callable[[type[nn.Module]], type[nn.Module]]:
-    """Class decorator: register a norm under ``name`` (:data:`graphnorm.names.NAME_PATTERN`: a lower-case letter,
+    """Class decorator: register a norm under ``name`` (:data:`graphnorm.checks.NAME_PATTERN`: a lower-case letter,
     then a-z, 0-9 and _; also set as its ``registry_name``), its ``forward`` wrapped by
     :func:`~graphnorm.norms.hosts.host_aware_forward` (a shared instance warns, and
     :func:`~graphnorm.norms.hosts.pass_edge_index` hands it the host's edges), and given a ``reset_parameters()``

@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.ticker import MaxNLocator
 
+from graphnorm.escaping import markdown_text
 from graphnorm.sweep.tables import (
     DEFAULT_METRICS,
     MAJORITY_MARGIN,
@@ -495,9 +496,10 @@ def _last_layer(table: pd.DataFrame) -> pd.DataFrame:
 def _collapse_tables(
     table: pd.DataFrame, column: str, title: str, digits: int | None = None, runs: pd.DataFrame | None = None
 ) -> list[str]:
-    """Markdown label x ``column`` tables (mean ± std over seeds) of the headline collapse metrics; ``title`` is
-    formatted with the metric's name. ``digits``: as :func:`_mean_std_table` (the seed count then in the title,
-    named after what ``runs`` repeat: seeds, or seeds x splits)."""
+    """Markdown label x ``column`` tables (mean ± std over seeds) of the headline collapse metrics; ``{metric}`` in
+    ``title`` is the metric's name (the rest of the title is shown as written: it holds dataset and model names).
+    ``digits``: as :func:`_mean_std_table` (the seed count then in the title, named after what ``runs`` repeat:
+    seeds, or seeds x splits)."""
     parts = []
     for collapse_metric in TABLE_METRICS:
         metric_rows = table[table["metric"] == collapse_metric]
@@ -506,7 +508,8 @@ def _collapse_tables(
         pivot, usual = _mean_std_table(metric_rows, ["label", column], "value", digits)
         pivot.index.name = "norm \\ " + ("depth" if column == "num_layers" else column)
         count = f" ({_over(usual, table if runs is None else runs)})" if usual else ""
-        parts += [f"## {title.format(metric=collapse_metric)}{count}", "", markdown_table(pivot)]
+        heading = title.replace("{metric}", collapse_metric) + count
+        parts += [f"## {markdown_text(heading)}", "", markdown_table(pivot)]
     return parts
 
 
@@ -579,7 +582,7 @@ def summary_markdown(
         pivot, notes, usual = _metric_table(subset, shown, digits)
         over = "seeds x splits" if "split" in subset.columns and subset["split"].nunique() > 1 else "seeds"
         over = _over(usual, subset) if usual else f"mean ± std over {over}"
-        parts += [f"## {dataset}: {shown} ({over})", "", markdown_table(pivot), *notes]
+        parts += [f"## {markdown_text(f'{dataset}: {shown} ({over})')}", "", markdown_table(pivot), *notes]
         last = _last_layer(table[table["dataset"].astype(str) == dataset])
         where = f"at the last probed layer ({last_layer_description(subset)})"
         parts += _collapse_tables(last, "num_layers", f"{dataset}: {{metric}} {where}", digits, subset)

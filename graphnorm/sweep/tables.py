@@ -16,6 +16,7 @@ import pandas as pd
 
 from graphnorm.config import RunConfig, config_run_id
 from graphnorm.data.scoring import metric_names
+from graphnorm.escaping import csv_safe, markdown_prose_cell, markdown_text
 from graphnorm.files import atomic_write_text
 from graphnorm.sweep.grid import grid_keys
 from graphnorm.train.record import STEP_COLUMNS, STEPS_KEY
@@ -29,8 +30,9 @@ LAYER_COLUMNS = ("run_id", "layer", "layer_name", "rows", "metric", "value")
 
 
 def atomic_write_csv(path: Path, frame: pd.DataFrame) -> None:
-    """``frame`` as CSV (no index) to ``path``, atomically."""
-    atomic_write_text(path, frame.to_csv(index=False))
+    """``frame`` as CSV (no index) to ``path``, atomically; a text cell a spreadsheet would run as a formula starts
+    with ``'`` (:func:`graphnorm.escaping.csv_safe`)."""
+    atomic_write_text(path, csv_safe(frame).to_csv(index=False))
 
 
 def csv_cell(value: Any) -> Any:
@@ -195,14 +197,17 @@ def decimals(value: float, digits: int = 3) -> int:
     return max(0, digits - 1 - math.floor(math.log10(rounded)))
 
 
-def markdown_table(table: pd.DataFrame) -> str:
-    """A plain GitHub-markdown rendering (no extra dependency)."""
-    index_names = [str(n) for n in table.index.names]
-    header = [*index_names, *(str(c) for c in table.columns)]
+def markdown_table(table: pd.DataFrame, prose: bool = False) -> str:
+    """A plain GitHub-markdown rendering (no extra dependency). Headers and cells are data, shown as written
+    (:func:`graphnorm.escaping.markdown_text`); ``prose``: they are Markdown written by people (a folder of tables:
+    bold, code), kept as Markdown without HTML (:func:`graphnorm.escaping.markdown_prose_cell`)."""
+    cell = markdown_prose_cell if prose else markdown_text
+    index_names = [cell(n) for n in table.index.names]
+    header = [*index_names, *(cell(c) for c in table.columns)]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for index, row in table.iterrows():
         keys = index if isinstance(index, tuple) else (index,)
-        lines.append("| " + " | ".join([*(str(k) for k in keys), *(str(v) for v in row)]) + " |")
+        lines.append("| " + " | ".join([*(cell(k) for k in keys), *(cell(v) for v in row)]) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -226,7 +231,8 @@ def write_summary(sweep: dict[str, Any], runs: pd.DataFrame, out: Path, log: Cal
     over = "seeds x splits" if "split" in grid_keys(sweep) else "seeds"
     title = f"{sweep['name']}: {metric}, mean ± std over {over} ({ok} ok, {len(runs) - ok} failed runs)"
     log(f"\n{title}\n{table.to_string()}\n{note}")
-    atomic_write_text(out / "summary.md", f"# {title}\n\n{markdown_table(table)}" + (f"\n{note}" if note else ""))
+    written = f"# {markdown_text(title)}\n\n{markdown_table(table)}" + (f"\n{markdown_text(note)}\n" if note else "")
+    atomic_write_text(out / "summary.md", written)
 
 
 MAJORITY_MARGIN = 0.01
