@@ -28,6 +28,7 @@ from graphnorm.checks import check_edge_index
 from graphnorm.compiled import kernel
 
 __all__ = [
+    "check_matrix",
     "as_float64",
     "singular_values",
     "effective_rank",
@@ -42,20 +43,26 @@ __all__ = [
 ]
 
 
+def check_matrix(x: object, name: str, where: str = "") -> None:
+    """``TypeError`` / ``ValueError`` naming ``name`` (``where`` ends the message: which layer, say) unless ``x`` is a
+    real [n, d] tensor with at least one row and one column."""
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{name}: x must be a torch.Tensor, got {type(x).__name__}{where}")
+    if x.dim() != 2:
+        raise ValueError(f"{name}: x must have shape [n, d], got shape {tuple(x.shape)}{where}")
+    if x.is_complex():
+        raise TypeError(f"{name}: x must be real, got {x.dtype}{where}")
+    if x.size(0) == 0:
+        raise ValueError(f"{name}: x has no rows (shape {tuple(x.shape)}){where}")
+    if x.size(1) == 0:
+        raise ValueError(f"{name}: x has no columns (shape {tuple(x.shape)}){where}")
+
+
 def as_float64(x: Tensor, name: str = "metric", invariant: bool = False) -> Tensor:
     """Validate ``x`` [n, d] (real, finite, not too large, at least one row and one column) and return a detached
     float64 CPU copy; ``invariant`` (for metrics that do not change when ``x`` is scaled) rescales extreme input
     instead of rejecting it (:func:`graphnorm.analysis.magnitude.rescale_for_invariant`)."""
-    if not isinstance(x, Tensor):
-        raise TypeError(f"{name}: x must be a torch.Tensor, got {type(x).__name__}")
-    if x.dim() != 2:
-        raise ValueError(f"{name}: x must have shape [n, d], got shape {tuple(x.shape)}")
-    if x.is_complex():
-        raise TypeError(f"{name}: x must be real, got {x.dtype}")
-    if x.size(0) == 0:
-        raise ValueError(f"{name}: x has no rows (shape {tuple(x.shape)})")
-    if x.size(1) == 0:
-        raise ValueError(f"{name}: x has no columns (shape {tuple(x.shape)})")
+    check_matrix(x, name)
     if x.device.type == "meta":
         raise ValueError(f"{name}: x is on the meta device (it has no values); pass a CPU or GPU tensor")
     x64 = x.detach().to(device="cpu", dtype=torch.float64)

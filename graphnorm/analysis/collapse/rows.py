@@ -10,6 +10,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from graphnorm.analysis.metrics import check_matrix
 from graphnorm.checks import check_edge_index
 
 
@@ -152,15 +153,6 @@ def _check_layer(x: Tensor, n: int | None, position: int | None) -> None:
     """``TypeError`` / ``ValueError`` naming layer ``position`` unless ``x`` is a real [n, d] tensor with rows and
     columns (``n`` rows when given)."""
     where = "" if position is None else f" (layer {position})"
-    if not isinstance(x, Tensor):
-        raise TypeError(f"collapse_metrics: x must be a torch.Tensor, got {type(x).__name__}{where}")
-    if x.dim() != 2:
-        raise ValueError(f"collapse_metrics: x must have shape [n, d], got shape {tuple(x.shape)}{where}")
-    if x.is_complex():
-        raise TypeError(f"collapse_metrics: x must be real, got {x.dtype}{where}")
-    if x.size(0) == 0:
-        raise ValueError(f"collapse_metrics: x has no rows (shape {tuple(x.shape)}){where}")
-    if x.size(1) == 0:
-        raise ValueError(f"collapse_metrics: x has no columns (shape {tuple(x.shape)}){where}")
+    check_matrix(x, "collapse_metrics", where)
     if n is not None and x.size(0) != n:
         raise ValueError(f"collapse_metrics: every layer must have the same {n} rows, got {x.size(0)}{where}")
