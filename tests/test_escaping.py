@@ -12,6 +12,7 @@ cell while numbers stay numbers.
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import random
 import subprocess
@@ -60,14 +61,21 @@ MARKDOWN_TAGS = TABLE_TAGS | {"p", "code", "pre", "div", "span", "h1", "h2", "h3
 BIDI = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
 
 
-def render(text: str) -> str:
-    """``text`` rendered as the documentation site renders it: Python-Markdown with the extensions of mkdocs.yml."""
+@functools.cache
+def site_extensions() -> tuple[list[str], dict[str, dict]]:
+    """The Markdown extensions of mkdocs.yml and their options."""
     config = yaml.safe_load((REPO / "mkdocs.yml").read_text())
     names, options = [], {}
     for entry in config["markdown_extensions"]:
         name, option = next(iter(entry.items())) if isinstance(entry, dict) else (entry, None)
         names.append(name)
         options[name] = option or {}
+    return names, options
+
+
+def render(text: str) -> str:
+    """``text`` rendered as the documentation site renders it: Python-Markdown with the extensions of mkdocs.yml."""
+    names, options = site_extensions()
     return markdown.Markdown(extensions=names, extension_configs=options).convert(text)
 
 
