@@ -1,17 +1,11 @@
 """Text from data and configs made safe where it lands: Markdown pages and tables, and CSV files users open.
 
-Names, notes, table cells, run ids, config values and error messages are data: a page shows them as written,
-never as markup, and a spreadsheet never runs them.
-
-* :func:`markdown_text`: one line of Markdown that shows a value literally (table cells, headings, list items).
-* :func:`markdown_code`: a value as an inline code span (commands, paths), whatever backticks it holds.
-* :func:`markdown_prose` (:func:`markdown_prose_cell` in a table): Markdown written by people (a study's notes, the
-  page's questions, a folder of hand-made tables) kept as Markdown, with raw HTML, attribute lists and links to
-  ``javascript:``-like URLs shown as text.
-* :func:`csv_text` / :func:`csv_safe`: a text cell a spreadsheet would run as a formula (OWASP's CSV injection rule)
-  starts with ``'``; numbers, and text that reads as a number (``-0.5``), stay as they are.
-
-Bidirectional-text overrides and other control characters are shown as ``\\uXXXX`` in Markdown.
+A name, table cell, run id, config value or error message is shown as written, never as markup, and a spreadsheet
+never runs it: :func:`markdown_text` (cells, headings, list items), :func:`markdown_code` (commands, paths) and
+:func:`csv_text` / :func:`csv_safe` (a text cell starting a formula, OWASP's CSV injection rule, starts with ``'``;
+numbers stay numbers). Markdown written by people (a study's notes, the page's questions, hand-made tables) stays
+Markdown without HTML: :func:`markdown_prose` and :func:`markdown_prose_cell`. In Markdown, bidirectional-text
+overrides and other control characters show as ``\\uXXXX``.
 """
 
 from __future__ import annotations
@@ -83,15 +77,15 @@ def markdown_code(value: Any) -> str:
 
 
 def markdown_prose(text: str) -> str:
-    """Markdown written by people, kept as Markdown (headings, lists, emphasis, code, links, maths), but never HTML.
+    """Markdown written by people (notes, question texts) kept as Markdown (headings, lists, emphasis, code, links,
+    maths), none of it made HTML.
 
-    Outside fenced code blocks and inline code spans, ``<`` that would open a tag or comment becomes ``&lt;``
-    (``<https://...>`` autolinks stay), ``{`` of an attribute list (``{: onclick=...}``) is escaped, and a link or
-    link definition whose target is neither relative nor http(s)/mailto is shown as text, and so are the maths macros
-    that make links, styles or load extensions (``\\href``, ``\\style``, ``\\require``). Where code cannot be
-    told apart as Markdown would (a fence that is not a plain ```` ``` ```` or ``~~~`` line at the start of a line
-    closed by the same, a code span over two lines), it is not trusted: the fences are shown as text, or nothing of
-    the paragraph counts as code. Control characters and bidirectional overrides show as ``\\uXXXX``.
+    Outside code, ``<`` that would open a tag or comment becomes ``&lt;`` (``<https://...>`` autolinks stay), and
+    attribute lists (``{: onclick=...}``), links whose target is neither relative nor http(s)/mailto, and the maths
+    macros that make links, styles or load extensions (``\\href``, ``\\style``, ``\\require``) are escaped. Code is
+    trusted only where Markdown surely reads it so: fences are plain lines of backticks or tildes (and a language),
+    after a blank line, closed by the same, else every fence shows as text; a paragraph with a code span over two
+    lines counts no code. Control characters and bidirectional overrides show as ``\\uXXXX``.
     """
     lines, fenced = _fences(visible_controls(str(text)).split("\n"))
     out: list[str] = []
@@ -107,7 +101,7 @@ def markdown_prose(text: str) -> str:
 
 
 def markdown_prose_cell(value: Any) -> str:
-    """``value`` as a table cell of Markdown written by people (``**1.5**``, ```` `flag=True` ````): one line of
+    """``value`` as a table cell of Markdown written by people (bold, inline code): one line of
     :func:`markdown_prose`, with ``|``, ``$`` and the backslash of ``\\(`` and ``\\[`` escaped outside code spans
     (a cell is no place for maths)."""
     text = markdown_prose(" ".join(str(value).split()))
