@@ -207,7 +207,6 @@ def _measure_chunk(buffers: _StackBuffers, count: int, rows: _RowStructure, cone
         largest, squared_sum, finite = measured.widened[slot].tolist()
         if finite and _ordinary_largest(largest):
             check_not_too_large(squared_sum, buffers.x.size(1), "collapse_metrics")
-            buffers.shifts[slot] = 0
         else:
             buffers.load(slot, buffers.staging[slot], None)
             again[slot] = True

@@ -81,6 +81,7 @@ class _StackBuffers:
         if self.staging is None:
             self.staging = torch.empty(self.x.shape, dtype=x.dtype)
         self.staging[slot].copy_(x)
+        self.shifts[slot] = 0  # as it came: a shift left by the slot's last layer would scale this one's energy
         self.staged[slot] = True
         self.in_staging[slot] = True
 
