@@ -179,20 +179,20 @@ def check_output_dir(
     inside the one the user named. :class:`OutputPathError` in one line naming ``what`` otherwise. Without
     ``create``, a missing folder is fine and nothing is made."""
     folder = Path(folder).expanduser()
-    named = _named(folder, what)
+    named = what or "the folder"  # every message names the folder after it
     info = _lstat(folder)
     link = info is not None and stat.S_ISLNK(info.st_mode)
     if link:
         if not links:
             raise OutputPathError(
-                f"{named} cannot be written: it is a symbolic link (to {os.readlink(folder)}); graphnorm makes this "
-                "folder itself and writes only inside the folder you named: remove the link"
+                f"{named} cannot be written: {folder} is a symbolic link (to {os.readlink(folder)}); graphnorm makes "
+                "this folder itself and writes only inside the folder you named: remove the link"
             )
         try:
             info = os.stat(folder)
         except OSError:
             raise OutputPathError(
-                f"{named} cannot be written: it is a symbolic link to {os.readlink(folder)}, which is no folder"
+                f"{named} cannot be written: {folder} is a symbolic link to {os.readlink(folder)}, which is no folder"
             ) from None
     if info is not None and not stat.S_ISDIR(info.st_mode):
         kind = f"a symbolic link to {node_kind(info.st_mode)}" if link else node_kind(info.st_mode)

@@ -9,10 +9,14 @@ and :func:`load_results` reports such a file by name and leaves its run to be ex
 from __future__ import annotations
 
 import json
+import os
+import stat
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from graphnorm.files import node_kind
 
 STATUSES = ("ok", "failed")
 REQUIRED = ("run_id", "status", "config", "record")
@@ -73,8 +77,12 @@ def result_problem(result: Any, run_id: str) -> str | None:
 
 
 def read_result(path: Path) -> tuple[dict[str, Any] | None, str | None]:
-    """``(result, None)`` for a valid results file, ``(None, what is wrong)`` otherwise."""
+    """``(result, None)`` for a valid results file, ``(None, what is wrong)`` otherwise. Only a regular file is
+    read (a FIFO would block the reader)."""
     try:
+        mode = os.stat(path).st_mode
+        if not stat.S_ISREG(mode):
+            return None, f"it is {node_kind(mode)}, not a regular file"
         result = json.loads(Path(path).read_text())
     except OSError as e:
         return None, f"cannot be read ({e.strerror or e})"

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import fcntl
 import importlib
 import json
 import multiprocessing
@@ -32,7 +31,15 @@ import yaml
 from tqdm import tqdm
 
 from graphnorm.config import RunConfig, config_run_id
-from graphnorm.files import atomic_write_text, ensure_writable_dir, remove_leftover_temporary_files
+from graphnorm.files import (
+    atomic_write_text,
+    check_output_dir,
+    check_output_path,
+    ensure_writable_dir,
+    hold_lock,
+    open_for_append,
+    remove_leftover_temporary_files,
+)
 from graphnorm.sweep.cpu_budget import CpuPlan, env_threads, passive_openmp_wait, plan_cpus
 from graphnorm.sweep.grid import expand_grid, grid_keys
 from graphnorm.sweep.processes import init_worker, signals_interrupt, stop_workers
@@ -55,6 +62,8 @@ RunFn = Callable[[RunConfig], dict[str, Any]]
 
 EXECUTORS = ("local", "serial", "submitit-local", "slurm")
 CSV_REFRESH_S = 2.0  # regenerate the CSVs at most this often while runs finish (always at the end)
+# What a sweep writes at the top of its folder, besides results/, logs/ and report/ (and its lock, .sweep.lock).
+SWEEP_FILES = ("sweep.yaml", "runs.csv", "layers.csv", "epochs.csv", "steps.csv", "summary.md")
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -81,7 +90,7 @@ def execute_run(run_fn: RunFn, config_values: dict[str, Any], out_dir: str, thre
     config = RunConfig.from_dict(config_values)
     run_id = config_run_id(config)
     out = Path(out_dir)
-    (out / "logs").mkdir(parents=True, exist_ok=True)
+    logs = check_output_dir(out / "logs", "the sweep's logs folder", links=False)
     result: dict[str, Any] = {"run_id": run_id, "config": config.to_dict(), "host": socket.gethostname()}
     result["pid"] = os.getpid()
     start = time.perf_counter()
@@ -90,7 +99,7 @@ def execute_run(run_fn: RunFn, config_values: dict[str, Any], out_dir: str, thre
     # terminal, so the run draws no epoch bar. Appended: a run executed again (after an interrupt, or
     # --retry-failed) keeps the log of its earlier attempts.
     with (
-        open(out / "logs" / f"{run_id}.log", "a", buffering=1) as log,
+        open_for_append(logs / f"{run_id}.log", "the run's log", buffering=1) as log,
         contextlib.redirect_stdout(log),
         contextlib.redirect_stderr(log),
     ):
@@ -124,9 +133,8 @@ def execute_run(run_fn: RunFn, config_values: dict[str, Any], out_dir: str, thre
 
 def write_result(out_dir: Path, result: dict[str, Any]) -> None:
     """``result`` to ``<out_dir>/results/<run_id>.json``, atomically (:mod:`graphnorm.sweep.results` reads it)."""
-    results = Path(out_dir) / "results"
-    results.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(results / f"{result['run_id']}.json", json.dumps(result, indent=1))
+    results = check_output_dir(Path(out_dir) / "results", "the sweep's results folder", links=False)
+    atomic_write_text(results / f"{result['run_id']}.json", json.dumps(result, indent=1), "the run's result")
 
 
 def failed_result(config: RunConfig, error: str) -> dict[str, Any]:
@@ -208,13 +216,11 @@ def status_table(sweep: dict[str, Any], configs: list[RunConfig], out_dir: Path)
 
 @contextlib.contextmanager
 def _sweep_lock(out_dir: Path) -> Iterator[None]:
-    """Hold ``<out_dir>/.sweep.lock`` while inside; ``RuntimeError`` when another sweep holds it (two sweeps writing
-    one directory would run the same grid points twice)."""
-    with open(out_dir / ".sweep.lock", "w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise RuntimeError(f"another sweep is running in {out_dir}; wait for it or use another --out") from None
+    """Hold ``<out_dir>/.sweep.lock`` while inside (:func:`graphnorm.files.hold_lock`: a regular file, never
+    truncated, never through a link); ``RuntimeError`` when another sweep holds it (two sweeps writing one directory
+    would run the same grid points twice)."""
+    busy = f"another sweep is running in {out_dir}; wait for it or use another --out"
+    with hold_lock(out_dir / ".sweep.lock", busy, "the sweep's lock file"):
         yield
 
 
@@ -284,6 +290,7 @@ def run_sweep(
     # The run function's module first: importing it registers the models and datasets it defines.
     run_fn = resolve_run_fn(run_fn if run_fn is not None else sweep.get("run_fn"))
     configs = expand_grid(sweep, log)  # every run is validated before anything starts
+    check_runs_outputs(configs)  # and every run's checkpoint and TensorBoard folders
     if executor == "local":
         try:
             pickle.dumps(run_fn)
@@ -325,8 +332,20 @@ def run_sweep(
         from graphnorm.sweep.report import make_report  # here: matplotlib takes a second to import
 
         log(f"writing the report into {out}")
+        check_output_dir(out / "report", "the sweep's report folder", links=False)  # make_report writes there
         make_report(out)
     return runs
+
+
+def check_runs_outputs(configs: list[RunConfig]) -> None:
+    """Every run's checkpoint_dir and TensorBoard folders, checked before the first run starts
+    (:func:`graphnorm.train.loop.check_run_outputs`), so that no run trains only to find that it cannot save."""
+    if all(c.checkpoint_dir is None and c.tensorboard_dir is None for c in configs):
+        return
+    from graphnorm.train.loop import check_run_outputs  # here: it imports torch and PyG
+
+    for config in configs:
+        check_run_outputs(config)
 
 
 def report_finished(bar: SweepProgress, run_id: str, result: dict[str, Any] | None, metric: str | None) -> None:
@@ -345,7 +364,16 @@ def report_finished(bar: SweepProgress, run_id: str, result: dict[str, Any] | No
 def _prepare_out(
     out: Path, sweep: dict[str, Any], configs: list[RunConfig], retry_failed: bool, log: Callable[[str], None]
 ) -> tuple[dict[str, dict[str, Any]], list[RunConfig]]:
-    """With the sweep lock held: tidy ``out``, read its results, record the config; the results and runs to do."""
+    """With the sweep lock held: check every file the sweep will write (before any run: a run whose result cannot be
+    saved is lost), tidy ``out``, read its results, record the config; the results and runs to do."""
+    for name in SWEEP_FILES:
+        check_output_path(out / name, "the sweep's file")
+    for name in ("results", "logs"):  # folders the sweep makes: never links out of the folder the user named
+        check_output_dir(out / name, f"the sweep's {name} folder", links=False, create=False)
+    for config in configs:
+        run_id = config_run_id(config)
+        check_output_path(out / "results" / f"{run_id}.json", "the run's result")
+        check_output_path(out / "logs" / f"{run_id}.log", "the run's log")
     for folder in (out, out / "results"):  # the lock is ours: no writer of this folder is left running
         remove_leftover_temporary_files(folder)
     results = load_results(out, [config_run_id(c) for c in configs])

@@ -1,12 +1,14 @@
 """Checkpoints of graph-level runs and the random state they carry: ``<checkpoint_dir>/<run_id>.pt`` written
 atomically after every epoch (:func:`save_checkpoint`), read back with ``weights_only`` (:func:`load_checkpoint`),
 and resumed only by the run that wrote it (:func:`resume_from_checkpoint`: its saved config must match, else
-:class:`CheckpointError` names the differing keys)."""
+:class:`CheckpointError` names the differing keys), and written by one process at a time (:func:`checkpoint_lock`)."""
 
 from __future__ import annotations
 
+import contextlib
 import random
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +17,14 @@ import torch
 from torch import nn
 
 from graphnorm.config import NOT_HASHED, RunConfig, config_run_id
-from graphnorm.files import atomic_write, remove_leftover_temporary_files, temporary_path
+from graphnorm.files import (
+    OutputPathError,
+    atomic_write,
+    check_output_dir,
+    check_output_path,
+    hold_lock,
+    remove_leftover_temporary_files,
+)
 
 
 def checkpoint_path(config: RunConfig) -> Path | None:
@@ -70,7 +79,9 @@ def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
     """``torch.save`` through :func:`graphnorm.files.atomic_write`: a kill never leaves a partial checkpoint."""
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        atomic_write(path, lambda handle: torch.save(state, handle))
+        atomic_write(path, lambda handle: torch.save(state, handle), "checkpoint")
+    except OutputPathError as error:  # a link, a folder or a device where the file goes
+        raise CheckpointError(str(error)) from None
     except (OSError, RuntimeError) as error:  # a full disk (torch's zip writer raises RuntimeError), a read-only folder
         reason = error.strerror if isinstance(error, OSError) and error.strerror else type(error).__name__
         raise CheckpointError(
@@ -94,23 +105,42 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
 
 
 def prepare_checkpoint_dir(config: RunConfig) -> Path | None:
-    """The run's checkpoint path, after checking that its folder is writable (before any training, not after the
-    first epoch) and removing the temporary files of saves that were killed; None without ``checkpoint_dir``."""
+    """The run's checkpoint path, after checking that its folder accepts files and that the checkpoint may be
+    written there (:func:`graphnorm.files.check_output_path`: a regular file or nothing), before any training, and
+    removing the temporary files of saves that were killed; None without ``checkpoint_dir``."""
     path = checkpoint_path(config)
     if path is None:
         return None
-    probe = temporary_path(path)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as error:
-        raise CheckpointError(
-            f"checkpoint_dir {config.checkpoint_dir} is not writable ({error.strerror or error} at {error.filename}); "
-            "set checkpoint_dir to a writable folder"
-        ) from None
+        check_output_dir(path.parent, f"checkpoint_dir {config.checkpoint_dir}")
+        check_output_path(path, "the run's checkpoint")
+    except OutputPathError as error:
+        raise CheckpointError(f"{error}; set checkpoint_dir to a writable folder") from None
     remove_leftover_temporary_files(path.parent, path.name, keep_live_writers=True)
     return path
+
+
+@contextlib.contextmanager
+def checkpoint_lock(config: RunConfig) -> Iterator[None]:
+    """Hold ``<checkpoint_dir>/.<run_id>.lock`` while inside (nothing without ``checkpoint_dir``): a second start of
+    the same run (same config and checkpoint_dir: two terminals, two sweeps sharing checkpoint_dir) would resume from
+    and overwrite the checkpoint of the first. :class:`CheckpointError` when another process holds it."""
+    path = checkpoint_path(config)
+    if path is None:
+        yield
+        return
+    lock = path.with_name(f".{path.stem}.lock")
+    busy = (
+        f"another run of the same config is writing {path} (it holds {lock}): wait for it to end, or set another "
+        "checkpoint_dir"
+    )
+    stack = contextlib.ExitStack()
+    try:
+        stack.enter_context(hold_lock(lock, busy, "the run's checkpoint lock", remove=True))
+    except OutputPathError as error:
+        raise CheckpointError(str(error)) from None
+    with stack:
+        yield
 
 
 def config_differences(saved: dict[str, Any], config: RunConfig) -> list[str]:

@@ -20,12 +20,14 @@ from torch_geometric import seed_everything
 
 from graphnorm.config import RunConfig, model_keywords
 from graphnorm.data import GraphTask
+from graphnorm.files import OutputPathError, check_output_path
 from graphnorm.models import build_model
+from graphnorm.train.checkpoints import CheckpointError, checkpoint_lock, prepare_checkpoint_dir
 from graphnorm.train.graph_level import train_graph_level
 from graphnorm.train.loaders import prepare_task, probe_sample
 from graphnorm.train.model_file import model_file_path, save_model_file
 from graphnorm.train.node_level import train_node_level
-from graphnorm.train.tensorboard_log import open_tensorboard, require_tensorboard
+from graphnorm.train.tensorboard_log import check_tensorboard_dirs, open_tensorboard, require_tensorboard
 
 
 def resolve_device(name: str) -> torch.device:
@@ -36,14 +38,36 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def check_run_outputs(config: RunConfig) -> None:
+    """Every place the run writes, checked before its data loads (not when training ends): ``checkpoint_dir`` accepts
+    files and the run's checkpoint and model file may be written there (:class:`CheckpointError`), and the
+    TensorBoard folders (:func:`graphnorm.train.tensorboard_log.check_tensorboard_dirs`:
+    :class:`graphnorm.files.OutputPathError`); each a one-line error naming the path and why."""
+    if prepare_checkpoint_dir(config) is not None:
+        try:
+            check_output_path(model_file_path(config), "the run's model file")
+        except OutputPathError as error:
+            raise CheckpointError(f"{error}; set checkpoint_dir to another folder") from None
+    check_tensorboard_dirs(config)
+
+
 def train(config: RunConfig) -> tuple[nn.Module, GraphTask, dict[str, Any]]:
     """Train one run; returns the model at its best-validation weights (eval mode), the task and the record. With
     ``checkpoint_dir`` the model file for ``graphnorm predict`` is written as well
-    (:mod:`graphnorm.train.model_file`). Raises ``ValueError`` for an invalid config."""
+    (:mod:`graphnorm.train.model_file`), and no other process may run the same run meanwhile
+    (:func:`graphnorm.train.checkpoints.checkpoint_lock`). Raises ``ValueError`` for an invalid config, and a one-line
+    error for an output that cannot be written (:func:`check_run_outputs`), both before any data loads."""
     config.validate()
     if config.tensorboard_dir is not None:
         require_tensorboard()  # before loading and preprocessing, not after
     start = time.perf_counter()
+    check_run_outputs(config)
+    with checkpoint_lock(config):
+        return _train(config, start)
+
+
+def _train(config: RunConfig, start: float) -> tuple[nn.Module, GraphTask, dict[str, Any]]:
+    """:func:`train` once its outputs are checked (``start``: its ``perf_counter`` at the start)."""
     seed_everything(config.seed)  # random, numpy, torch
     device = resolve_device(config.device)
     task = prepare_task(config)

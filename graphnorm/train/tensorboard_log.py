@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from graphnorm.config import RunConfig, config_run_id
+from graphnorm.files import check_output_dir
 
 FLUSH_SECS = 10  # the writer's own flush period (epoch() also flushes at the end of every epoch)
+PARTS = ("collapse", "collapse_steps")  # the sub-folders of a run's folder (TensorBoardLog's ``part``)
 SKIPPED_HISTORY_KEYS = ("epoch", "step", "train_time_s")  # counters and timings, not curves
 
 
@@ -35,6 +37,18 @@ def require_tensorboard() -> None:
 def run_log_dir(tensorboard_dir: str, run_id: str) -> Path:
     """``<tensorboard_dir>/<run_id>``: one folder per run."""
     return Path(tensorboard_dir).expanduser() / run_id
+
+
+def check_tensorboard_dirs(config: RunConfig) -> None:
+    """Before the run: ``tensorboard_dir`` accepts files, and the run's folder in it and that folder's parts
+    (:data:`PARTS`), where they exist, are folders, not links (graphnorm makes them);
+    :class:`graphnorm.files.OutputPathError` in one line otherwise. Nothing without ``tensorboard_dir``."""
+    if config.tensorboard_dir is None:
+        return
+    check_output_dir(config.tensorboard_dir, f"tensorboard_dir {config.tensorboard_dir}")
+    folder = run_log_dir(config.tensorboard_dir, config_run_id(config))
+    for path in (folder, *(folder / part for part in PARTS)):
+        check_output_dir(path, "the run's TensorBoard folder", links=False, create=False)
 
 
 def history_tag(key: str) -> str:
