@@ -99,3 +99,10 @@ def test_csbm_and_the_monitor_take_numpy_integer_counts(tmp_path) -> None:
     monitor.close()
     with pytest.raises(ValueError, match="every must be a positive integer"):
         CollapseMonitor(DeepGCN(4, 8, 2, 2), graph, every=2.0)
+
+
+def test_build_norm_takes_a_numpy_integer_width() -> None:
+    norm = build_norm("pairnorm", N(16))
+    assert norm(torch.randn(5, 16)).shape == (5, 16)
+    with pytest.raises(ValueError, match=re.escape("channels must be a positive integer, got 16.0 (write 16)")):
+        build_norm("pairnorm", 16.0)

@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 from torch import nn
 
-from graphnorm.checks import check_name
+from graphnorm.checks import check_count, check_name
 from graphnorm.norms.hosts import host_aware_forward, reset_children_parameters
 
 _NORMS: dict[str, type[nn.Module]] = {}
@@ -93,6 +93,4 @@ def build_norm(name: str | nn.Module | None, channels: int, **kwargs) -> nn.Modu
         raise ValueError(
             f"unknown keyword(s) {unknown} for norm {name.lower()!r}; valid keywords: {', '.join(valid) or '(none)'}"
         )
-    if not isinstance(channels, int) or isinstance(channels, bool) or channels < 1:
-        raise ValueError(f"channels must be a positive integer, got {channels!r}")
-    return cls(channels, **kwargs)
+    return cls(check_count(channels, "channels"), **kwargs)
