@@ -143,7 +143,7 @@ def size_case(name: str) -> None:
 
         ContraNorm(options["channels"]).use_random_features(options["random_features"])
     elif kind == "features":
-        from graphnorm.norms.contranorm_linear import orthogonal_gaussian_features
+        from graphnorm.norms.ops.contranorm_random_features import orthogonal_gaussian_features
 
         orthogonal_gaussian_features(options["num_features"], options["dim"], 0)
     else:

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 import graphnorm.norms.contranorm as contranorm_module
-import graphnorm.norms.contranorm_symmetric as symmetric_module
+import graphnorm.norms.ops.contranorm_symmetric_tiles as symmetric_module
 from graphnorm.norms import ContraNorm, build_norm
 
 

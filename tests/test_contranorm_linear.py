@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-import graphnorm.norms.contranorm_linear as linear
+import graphnorm.norms.ops.contranorm_random_features as linear
 from graphnorm.config import RunConfig
 from graphnorm.norms import ContraNorm, build_norm
 from graphnorm.sweep import expand_grid, load_sweep_config

@@ -23,8 +23,8 @@ from graphnorm.norms import (
     RMSNorm,
     SepNorm,
     build_norm,
-    chunked_ops,
 )
+from graphnorm.norms.ops import graph_stats as chunked_ops
 
 C = 8
 SIZES = (4, 3, 5)  # three graphs of different sizes

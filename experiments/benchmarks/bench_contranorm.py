@@ -12,8 +12,8 @@
    (expected: time ~ n^2, memory ~ n), and the achieved FLOP rate as a fraction of a large square ``torch.mm``
    timed in the same interleaved rounds (the mm rate of a shared machine moves by +-25% between calls). FLOPs
    counted: the matmuls the kernel executes. The graph's edges are undirected, so ContraNorm runs its half-tile
-   kernel (``graphnorm/norms/contranorm_symmetric.py``): :func:`half_tile_matmul_flops` sums its products tile by
-   tile, about 10 n^2 d (the row-block kernel executed 14 n^2 d).
+   kernel (``graphnorm/norms/ops/contranorm_symmetric_tiles.py``): :func:`half_tile_matmul_flops` sums its products
+   tile by tile, about 10 n^2 d (the row-block kernel executed 14 n^2 d).
 3. Process RSS growth at n = 20,000 (d = 64, the same graph), what a user sees: each kernel in a fresh Python process
    with glibc malloc's default settings, ``VmHWM`` after one and after two forward + backward calls over ``VmRSS``
    before the first (:func:`rss_growth`); part 1's column instead forces fresh mmaps, so freed memory that malloc
@@ -41,7 +41,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from experiments.benchmarks import _common as common
-from graphnorm.norms import ContraNorm, contranorm_symmetric
+from graphnorm.norms import ContraNorm
+from graphnorm.norms.ops import contranorm_symmetric_tiles as contranorm_symmetric
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = REPO / "runs" / "benchmarks"

@@ -223,8 +223,9 @@ def run(
     report = run_all.BenchReport(
         name="contranorm_linear",
         title="ContraNorm in linear time: random-feature estimator vs exact kernel (bench_contranorm_linear)",
-        setup="`ContraNorm(random_features=m)` (positive random features, `graphnorm/norms/contranorm_linear.py`) "
-        "against the exact kernel: output and mix-term error vs m, and time and memory per call at scale.",
+        setup="`ContraNorm(random_features=m)` (positive random features, "
+        "`graphnorm/norms/ops/contranorm_random_features.py`) against the exact kernel: output and mix-term error vs "
+        "m, and time and memory per call at scale.",
         tables=tables,
         targets=[run_all.Target("none: error and cost are reported, the Cora cell is the acceptance", "-", None, None)],
     )

@@ -39,7 +39,7 @@ from experiments.benchmarks import _common, bench_gcn
 from experiments.benchmarks import run_all as common
 from experiments.benchmarks.bench_gcn import synthetic_graph
 from graphnorm.models.gcn import DeepGCN
-from graphnorm.norms import contranorm_symmetric
+from graphnorm.norms.ops import contranorm_symmetric_tiles as contranorm_symmetric
 
 HIDDEN = 32
 RSS_TARGET_BYTES = 1.5e9

@@ -5,11 +5,10 @@ node-major features ``x`` ``[num_nodes, channels]``, returning a tensor of ``x``
 does not need are ignored. Statistics over several nodes are taken per graph of a mini-batch (BatchNorm and
 DiffGroupNorm: over the whole batch). Create norms with :func:`build_norm`; :func:`available_norms` lists the names.
 
-One module per norm; next to them, :mod:`~graphnorm.norms.registry` (names to classes),
-:mod:`~graphnorm.norms.precision` (half-precision input is computed in float32), :mod:`~graphnorm.norms.input_checks`
-(what ``x``, ``batch`` and ``token_mask`` must be), :mod:`~graphnorm.norms.reductions` and
-:mod:`~graphnorm.norms.chunked_ops` (per-graph statistics) and :mod:`~graphnorm.norms.parameters` (gain and bias,
-and the base that loads checkpoints keyed as a wrapped PyG module).
+One module per norm; next to them, :mod:`~graphnorm.norms.base` (the forward every norm shares: input checks,
+empty input, the float32 round trip of half precision, the edges a host model hands over) and
+:mod:`~graphnorm.norms.registry` (names to classes). What the norms are built from (input checks, gain and bias,
+precision, per-graph statistics, ContraNorm's kernels) is in :mod:`graphnorm.norms.ops`.
 
 Inside someone else's model (PyG's ``GCN``, ``GAT``, ``GraphSAGE``, ``GIN``, ``GPSConv``: their ``norm=`` slot), every
 norm works as it is; :func:`pass_edge_index` ``(model)`` hands the model's ``edge_index`` to the norms that use it

@@ -7,8 +7,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from graphnorm.checks import check_positive
-from graphnorm.norms.input_checks import check_norm_inputs
-from graphnorm.norms.precision import upcast
+from graphnorm.norms.ops.input_checks import check_norm_inputs
+from graphnorm.norms.ops.precision import upcast
 from graphnorm.norms.registry import register_norm
 
 

@@ -6,8 +6,8 @@ from torch import Tensor, nn
 from torch_geometric.nn.norm import BatchNorm as PyGBatchNorm
 
 from graphnorm.checks import check_positive
-from graphnorm.norms.input_checks import check_norm_inputs
-from graphnorm.norms.precision import call_in_dtype, upcast
+from graphnorm.norms.ops.input_checks import check_norm_inputs
+from graphnorm.norms.ops.precision import call_in_dtype, upcast
 from graphnorm.norms.registry import register_norm
 
 

@@ -3,7 +3,7 @@
 :class:`ContraNorm` subtracts from each node a softmax-weighted mean of its graph's negatives, ``P x``, computed by one
 of three exact kernels: padded dense blocks for runs of small graphs (:func:`_dense_negative_mix`, plain autograd),
 a streaming row-block kernel for one large graph (:class:`_StreamingNegativeMix`), and, when the excluded pairs are
-symmetric, one on half of the tiles (:mod:`graphnorm.norms.contranorm_symmetric`).
+symmetric, one on half of the tiles (:mod:`graphnorm.norms.ops.contranorm_symmetric_tiles`).
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from torch.autograd.function import FunctionCtx, once_differentiable
 from torch_geometric.utils import to_dense_batch
 
 from graphnorm.checks import check_count, check_edge_index, check_positive
-from graphnorm.norms import contranorm_linear, contranorm_symmetric
-from graphnorm.norms.input_checks import check_norm_inputs
-from graphnorm.norms.precision import cast, upcast
+from graphnorm.norms.ops import contranorm_random_features, contranorm_symmetric_tiles
+from graphnorm.norms.ops.input_checks import check_norm_inputs
+from graphnorm.norms.ops.precision import cast, upcast
 from graphnorm.norms.registry import register_norm
 
 # Graphs with at most this many nodes go through padded dense blocks [graphs, max_nodes, max_nodes] (plain autograd,
@@ -283,10 +283,10 @@ class ContraNorm(nn.Module):
             ``DENSE_MAX_NODES``); larger ones go through the streaming kernels. Both are exact: a huge value gives the
             reference's dense computation (to compare time and memory), 0 streams every graph.
         random_features: ``None`` (default) computes ``P x`` exactly; a positive int ``m`` switches every graph to
-            the linear-time estimator of :mod:`~graphnorm.norms.contranorm_linear` with ``m`` positive random
-            features (FAVOR+; time ``O(n m d + E m)``, memory linear in ``n``): numerator and denominator unbiased,
-            their ratio biased by ``O(1/m)``, standard error ``O(1/sqrt(m))``. For graphs too large for the exact
-            kernels' ``n^2`` time; ``dense_max_nodes`` does not apply then.
+            the linear-time estimator of :mod:`~graphnorm.norms.ops.contranorm_random_features` with ``m`` positive
+            random features (FAVOR+; time ``O(n m d + E m)``, memory linear in ``n``): numerator and denominator
+            unbiased, their ratio biased by ``O(1/m)``, standard error ``O(1/sqrt(m))``. For graphs too large for the
+            exact kernels' ``n^2`` time; ``dense_max_nodes`` does not apply then.
         feature_seed: seeds the random features' draw, made once when the module is built (fixed for its life, so
             the same seed and input give the same output, in training and evaluation alike; default 0).
 
@@ -295,8 +295,8 @@ class ContraNorm(nn.Module):
     mini-batches (the reference's GIN builds one adjacency over the whole batch, so negatives leak across graphs); and
     a graph above ``dense_max_nodes`` never materializes its ``n x n`` similarity: a streaming row-block kernel with a
     recomputing backward keeps memory linear in ``n``, on half of the tiles when the excluded pairs are symmetric
-    (:mod:`~graphnorm.norms.contranorm_symmetric`). Backward runs again through a retained graph with the same
-    gradients; double backward (a gradient of the gradient) is not supported. Half-precision input is computed
+    (:mod:`~graphnorm.norms.ops.contranorm_symmetric_tiles`). Backward runs again through a retained graph with the
+    same gradients; double backward (a gradient of the gradient) is not supported. Half-precision input is computed
     in float32 throughout, the LayerNorm included (in half, the softmax sums and ``P x`` would keep 8 or 11 bits).
 
     Inside a model that calls its norms without ``edge_index`` (PyG's ``GCN``, ``GAT``, ``GraphSAGE``, ``GIN`` call
@@ -430,16 +430,17 @@ class ContraNorm(nn.Module):
     def _random_feature_mix(
         self, x: Tensor, x_hat: Tensor, batch: Tensor | None, edge_index: Tensor | None, inv_tau: float, mask_self: bool
     ) -> Tensor:
-        """The linear-time estimate of ``P x`` (:mod:`~graphnorm.norms.contranorm_linear`), graph by graph."""
+        """The linear-time estimate of ``P x`` (:mod:`~graphnorm.norms.ops.contranorm_random_features`), graph by
+        graph."""
         n = x.size(0)
         weights = self.feature_weights.to(device=x.device, dtype=x.dtype)
         if batch is None:
             rows, cols = (None, None) if edge_index is None else (edge_index[0], edge_index[1])
-            return contranorm_linear.random_feature_mix(x_hat, x, inv_tau, weights, [n], rows, cols, mask_self)
+            return contranorm_random_features.random_feature_mix(x_hat, x, inv_tau, weights, [n], rows, cols, mask_self)
         batch, x, x_hat, edge_index, inverse = _group_nodes_by_graph(batch.long(), x, x_hat, edge_index)
         rows, cols = _row_sorted_edges(edge_index, batch, n)  # also rejects edges between graphs
         sizes = torch.unique_consecutive(batch, return_counts=True)[1].tolist()
-        mixed = contranorm_linear.random_feature_mix(x_hat, x, inv_tau, weights, sizes, rows, cols, mask_self)
+        mixed = contranorm_random_features.random_feature_mix(x_hat, x, inv_tau, weights, sizes, rows, cols, mask_self)
         return mixed if inverse is None else mixed[inverse]
 
     def use_random_features(self, random_features: int | None, feature_seed: int = 0) -> None:
@@ -452,7 +453,9 @@ class ContraNorm(nn.Module):
         self.feature_weights = (
             None
             if self.random_features is None
-            else contranorm_linear.orthogonal_gaussian_features(self.random_features, self.channels, self.feature_seed)
+            else contranorm_random_features.orthogonal_gaussian_features(
+                self.random_features, self.channels, self.feature_seed
+            )
         )
 
     def extra_repr(self) -> str:
@@ -491,10 +494,12 @@ def _large_graph_mix(
 ) -> Tensor:
     """``P @ v`` for one graph above the dense limit: from half of the tiles when the exclusion mask is symmetric
     (undirected edges) and no weight can underflow, else through the row-block kernel. Both are exact."""
-    if contranorm_symmetric.fits(inv_tau, x_hat.dtype) and contranorm_symmetric.is_symmetric(
+    if contranorm_symmetric_tiles.fits(inv_tau, x_hat.dtype) and contranorm_symmetric_tiles.is_symmetric(
         edge_rows, edge_cols, x_hat.size(0)
     ):
-        return contranorm_symmetric.SymmetricNegativeMix.apply(x_hat, values, inv_tau, edge_rows, edge_cols, mask_self)
+        return contranorm_symmetric_tiles.SymmetricNegativeMix.apply(
+            x_hat, values, inv_tau, edge_rows, edge_cols, mask_self
+        )
     return _StreamingNegativeMix.apply(x_hat, values, inv_tau, edge_rows, edge_cols, mask_self)
 
 

@@ -6,9 +6,9 @@ import torch
 from torch import Tensor, nn
 
 from graphnorm.checks import check_positive
-from graphnorm.norms.input_checks import check_norm_inputs
-from graphnorm.norms.precision import upcast
-from graphnorm.norms.reductions import row_mean_var
+from graphnorm.norms.ops.graph_stats import row_mean_var
+from graphnorm.norms.ops.input_checks import check_norm_inputs
+from graphnorm.norms.ops.precision import upcast
 from graphnorm.norms.registry import register_norm
 
 

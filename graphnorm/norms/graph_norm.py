@@ -6,11 +6,10 @@ import torch
 from torch import Tensor, nn
 
 from graphnorm.checks import check_positive
-from graphnorm.norms.chunked_ops import graph_center_scale, graph_variance
-from graphnorm.norms.input_checks import check_norm_inputs
-from graphnorm.norms.parameters import UnwrappedPyGNorm, register_affine, reset_affine
-from graphnorm.norms.precision import cast, upcast
-from graphnorm.norms.reductions import graph_reduce
+from graphnorm.norms.ops.graph_stats import graph_center_scale, graph_reduce, graph_variance
+from graphnorm.norms.ops.input_checks import check_norm_inputs
+from graphnorm.norms.ops.parameters import UnwrappedPyGNorm, register_affine, reset_affine
+from graphnorm.norms.ops.precision import cast, upcast
 from graphnorm.norms.registry import register_norm
 
 
@@ -31,7 +30,7 @@ class GraphNorm(UnwrappedPyGNorm):
     mode. The variance is taken around the shifted mean, as in the paper's Eq. 8 and
     :class:`torch_geometric.nn.norm.GraphNorm` (same parameters and outputs; tested against it); state dicts with the
     keys of a wrapped PyG module (``module.weight``, ...) load too. The statistics are accumulated over row chunks
-    (:mod:`graphnorm.norms.chunked_ops`), so the forward allocates one full-size tensor, the output.
+    (:mod:`graphnorm.norms.ops.graph_stats`), so the forward allocates one full-size tensor, the output.
 
     Args:
         channels: features per node.

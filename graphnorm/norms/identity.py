@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from graphnorm.norms.input_checks import check_norm_inputs
+from graphnorm.norms.ops.input_checks import check_norm_inputs
 from graphnorm.norms.registry import register_norm
 
 

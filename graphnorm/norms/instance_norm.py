@@ -5,11 +5,10 @@ from __future__ import annotations
 from torch import Tensor
 
 from graphnorm.checks import check_positive
-from graphnorm.norms.chunked_ops import graph_center_scale, graph_variance
-from graphnorm.norms.input_checks import check_norm_inputs
-from graphnorm.norms.parameters import UnwrappedPyGNorm, register_affine, reset_affine
-from graphnorm.norms.precision import cast, upcast
-from graphnorm.norms.reductions import graph_reduce
+from graphnorm.norms.ops.graph_stats import graph_center_scale, graph_reduce, graph_variance
+from graphnorm.norms.ops.input_checks import check_norm_inputs
+from graphnorm.norms.ops.parameters import UnwrappedPyGNorm, register_affine, reset_affine
+from graphnorm.norms.ops.precision import cast, upcast
 from graphnorm.norms.registry import register_norm
 
 

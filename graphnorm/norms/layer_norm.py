@@ -6,11 +6,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from graphnorm.checks import check_choice, check_positive
-from graphnorm.norms.chunked_ops import graph_center_scale, graph_centered_sq_sum
-from graphnorm.norms.input_checks import check_norm_inputs
-from graphnorm.norms.parameters import register_affine, reset_affine
-from graphnorm.norms.precision import cast, upcast
-from graphnorm.norms.reductions import graph_reduce, graph_sizes
+from graphnorm.norms.ops.graph_stats import graph_center_scale, graph_centered_sq_sum, graph_reduce, graph_sizes
+from graphnorm.norms.ops.input_checks import check_norm_inputs
+from graphnorm.norms.ops.parameters import register_affine, reset_affine
+from graphnorm.norms.ops.precision import cast, upcast
 from graphnorm.norms.registry import register_norm
 
 

@@ -6,8 +6,8 @@ import torch
 from torch import Tensor, nn
 
 from graphnorm.checks import check_choice
-from graphnorm.norms.input_checks import check_norm_inputs
-from graphnorm.norms.precision import cast, compute_dtype, upcast
+from graphnorm.norms.ops.input_checks import check_norm_inputs
+from graphnorm.norms.ops.precision import cast, compute_dtype, upcast
 from graphnorm.norms.registry import register_norm
 
 LEARNABLE_SCALER_INITS = ("ones", "normal")

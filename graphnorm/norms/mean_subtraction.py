@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from graphnorm.norms.input_checks import check_norm_inputs
-from graphnorm.norms.precision import upcast
-from graphnorm.norms.reductions import broadcast_to_nodes, graph_reduce
+from graphnorm.norms.ops.graph_stats import broadcast_to_nodes, graph_reduce
+from graphnorm.norms.ops.input_checks import check_norm_inputs
+from graphnorm.norms.ops.precision import upcast
 from graphnorm.norms.registry import register_norm
 
 

@@ -6,10 +6,15 @@ import torch
 from torch import Tensor, nn
 
 from graphnorm.checks import check_choice, check_positive
-from graphnorm.norms.chunked_ops import graph_center_scale, graph_centered_sq_sum
-from graphnorm.norms.input_checks import check_norm_inputs
-from graphnorm.norms.precision import upcast
-from graphnorm.norms.reductions import broadcast_to_nodes, graph_reduce, graph_sizes
+from graphnorm.norms.ops.graph_stats import (
+    broadcast_to_nodes,
+    graph_center_scale,
+    graph_centered_sq_sum,
+    graph_reduce,
+    graph_sizes,
+)
+from graphnorm.norms.ops.input_checks import check_norm_inputs
+from graphnorm.norms.ops.precision import upcast
 from graphnorm.norms.registry import register_norm
 
 PAIRNORM_MODES = ("PN", "PN-SI", "PN-SCS")

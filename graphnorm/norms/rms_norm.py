@@ -6,9 +6,9 @@ import torch
 from torch import Tensor, nn
 
 from graphnorm.checks import check_positive
-from graphnorm.norms.input_checks import check_norm_inputs
-from graphnorm.norms.parameters import reset_affine
-from graphnorm.norms.precision import cast, upcast
+from graphnorm.norms.ops.input_checks import check_norm_inputs
+from graphnorm.norms.ops.parameters import reset_affine
+from graphnorm.norms.ops.precision import cast, upcast
 from graphnorm.norms.registry import register_norm
 
 

@@ -8,9 +8,9 @@ import torch
 from torch import Tensor, nn
 from torch_geometric.utils import subgraph
 
-from graphnorm.norms.input_checks import check_norm_inputs, check_token_mask
 from graphnorm.norms.layer_norm import LayerNorm
-from graphnorm.norms.reductions import num_graphs
+from graphnorm.norms.ops.graph_stats import num_graphs
+from graphnorm.norms.ops.input_checks import check_norm_inputs, check_token_mask
 from graphnorm.norms.registry import build_norm, register_norm
 
 # One line for a host without graph-token rows (every PyG model and layer): what is missing, who has it, what else.

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from graphnorm.checks import check_count
-from graphnorm.norms.reductions import num_graphs
+from graphnorm.norms.ops.graph_stats import num_graphs
 
 
 def check_norm_inputs(
