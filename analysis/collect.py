@@ -22,7 +22,6 @@ import gzip
 import json
 import math
 import platform
-import shutil
 import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
@@ -33,6 +32,7 @@ import yaml
 from validate import LARGEST_PLAIN_TABLE, check_runs, check_study_name, read_csv_file, read_table_or_empty
 
 from graphnorm.escaping import csv_safe
+from graphnorm.files import atomic_write, atomic_write_text, check_output_dir
 
 LAYER_METRICS = ("effective_rank", "mean_cosine", "cone_angle", "cone_angle_q90")
 STEP_KEYS = ("step", "epoch", "layer")  # what places a steps.csv row besides its run
@@ -114,10 +114,10 @@ def write_table(table: pd.DataFrame, path: Path) -> None:
     text = csv_safe(table).to_csv(index=False).encode()
     compressed = path.with_name(path.name + ".gz")
     if len(text) > LARGEST_PLAIN_TABLE:
-        compressed.write_bytes(gzip.compress(text, mtime=0))
+        atomic_write(compressed, lambda handle: handle.write(gzip.compress(text, mtime=0)))
         path.unlink(missing_ok=True)
     else:
-        path.write_bytes(text)
+        atomic_write(path, lambda handle: handle.write(text))
         compressed.unlink(missing_ok=True)
 
 
@@ -182,14 +182,13 @@ def collect_sweep(
     if tidy.empty:
         raise ValueError(f"{runs_path} holds no finished (status ok) runs: nothing to collect")
     check_runs(tidy, runs_path, record, runs_path)  # the study must build a true page before it is written
-    out = Path(data_dir) / study
-    out.mkdir(parents=True, exist_ok=True)
-    csv_safe(tidy).to_csv(out / "runs.csv", index=False, float_format="%.6g")
+    out = check_output_dir(Path(data_dir) / study, f"study {study}'s folder")
+    atomic_write_text(out / "runs.csv", csv_safe(tidy).to_csv(index=False, float_format="%.6g"))
     write_table(tidy_layers(read_table_or_empty(run_dir / "layers.csv"), set(tidy["run_id"])), out / "layers.csv")
     steps = read_table_or_empty(run_dir / "steps.csv")
     if not steps.empty:
         write_table(tidy_layers(steps, set(tidy["run_id"]), STEP_KEYS), out / "steps.csv")
     if sweep_path.exists():
-        shutil.copyfile(sweep_path, out / "sweep.yaml")
-    (out / "provenance.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+        atomic_write(out / "sweep.yaml", lambda handle: handle.write(sweep_path.read_bytes()))
+    atomic_write_text(out / "provenance.json", json.dumps(record, indent=2, sort_keys=True) + "\n")
     return out

@@ -51,7 +51,7 @@ from validate import (  # noqa: E402
 )
 
 from graphnorm.escaping import markdown_code, markdown_prose, markdown_text  # noqa: E402
-from graphnorm.files import atomic_write_text  # noqa: E402
+from graphnorm.files import atomic_write_text, check_output_dir, save_figure  # noqa: E402
 from graphnorm.sweep import report  # noqa: E402
 from graphnorm.sweep.tables import decimals, markdown_table, significant  # noqa: E402
 
@@ -135,7 +135,7 @@ def demote(markdown: str, level: int) -> list[str]:
 
 def save_png(figure: plt.Figure, path: Path) -> None:
     """PNG without a software/date stamp, so the same data give the same bytes."""
-    figure.savefig(path, dpi=80, bbox_inches="tight", metadata={"Software": None})
+    save_figure(figure, path, dpi=80, bbox_inches="tight", metadata={"Software": None})
     plt.close(figure)
 
 
@@ -403,7 +403,7 @@ def single_blank_lines(lines: list[str]) -> list[str]:
 
 def clear_figures(figures: Path) -> None:
     """An empty figures folder (the old PNGs go: a study that left the data leaves no figure behind)."""
-    figures.mkdir(parents=True, exist_ok=True)
+    check_output_dir(figures, "the results page's figures folder")
     for old in figures.glob("*.png"):
         old.unlink()
 

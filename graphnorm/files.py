@@ -289,6 +289,10 @@ def hold_lock(path: str | os.PathLike, busy: str, what: str | None = None, remov
         if remove:
             with contextlib.suppress(OSError):
                 path.unlink()  # while still held: nobody can have locked the file at this name meanwhile
+        # Unlock before closing: a child forked meanwhile (a data loader's worker) shares the descriptor and would
+        # otherwise keep the lock until it exits.
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
 
 

@@ -8,6 +8,7 @@ that no worker outlives its driver and that no run finishes after the interrupt.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -552,13 +553,30 @@ def test_workers_below_one_is_one_line(tmp_path, run_log, capsys, workers):
     assert executions(run_log) == []
 
 
-def test_results_that_cannot_be_written_stop_the_sweep_in_one_line(tmp_path, run_log, capsys):
-    # results/ taken by a file: every results write fails, as on a full or read-only disk.
+def test_results_folder_taken_by_a_file_is_refused_before_any_run(tmp_path, run_log, capsys):
     out = tmp_path / "out"
     out.mkdir()
     (out / "results").write_text("not a folder")
     assert main(["sweep", str(write_yaml(tmp_path, SMALL)), "--out", str(out), *FAKE]) == 2
     err = one_line_error(capsys)
+    assert "results" in err and "not a folder" in err
+    assert executions(run_log) == []  # checked before the first run, not after it trained
+    assert (out / "results").read_text() == "not a folder"
+
+
+def test_results_that_cannot_be_written_stop_the_sweep_in_one_line(tmp_path, run_log, capsys, monkeypatch):
+    # Every results write fails, as on a full disk: the sweep stops at the first lost result, not after the grid.
+    from graphnorm import files
+
+    def full_disk(path, text, what=None):
+        if Path(path).parent.name == "results":
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        files.atomic_write_text(path, text, what)
+
+    monkeypatch.setattr("graphnorm.sweep.runner.atomic_write_text", full_disk)
+    out = tmp_path / "out"
+    assert main(["sweep", str(write_yaml(tmp_path, SMALL)), "--out", str(out), *FAKE]) == 2
+    err = one_line_error(capsys)
     assert "cannot write" in err and "results" in err
-    assert len(executions(run_log)) == 1  # stopped at the first run whose result was lost, not after the grid
+    assert len(executions(run_log)) == 1
     assert pd.read_csv(out / "runs.csv").empty

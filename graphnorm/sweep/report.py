@@ -25,6 +25,7 @@ import pandas as pd
 from matplotlib.ticker import MaxNLocator
 
 from graphnorm.escaping import markdown_text
+from graphnorm.files import atomic_write_text, check_output_dir, save_figure
 from graphnorm.sweep.tables import (
     DEFAULT_METRICS,
     MAJORITY_MARGIN,
@@ -187,7 +188,7 @@ def _save(figure: plt.Figure, out_dir: Path, stem: str) -> list[Path]:
     """``figure`` as ``<stem>.png`` and ``<stem>.pdf`` in ``out_dir`` (then closed); the written paths."""
     paths = [out_dir / f"{stem}.png", out_dir / f"{stem}.pdf"]
     for path in paths:
-        figure.savefig(path, dpi=120, bbox_inches="tight")
+        save_figure(figure, path, "the report's figure", dpi=120, bbox_inches="tight")
     plt.close(figure)
     return paths
 
@@ -602,8 +603,10 @@ def make_report(run_dir: str | Path, out_dir: str | Path | None = None) -> list[
     with a ``_<dataset>`` suffix when the sweep has several datasets. ``ValueError`` without successful runs."""
     runs, layers = load_sweep(run_dir)
     metric = sweep_metric(run_dir)
-    out = Path(out_dir) if out_dir is not None else Path(run_dir) / "report"
-    out.mkdir(parents=True, exist_ok=True)
+    if out_dir is not None:  # the user's folder may be a link; the sweep's own report/ may not
+        out = check_output_dir(out_dir, "the report folder")
+    else:
+        out = check_output_dir(Path(run_dir) / "report", "the sweep's report folder", links=False)
     written: list[Path] = []
     if runs.empty:
         raise ValueError(f"{run_dir}: no successful runs in runs.csv")
@@ -636,6 +639,6 @@ def make_report(run_dir: str | Path, out_dir: str | Path | None = None) -> list[
             figure = plot_metric_vs_layer(token_table, dataset=name, title="graph-token rows")
             written += _save(figure, out, f"token_metric_vs_layer{suffix}")
     summary = out / "summary.md"
-    summary.write_text(summary_markdown(runs, layers, metric))
+    atomic_write_text(summary, summary_markdown(runs, layers, metric), "the report's summary")
     written.append(summary)
     return written
