@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
 from graphnorm.checks import check_positive
-from graphnorm.norms.ops.input_checks import check_norm_inputs
-from graphnorm.norms.ops.precision import upcast
+from graphnorm.norms.base import NormBase
 from graphnorm.norms.registry import register_norm
 
 
 @register_norm("adanorm")
-class AdaNorm(nn.Module):
+class AdaNorm(NormBase):
     r"""AdaNorm, per node, from `"Understanding and Improving Layer Normalization"
     <https://arxiv.org/abs/1911.07013>`_ (Xu et al., NeurIPS 2019), Eq. (11)-(12):
 
@@ -45,22 +44,11 @@ class AdaNorm(nn.Module):
         self.k = float(k)
         self.eps = check_positive(eps, "eps", "adanorm")
 
-    def forward(
-        self,
-        x: Tensor,
-        batch: Tensor | None = None,
-        batch_size: int | None = None,
-        edge_index: Tensor | None = None,
-        token_mask: Tensor | None = None,
-    ) -> Tensor:
-        check_norm_inputs(x, batch, batch_size, self.channels, "adanorm")
-        if x.size(0) == 0:
-            return x.clone()
-        wide = upcast(x)  # float32 for half precision: the product below would otherwise round in half
+    def _normalize(self, x: Tensor, batch: Tensor | None, batch_size: int | None) -> Tensor:
         # w = C * y via the fused layer_norm (its gain is the constant C; gradients through mean and std intact).
-        w = F.layer_norm(wide, (self.channels,), wide.new_full((self.channels,), self.C), None, self.eps)
+        w = F.layer_norm(x, (self.channels,), x.new_full((self.channels,), self.C), None, self.eps)
         # z = C * (1 - k*y) * y = w - (k / C) * w * [w]_detach, one fused pass; d z / d w = 1 - k * [y]_detach.
-        return torch.addcmul(w, w, w.detach(), value=-self.k / self.C).to(x.dtype)
+        return torch.addcmul(w, w, w.detach(), value=-self.k / self.C)
 
     def extra_repr(self) -> str:
         return f"{self.channels}, C={self.C}, k={self.k}, eps={self.eps}"

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from torch import Tensor, nn
+from torch import Tensor
 from torch_geometric.nn.norm import BatchNorm as PyGBatchNorm
 
 from graphnorm.checks import check_positive
-from graphnorm.norms.ops.input_checks import check_norm_inputs
-from graphnorm.norms.ops.precision import call_in_dtype, upcast
+from graphnorm.norms.base import NormBase
+from graphnorm.norms.ops.precision import call_in_dtype
 from graphnorm.norms.registry import register_norm
 
 
 @register_norm("batchnorm")
-class BatchNorm(nn.Module):
+class BatchNorm(NormBase):
     r"""Batch normalization over every node of the mini-batch, from `"Batch Normalization: Accelerating Deep
     Network Training by Reducing Internal Covariate Shift" <https://arxiv.org/abs/1502.03167>`_ (Ioffe & Szegedy, 2015):
 
@@ -53,21 +53,10 @@ class BatchNorm(nn.Module):
     def reset_parameters(self) -> None:
         self.module.reset_parameters()
 
-    def forward(
-        self,
-        x: Tensor,
-        batch: Tensor | None = None,
-        batch_size: int | None = None,
-        edge_index: Tensor | None = None,
-        token_mask: Tensor | None = None,
-    ) -> Tensor:
-        check_norm_inputs(x, batch, batch_size, self.channels, "batchnorm")
-        if x.size(0) == 0:
-            return x.clone()
-        wide = upcast(x)
-        if self.module.module.running_mean.dtype == wide.dtype:  # the usual case: no parameter to cast
-            return self.module(wide).to(x.dtype)
-        return call_in_dtype(self.module, wide.dtype, wide).to(x.dtype)
+    def _normalize(self, x: Tensor, batch: Tensor | None, batch_size: int | None) -> Tensor:
+        if self.module.module.running_mean.dtype == x.dtype:  # the usual case: no parameter to cast
+            return self.module(x)
+        return call_in_dtype(self.module, x.dtype, x)
 
     def extra_repr(self) -> str:
         return f"{self.channels}, eps={self.module.module.eps}, momentum={self.module.module.momentum}"

@@ -19,9 +19,9 @@ from torch.autograd.function import FunctionCtx, once_differentiable
 from torch_geometric.utils import to_dense_batch
 
 from graphnorm.checks import check_count, check_edge_index, check_positive
+from graphnorm.norms.base import NormBase
 from graphnorm.norms.ops import contranorm_random_features, contranorm_symmetric_tiles
-from graphnorm.norms.ops.input_checks import check_norm_inputs
-from graphnorm.norms.ops.precision import cast, upcast
+from graphnorm.norms.ops.precision import cast
 from graphnorm.norms.registry import register_norm
 
 # Graphs with at most this many nodes go through padded dense blocks [graphs, max_nodes, max_nodes] (plain autograd,
@@ -250,7 +250,7 @@ class NeighborsNotExcludedWarning(UserWarning):
 
 
 @register_norm("contranorm")
-class ContraNorm(nn.Module):
+class ContraNorm(NormBase):
     r"""ContraNorm, per graph, from `"ContraNorm: A Contrastive Learning Perspective on Oversmoothing and Beyond"
     <https://arxiv.org/abs/2303.06562>`_ (Guo et al., ICLR 2023), the graph version of the official code
     (``gnn/layers.py``, ``NormLayer`` mode ``'CN'``):
@@ -315,6 +315,8 @@ class ContraNorm(nn.Module):
         TypeError: ``edge_index`` is not an integer tensor.
     """
 
+    per_graph = True
+
     def __init__(
         self,
         channels: int,
@@ -341,29 +343,21 @@ class ContraNorm(nn.Module):
         self.identity = bool(identity)
         self.layer_norm = nn.LayerNorm(channels) if layer_norm else None
 
-    def forward(
-        self,
-        x: Tensor,
-        batch: Tensor | None = None,
-        batch_size: int | None = None,
-        edge_index: Tensor | None = None,
-        token_mask: Tensor | None = None,
-    ) -> Tensor:
+    def _check_inputs(self, x: Tensor, batch: Tensor | None, batch_size: int | None, edge_index: Tensor | None) -> None:
         _reject_meta(x=x, batch=batch, edge_index=edge_index)
-        check_norm_inputs(x, batch, batch_size, self.channels, "contranorm", per_graph=True)
+        super()._check_inputs(x, batch, batch_size, edge_index)
         if self.exclude_neighbors and edge_index is None:
             self._warn_all_nodes()
-        excluded = None  # the pairs left out of the negatives, as int64 (the index ops below need it)
         if self.exclude_neighbors and edge_index is not None:
             check_edge_index(edge_index, x.size(0), where="contranorm")
-            excluded = edge_index.long()
-        if x.size(0) == 0:
-            return self._final_norm(x) if self.layer_norm is not None else x.clone()
-        wide = upcast(x)
-        mixed = self.negative_mix(wide, batch, excluded)
-        base = (1.0 + self.scale) * wide if self.identity else wide
-        out = base - self.scale * mixed
-        return (self._final_norm(out) if self.layer_norm is not None else out).to(x.dtype)
+
+    def _normalize(self, x: Tensor, batch: Tensor | None, batch_size: int | None, edge_index: Tensor | None) -> Tensor:
+        # the pairs left out of the negatives, as int64 (the index ops below need it)
+        excluded = edge_index.long() if self.exclude_neighbors and edge_index is not None else None
+        mixed = self.negative_mix(x, batch, excluded)
+        start = (1.0 + self.scale) * x if self.identity else x
+        out = start - self.scale * mixed
+        return self._final_norm(out) if self.layer_norm is not None else out
 
     @property
     def needs_edge_index(self) -> bool:

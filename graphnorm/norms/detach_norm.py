@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
-from graphnorm.checks import check_positive
+from graphnorm.norms.layer_norm_simple import LayerNormSimple
 from graphnorm.norms.ops.graph_stats import row_mean_var
-from graphnorm.norms.ops.input_checks import check_norm_inputs
-from graphnorm.norms.ops.precision import upcast
 from graphnorm.norms.registry import register_norm
 
 
 @register_norm("detachnorm")
-class DetachNorm(nn.Module):
+class DetachNorm(LayerNormSimple):
     r"""DetachNorm, per node, from `"Understanding and Improving Layer Normalization"
     <https://arxiv.org/abs/1911.07013>`_ (Xu et al., NeurIPS 2019): the paper's probe showing that the gradients
     through the mean and variance matter. The forward is LayerNorm-simple's,
@@ -33,28 +31,9 @@ class DetachNorm(nn.Module):
         ValueError: ``eps`` is not a finite number > 0.
     """
 
-    def __init__(self, channels: int, eps: float = 1e-5) -> None:
-        super().__init__()
-        self.channels = channels
-        self.eps = check_positive(eps, "eps", "detachnorm")
-
-    def forward(
-        self,
-        x: Tensor,
-        batch: Tensor | None = None,
-        batch_size: int | None = None,
-        edge_index: Tensor | None = None,
-        token_mask: Tensor | None = None,
-    ) -> Tensor:
-        check_norm_inputs(x, batch, batch_size, self.channels, "detachnorm")
-        if x.size(0) == 0:
-            return x.clone()
-        wide = upcast(x)  # float32 for half precision: a half sum of squares overflows past 65504
+    def _normalize(self, x: Tensor, batch: Tensor | None, batch_size: int | None) -> Tensor:
         # Statistics from a detached view: no graph is built through them at all.
-        mean, var = row_mean_var(wide.detach())  # [num_nodes, 1] each
+        mean, var = row_mean_var(x.detach())  # [num_nodes, 1] each
         inv_std = (var + self.eps).rsqrt()
         # (x - mean) * inv_std as one fused pass: x * inv_std + (-mean * inv_std)
-        return torch.addcmul(-mean * inv_std, wide, inv_std).to(x.dtype)
-
-    def extra_repr(self) -> str:
-        return f"{self.channels}, eps={self.eps}"
+        return torch.addcmul(-mean * inv_std, x, inv_std)

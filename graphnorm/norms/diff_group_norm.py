@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 from torch_geometric.nn.norm import DiffGroupNorm as PyGDiffGroupNorm
 
 from graphnorm.checks import check_count, check_positive
-from graphnorm.norms.ops.input_checks import check_norm_inputs
-from graphnorm.norms.ops.precision import call_in_dtype, cast, compute_dtype, upcast
+from graphnorm.norms.base import NormBase
+from graphnorm.norms.ops.precision import call_in_dtype, cast
 from graphnorm.norms.registry import register_norm
 
 
 @register_norm("diffgroupnorm")
-class DiffGroupNorm(nn.Module):
+class DiffGroupNorm(NormBase):
     r"""Differentiable group normalization, from `"Towards Deeper Graph Neural Networks with Differentiable Group
     Normalization" <https://arxiv.org/abs/2006.06972>`_ (Zhou et al., NeurIPS 2020): nodes are softly assigned to
     :math:`G` groups and each group is batch-normalized separately,
@@ -57,31 +57,21 @@ class DiffGroupNorm(nn.Module):
     def reset_parameters(self) -> None:
         self.module.reset_parameters()
 
-    def forward(
-        self,
-        x: Tensor,
-        batch: Tensor | None = None,
-        batch_size: int | None = None,
-        edge_index: Tensor | None = None,
-        token_mask: Tensor | None = None,
-    ) -> Tensor:
-        check_norm_inputs(x, batch, batch_size, self.channels, "diffgroupnorm")
-        if x.size(0) == 0:
-            return x.clone()
-        wide, dtype = upcast(x), compute_dtype(x)  # float32 for half precision, in every parameter too
+    def _normalize(self, x: Tensor, batch: Tensor | None, batch_size: int | None) -> Tensor:
+        dtype = x.dtype  # float32 for half precision, in every parameter too
         if not (self.training and x.size(0) == 1):
             if self.module.norm.running_mean.dtype == dtype:  # the usual case: no parameter to cast
-                return self.module(wide).to(x.dtype)
-            return call_in_dtype(self.module, dtype, wide).to(x.dtype)
+                return self.module(x)
+            return call_in_dtype(self.module, dtype, x)
         # One row in training: no batch variance exists; use the running statistics without updating them.
         groups, channels, bn = self.module.groups, self.channels, self.module.norm
-        s = F.linear(wide, cast(self.module.lin.weight, dtype)).softmax(dim=-1)  # [1, G]
-        grouped = (s.unsqueeze(-1) * wide.unsqueeze(-2)).view(-1, groups * channels)  # [1, G*C]
+        s = F.linear(x, cast(self.module.lin.weight, dtype)).softmax(dim=-1)  # [1, G]
+        grouped = (s.unsqueeze(-1) * x.unsqueeze(-2)).view(-1, groups * channels)  # [1, G*C]
         running_mean, running_var, weight, bias = (
             cast(t, dtype) for t in (bn.running_mean, bn.running_var, bn.weight, bn.bias)
         )
         out = F.batch_norm(grouped, running_mean, running_var, weight, bias, False, 0.0, bn.eps)
-        return (wide + self.module.lamda * out.view(-1, groups, channels).sum(dim=-2)).to(x.dtype)
+        return x + self.module.lamda * out.view(-1, groups, channels).sum(dim=-2)
 
     def extra_repr(self) -> str:
         return f"{self.channels}, groups={self.module.groups}, lamda={self.module.lamda}"

@@ -6,15 +6,15 @@ import torch
 from torch import Tensor, nn
 
 from graphnorm.checks import check_positive
+from graphnorm.norms.base import NormBase
 from graphnorm.norms.ops.graph_stats import graph_center_scale, graph_reduce, graph_variance
-from graphnorm.norms.ops.input_checks import check_norm_inputs
 from graphnorm.norms.ops.parameters import UnwrappedPyGNorm, register_affine, reset_affine
-from graphnorm.norms.ops.precision import cast, upcast
+from graphnorm.norms.ops.precision import cast
 from graphnorm.norms.registry import register_norm
 
 
 @register_norm("graphnorm")
-class GraphNorm(UnwrappedPyGNorm):
+class GraphNorm(UnwrappedPyGNorm, NormBase):
     r"""GraphNorm, per graph, from `"GraphNorm: A Principled Approach to Accelerating Graph Neural Network Training"
     <https://arxiv.org/abs/2009.03294>`_ (Cai et al., ICML 2021), for each graph :math:`g` and channel:
 
@@ -40,6 +40,8 @@ class GraphNorm(UnwrappedPyGNorm):
         ValueError: ``eps`` is not a finite number > 0.
     """
 
+    per_graph = True
+
     def __init__(self, channels: int, eps: float = 1e-5) -> None:
         super().__init__()
         self.channels = channels
@@ -52,23 +54,12 @@ class GraphNorm(UnwrappedPyGNorm):
         reset_affine(self)
         nn.init.ones_(self.mean_scale)
 
-    def forward(
-        self,
-        x: Tensor,
-        batch: Tensor | None = None,
-        batch_size: int | None = None,
-        edge_index: Tensor | None = None,
-        token_mask: Tensor | None = None,
-    ) -> Tensor:
-        check_norm_inputs(x, batch, batch_size, self.channels, "graphnorm", per_graph=True)
-        if x.size(0) == 0:
-            return x.clone()
-        wide = upcast(x)  # float32 for half precision: half sums of squares overflow past 65504
-        weight, bias, mean_scale = (cast(p, wide.dtype) for p in (self.weight, self.bias, self.mean_scale))
-        center = graph_reduce(wide, batch, batch_size, "mean") * mean_scale  # alpha * mu_g, [num_graphs, C]
-        var = graph_variance(wide, center, batch, batch_size)
+    def _normalize(self, x: Tensor, batch: Tensor | None, batch_size: int | None) -> Tensor:
+        weight, bias, mean_scale = (cast(p, x.dtype) for p in (self.weight, self.bias, self.mean_scale))
+        center = graph_reduce(x, batch, batch_size, "mean") * mean_scale  # alpha * mu_g, [num_graphs, C]
+        var = graph_variance(x, center, batch, batch_size)
         # gamma / sqrt(var + eps) folded per graph ([num_graphs, C]) before it meets the [N, C] rows
-        return graph_center_scale(wide, center, weight * (var + self.eps).rsqrt(), batch, bias).to(x.dtype)
+        return graph_center_scale(x, center, weight * (var + self.eps).rsqrt(), batch, bias)
 
     def extra_repr(self) -> str:
         return f"{self.channels}, eps={self.eps}"

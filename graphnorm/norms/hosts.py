@@ -7,17 +7,14 @@ on the host reads the ``edge_index`` of each forward call and every graphnorm no
 duration of that call. It also unties norm instances that sit at several positions (:func:`untie_norms`): PyG's
 ``GPSConv(channels, conv, norm=module)`` makes one instance its ``norm1``, ``norm2`` and ``norm3``.
 
-Every registered norm's ``forward`` is wrapped by :func:`host_aware_forward` (in
-:func:`~graphnorm.norms.registry.register_norm`), which at its first call warns with :class:`SharedNormWarning`
-when the instance sits at several positions of the model being run, and takes the handed ``edge_index`` when the
-call has none.
+Every norm's ``forward`` (:class:`~graphnorm.norms.base.NormBase`) warns at its first call with
+:class:`SharedNormWarning` when the instance sits at several positions of the model being run
+(:func:`warn_if_shared`), and takes the handed ``edge_index`` when the call has none (:func:`handed_edge_index`).
 """
 
 from __future__ import annotations
 
 import copy
-import functools
-import inspect
 import sys
 import warnings
 from collections.abc import Callable
@@ -32,8 +29,9 @@ __all__ = [
     "EdgeIndexHandoff",
     "SharedNormWarning",
     "UntiedAfterBackwardWarning",
-    "host_aware_forward",
+    "handed_edge_index",
     "outermost_modules",
+    "warn_if_shared",
 ]
 
 # Set on a norm instance (plain attributes, not state): the hand-off it reads, and whether its positions were checked.
@@ -275,68 +273,17 @@ def pass_edge_index(model: nn.Module) -> EdgeIndexHandoff:
     return handoff
 
 
-def reset_children_parameters(self: nn.Module) -> None:
-    """``reset_parameters()`` for a norm class without one (its parameters, if any, are in its children): resets
-    every child that has it. PyG hosts call it (``GPSConv.reset_parameters`` on each of its norms)."""
-    for child in self.children():
-        reset = getattr(child, "reset_parameters", None)
-        if callable(reset):
-            reset()
+def handed_edge_index(norm: nn.Module, x: Any) -> Tensor | None:
+    """The host's ``edge_index`` for a call of ``norm`` on ``x`` without one, under :func:`pass_edge_index`; None when
+    nothing is handed, or when ``x``'s rows are not the host's nodes.
 
-
-# --- the wrapper of every registered norm's forward -----------------------------------------------------------------
-
-_EDGE_POSITION: dict[type, int | None] = {}  # norm class -> index of edge_index among forward's positional args
-
-
-def _edge_position(cls: type, forward: Callable) -> int | None:
-    """Where ``edge_index`` sits among ``forward``'s positional arguments after ``self`` (``None``: keyword only or
-    absent)."""
-    if cls not in _EDGE_POSITION:
-        names = [
-            p.name
-            for p in inspect.signature(forward).parameters.values()
-            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-        ][1:]
-        _EDGE_POSITION[cls] = names.index("edge_index") if "edge_index" in names else None
-    return _EDGE_POSITION[cls]
-
-
-def host_aware_forward(forward: Callable) -> Callable:
-    """``forward`` of a norm class with two additions: at its first call, a :class:`SharedNormWarning` when the
-    instance sits at several positions of the model being run; and, under :func:`pass_edge_index`, the host's
-    ``edge_index`` for a call without one on the host's rows."""
-    if getattr(forward, "__graphnorm_host_aware__", False):
-        return forward
-
-    @functools.wraps(forward)
-    def host_aware(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
-        state = self.__dict__
-        if not state.get(CHECKED_ATTRIBUTE, False):
-            state[CHECKED_ATTRIBUTE] = True
-            _warn_if_shared(self)
-        handoff = state.get(HANDOFF_ATTRIBUTE)
-        if handoff is not None and handoff.current() is not None:
-            args, kwargs = _with_handed_edges(self, forward, handoff, args, kwargs)
-        return forward(self, *args, **kwargs)
-
-    host_aware.__graphnorm_host_aware__ = True
-    return host_aware
-
-
-def _with_handed_edges(
-    norm: nn.Module, forward: Callable, handoff: _HandoffState, args: tuple, kwargs: dict
-) -> tuple[tuple, dict]:
-    """The call's arguments with the host's ``edge_index`` filled in where the call has none and its rows are the
-    host's nodes."""
-    position = _edge_position(type(norm), forward)
-    given = kwargs.get("edge_index")
-    if given is None and position is not None and len(args) > position:
-        given = args[position]
-    if given is not None:
-        return args, kwargs
+    Raises:
+        ValueError: the rows are not the host's nodes and ``norm`` cannot run without edges (``needs_edge_index``).
+    """
+    handoff = norm.__dict__.get(HANDOFF_ATTRIBUTE)
+    if handoff is None or handoff.current() is None:
+        return None
     edge_index, num_nodes = handoff.current()
-    x = args[0] if args else kwargs.get("x")
     rows = x.size(0) if isinstance(x, Tensor) else None
     if num_nodes is not None and rows != num_nodes:
         if getattr(norm, "needs_edge_index", False):
@@ -344,12 +291,8 @@ def _with_handed_edges(
                 f"{type(norm).registry_name}: pass_edge_index handed the edges of {num_nodes} nodes, but this norm "
                 f"got {rows} rows (not the host's nodes); call it with edge_index= for its rows"
             )
-        return args, kwargs
-    if position is not None and len(args) > position:  # edge_index given positionally as None
-        args = (*args[:position], edge_index, *args[position + 1 :])
-    else:
-        kwargs = {**kwargs, "edge_index": edge_index}
-    return args, kwargs
+        return None
+    return edge_index
 
 
 def _has_state(norm: nn.Module) -> bool:
@@ -370,7 +313,7 @@ def _running_modules(norm: nn.Module) -> list[nn.Module]:
     return callers[::-1]
 
 
-def _warn_if_shared(norm: nn.Module) -> None:
+def warn_if_shared(norm: nn.Module) -> None:
     """:class:`SharedNormWarning` naming the positions when ``norm`` sits at several positions of the running model
     (the outermost running module that contains it) and has parameters or statistics to share (a stateless norm at
     several positions computes what copies would)."""

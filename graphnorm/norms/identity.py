@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from torch import Tensor, nn
+from torch import Tensor
 
-from graphnorm.norms.ops.input_checks import check_norm_inputs
+from graphnorm.norms.base import NormBase
 from graphnorm.norms.registry import register_norm
 
 
 @register_norm("none")
-class Identity(nn.Module):
+class Identity(NormBase):
     r"""No normalization, the baseline: :math:`\mathbf{x}' = \mathbf{x}` (``x`` itself is returned). Its inputs are
     checked like every norm's, and the other norm arguments are ignored.
 
@@ -17,19 +17,13 @@ class Identity(nn.Module):
         channels: features per node.
     """
 
+    computes_in_float32 = False  # x itself is the output, in any dtype
+
     def __init__(self, channels: int) -> None:
         super().__init__()
         self.channels = channels
 
-    def forward(
-        self,
-        x: Tensor,
-        batch: Tensor | None = None,
-        batch_size: int | None = None,
-        edge_index: Tensor | None = None,
-        token_mask: Tensor | None = None,
-    ) -> Tensor:
-        check_norm_inputs(x, batch, batch_size, self.channels, "none")
+    def _normalize(self, x: Tensor, batch: Tensor | None, batch_size: int | None) -> Tensor:
         return x
 
     def extra_repr(self) -> str:

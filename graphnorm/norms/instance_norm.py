@@ -5,15 +5,15 @@ from __future__ import annotations
 from torch import Tensor
 
 from graphnorm.checks import check_positive
+from graphnorm.norms.base import NormBase
 from graphnorm.norms.ops.graph_stats import graph_center_scale, graph_reduce, graph_variance
-from graphnorm.norms.ops.input_checks import check_norm_inputs
 from graphnorm.norms.ops.parameters import UnwrappedPyGNorm, register_affine, reset_affine
-from graphnorm.norms.ops.precision import cast, upcast
+from graphnorm.norms.ops.precision import cast
 from graphnorm.norms.registry import register_norm
 
 
 @register_norm("instancenorm")
-class InstanceNorm(UnwrappedPyGNorm):
+class InstanceNorm(UnwrappedPyGNorm, NormBase):
     r"""Instance normalization, from `"Instance Normalization: The Missing Ingredient for Fast Stylization"
     <https://arxiv.org/abs/1607.08022>`_ (Ulyanov et al., 2016), with each graph :math:`g` as one instance:
 
@@ -39,6 +39,8 @@ class InstanceNorm(UnwrappedPyGNorm):
         ValueError: ``eps`` is not a finite number > 0.
     """
 
+    per_graph = True
+
     def __init__(self, channels: int, eps: float = 1e-5, affine: bool = False) -> None:
         super().__init__()
         self.channels = channels
@@ -49,24 +51,13 @@ class InstanceNorm(UnwrappedPyGNorm):
     def reset_parameters(self) -> None:
         reset_affine(self)
 
-    def forward(
-        self,
-        x: Tensor,
-        batch: Tensor | None = None,
-        batch_size: int | None = None,
-        edge_index: Tensor | None = None,
-        token_mask: Tensor | None = None,
-    ) -> Tensor:
-        check_norm_inputs(x, batch, batch_size, self.channels, "instancenorm", per_graph=True)
-        if x.size(0) == 0:
-            return x.clone()
-        wide = upcast(x)  # float32 for half precision: half sums of squares overflow past 65504
-        mean = graph_reduce(wide, batch, batch_size, "mean")  # [num_graphs, C]
-        var = graph_variance(wide, mean, batch, batch_size)  # biased
+    def _normalize(self, x: Tensor, batch: Tensor | None, batch_size: int | None) -> Tensor:
+        mean = graph_reduce(x, batch, batch_size, "mean")  # [num_graphs, C]
+        var = graph_variance(x, mean, batch, batch_size)  # biased
         scale = (var + self.eps).rsqrt()  # [num_graphs, C]; gamma folded in per graph, not per node
         if self.affine:
-            scale = scale * cast(self.weight, wide.dtype)
-        return graph_center_scale(wide, mean, scale, batch, cast(self.bias, wide.dtype)).to(x.dtype)
+            scale = scale * cast(self.weight, x.dtype)
+        return graph_center_scale(x, mean, scale, batch, cast(self.bias, x.dtype))
 
     def extra_repr(self) -> str:
         return f"{self.channels}, eps={self.eps}, affine={self.affine}"

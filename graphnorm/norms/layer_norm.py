@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
 from graphnorm.checks import check_choice, check_positive
+from graphnorm.norms.base import NormBase
 from graphnorm.norms.ops.graph_stats import graph_center_scale, graph_centered_sq_sum, graph_reduce, graph_sizes
-from graphnorm.norms.ops.input_checks import check_norm_inputs
 from graphnorm.norms.ops.parameters import register_affine, reset_affine
-from graphnorm.norms.ops.precision import cast, upcast
+from graphnorm.norms.ops.precision import cast
 from graphnorm.norms.registry import register_norm
 
 
 @register_norm("layernorm")
-class LayerNorm(nn.Module):
+class LayerNorm(NormBase):
     r"""Layer normalization, from `"Layer Normalization" <https://arxiv.org/abs/1607.06450>`_ (Ba et al., 2016).
 
     ``mode="node"`` (transformer style), over the :math:`C` channels of each node:
@@ -57,30 +57,24 @@ class LayerNorm(nn.Module):
     def reset_parameters(self) -> None:
         reset_affine(self)
 
-    def forward(
-        self,
-        x: Tensor,
-        batch: Tensor | None = None,
-        batch_size: int | None = None,
-        edge_index: Tensor | None = None,
-        token_mask: Tensor | None = None,
-    ) -> Tensor:
-        check_norm_inputs(x, batch, batch_size, self.channels, "layernorm", per_graph=self.mode == "graph")
-        if x.size(0) == 0:
-            return x.clone()
-        wide = upcast(x)  # float32 for half precision: half sums of squares overflow past 65504
-        weight, bias = cast(self.weight, wide.dtype), cast(self.bias, wide.dtype)
+    @property
+    def per_graph(self) -> bool:
+        """Whether the statistics are per graph (``mode="graph"``), so the graph ids are checked."""
+        return self.mode == "graph"
+
+    def _normalize(self, x: Tensor, batch: Tensor | None, batch_size: int | None) -> Tensor:
+        weight, bias = cast(self.weight, x.dtype), cast(self.bias, x.dtype)
         if self.mode == "node":
-            return F.layer_norm(wide, (self.channels,), weight, bias, self.eps).to(x.dtype)
+            return F.layer_norm(x, (self.channels,), weight, bias, self.eps)
         # Mean over a graph's nodes, then over channels, is the mean over all its entries (equal weights).
-        mean = graph_reduce(wide, batch, batch_size, "mean").mean(dim=1, keepdim=True)  # [num_graphs, 1]
+        mean = graph_reduce(x, batch, batch_size, "mean").mean(dim=1, keepdim=True)  # [num_graphs, 1]
         # Two-pass variance around mu_g, accumulated over row chunks (no [N, C] temporary).
-        sq_sum = graph_centered_sq_sum(wide, mean, batch, batch_size).sum(dim=1, keepdim=True)  # [num_graphs, 1]
-        scale = (sq_sum / (graph_sizes(wide, batch, batch_size) * x.size(1)) + self.eps).rsqrt()  # [num_graphs, 1]
+        sq_sum = graph_centered_sq_sum(x, mean, batch, batch_size).sum(dim=1, keepdim=True)  # [num_graphs, 1]
+        scale = (sq_sum / (graph_sizes(x, batch, batch_size) * x.size(1)) + self.eps).rsqrt()  # [num_graphs, 1]
         if self.affine:
             scale = scale * weight  # gamma folded in per graph ([num_graphs, C]), not per node
         # (x - mu_g) * scale + beta in one pass that allocates only the output
-        return graph_center_scale(wide, mean, scale, batch, bias).to(x.dtype)
+        return graph_center_scale(x, mean, scale, batch, bias)
 
     def extra_repr(self) -> str:
         return f"{self.channels}, mode={self.mode!r}, eps={self.eps}, affine={self.affine}"

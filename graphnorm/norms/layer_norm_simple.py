@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
 from graphnorm.checks import check_positive
-from graphnorm.norms.ops.input_checks import check_norm_inputs
-from graphnorm.norms.ops.precision import upcast
+from graphnorm.norms.base import NormBase
 from graphnorm.norms.registry import register_norm
 
 
 @register_norm("layernorm_simple")
-class LayerNormSimple(nn.Module):
+class LayerNormSimple(NormBase):
     r"""LayerNorm-simple, per node, from `"Understanding and Improving Layer Normalization"
     <https://arxiv.org/abs/1911.07013>`_ (Xu et al., NeurIPS 2019): LayerNorm with the gain and bias removed,
 
@@ -31,20 +30,10 @@ class LayerNormSimple(nn.Module):
     def __init__(self, channels: int, eps: float = 1e-5) -> None:
         super().__init__()
         self.channels = channels
-        self.eps = check_positive(eps, "eps", "layernorm_simple")
+        self.eps = check_positive(eps, "eps", self._where)
 
-    def forward(
-        self,
-        x: Tensor,
-        batch: Tensor | None = None,
-        batch_size: int | None = None,
-        edge_index: Tensor | None = None,
-        token_mask: Tensor | None = None,
-    ) -> Tensor:
-        check_norm_inputs(x, batch, batch_size, self.channels, "layernorm_simple")
-        if x.size(0) == 0:
-            return x.clone()
-        return F.layer_norm(upcast(x), (self.channels,), None, None, self.eps).to(x.dtype)
+    def _normalize(self, x: Tensor, batch: Tensor | None, batch_size: int | None) -> Tensor:
+        return F.layer_norm(x, (self.channels,), None, None, self.eps)
 
     def extra_repr(self) -> str:
         return f"{self.channels}, eps={self.eps}"

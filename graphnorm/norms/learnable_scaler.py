@@ -6,15 +6,15 @@ import torch
 from torch import Tensor, nn
 
 from graphnorm.checks import check_choice
-from graphnorm.norms.ops.input_checks import check_norm_inputs
-from graphnorm.norms.ops.precision import cast, compute_dtype, upcast
+from graphnorm.norms.base import NormBase
+from graphnorm.norms.ops.precision import cast
 from graphnorm.norms.registry import register_norm
 
 LEARNABLE_SCALER_INITS = ("ones", "normal")
 
 
 @register_norm("learnable_scaler")
-class LearnableScaler(nn.Module):
+class LearnableScaler(NormBase):
     r"""LearnableScaler (https://github.com/nghiemtuan/LearnableScaler), proposed as a normalization-free replacement
     for LayerNorm: a per-channel affine map with no statistics,
 
@@ -49,18 +49,9 @@ class LearnableScaler(nn.Module):
             nn.init.normal_(self.weight)
         nn.init.zeros_(self.bias)
 
-    def forward(
-        self,
-        x: Tensor,
-        batch: Tensor | None = None,
-        batch_size: int | None = None,
-        edge_index: Tensor | None = None,
-        token_mask: Tensor | None = None,
-    ) -> Tensor:
-        check_norm_inputs(x, batch, batch_size, self.channels, "learnable_scaler")
-        dtype = compute_dtype(x)
+    def _normalize(self, x: Tensor, batch: Tensor | None, batch_size: int | None) -> Tensor:
         # one fused kernel: b + x * a (float32 for half input, so only the result is rounded)
-        return torch.addcmul(cast(self.bias, dtype), upcast(x), cast(self.weight, dtype)).to(x.dtype)
+        return torch.addcmul(cast(self.bias, x.dtype), x, cast(self.weight, x.dtype))
 
     def extra_repr(self) -> str:
         return f"{self.channels}, init={self.init!r}"

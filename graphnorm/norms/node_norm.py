@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from torch import Tensor, nn
+from torch import Tensor
 
 from graphnorm.checks import check_positive
+from graphnorm.norms.base import NormBase
 from graphnorm.norms.ops.graph_stats import row_mean_var
-from graphnorm.norms.ops.input_checks import check_norm_inputs
-from graphnorm.norms.ops.precision import upcast
 from graphnorm.norms.registry import register_norm
 
 
 @register_norm("nodenorm")
-class NodeNorm(nn.Module):
+class NodeNorm(NormBase):
     r"""NodeNorm, from `"Understanding and Resolving Performance Degradation in Deep Graph Convolutional Networks"
     <https://arxiv.org/abs/2006.07107>`_ (Zhou et al., CIKM 2021): each node divided by a root of its own standard
     deviation,
@@ -40,21 +39,10 @@ class NodeNorm(nn.Module):
         self.p = check_positive(p, "p", "nodenorm")
         self.eps = check_positive(eps, "eps", "nodenorm")
 
-    def forward(
-        self,
-        x: Tensor,
-        batch: Tensor | None = None,
-        batch_size: int | None = None,
-        edge_index: Tensor | None = None,
-        token_mask: Tensor | None = None,
-    ) -> Tensor:
-        check_norm_inputs(x, batch, batch_size, self.channels, "nodenorm")
-        if x.size(0) == 0:
-            return x.clone()
-        wide = upcast(x)  # float32 for half precision: a half sum of squares overflows past 65504
-        _, var = row_mean_var(wide)  # [num_nodes, 1]
+    def _normalize(self, x: Tensor, batch: Tensor | None, batch_size: int | None) -> Tensor:
+        _, var = row_mean_var(x)  # [num_nodes, 1]
         # sigma^(1/p) = (var + eps)^(1/(2p))
-        return (wide * (var + self.eps).pow(-0.5 / self.p)).to(x.dtype)
+        return x * (var + self.eps).pow(-0.5 / self.p)
 
     def extra_repr(self) -> str:
         return f"{self.channels}, p={self.p}, eps={self.eps}"

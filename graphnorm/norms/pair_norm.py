@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from graphnorm.checks import check_choice, check_positive
+from graphnorm.norms.base import NormBase
 from graphnorm.norms.ops.graph_stats import (
     broadcast_to_nodes,
     graph_center_scale,
@@ -13,15 +14,13 @@ from graphnorm.norms.ops.graph_stats import (
     graph_reduce,
     graph_sizes,
 )
-from graphnorm.norms.ops.input_checks import check_norm_inputs
-from graphnorm.norms.ops.precision import upcast
 from graphnorm.norms.registry import register_norm
 
 PAIRNORM_MODES = ("PN", "PN-SI", "PN-SCS")
 
 
 @register_norm("pairnorm")
-class PairNorm(nn.Module):
+class PairNorm(NormBase):
     r"""PairNorm, per graph, from `"PairNorm: Tackling Oversmoothing in GNNs" <https://arxiv.org/abs/1909.12223>`_
     (Zhao & Akoglu, ICLR 2020), with the graph's mean
     :math:`\boldsymbol\mu_g = \frac{1}{|\mathcal{V}_g|}\sum_{j \in \mathcal{V}_g} \mathbf{x}_j` and the scale :math:`s`.
@@ -55,6 +54,8 @@ class PairNorm(nn.Module):
         ValueError: an unknown ``mode``, or ``scale`` or ``eps`` not a finite number > 0.
     """
 
+    per_graph = True
+
     def __init__(self, channels: int, mode: str = "PN", scale: float = 1.0, eps: float = 1e-6) -> None:
         super().__init__()
         self.channels = channels
@@ -62,22 +63,7 @@ class PairNorm(nn.Module):
         self.scale = check_positive(scale, "scale", "pairnorm")
         self.eps = check_positive(eps, "eps", "pairnorm")
 
-    def forward(
-        self,
-        x: Tensor,
-        batch: Tensor | None = None,
-        batch_size: int | None = None,
-        edge_index: Tensor | None = None,
-        token_mask: Tensor | None = None,
-    ) -> Tensor:
-        check_norm_inputs(x, batch, batch_size, self.channels, "pairnorm", per_graph=True)
-        if x.size(0) == 0:
-            return x.clone()
-        # float32 for half precision: a half squared row norm overflows past 65504 (the output would be all zeros)
-        return self._normalize(upcast(x), batch, batch_size).to(x.dtype)
-
     def _normalize(self, x: Tensor, batch: Tensor | None, batch_size: int | None) -> Tensor:
-        """PairNorm of ``x`` in its own dtype (float32 or float64)."""
         mean = graph_reduce(x, batch, batch_size, "mean")  # [num_graphs, C]
         if self.mode == "PN-SCS":
             # vector_norm only reads x (x.pow(2) would allocate a full-size square)

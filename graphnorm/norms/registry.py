@@ -20,17 +20,14 @@ from collections.abc import Callable
 from torch import nn
 
 from graphnorm.checks import check_count, check_name
-from graphnorm.norms.hosts import host_aware_forward, reset_children_parameters
 
 _NORMS: dict[str, type[nn.Module]] = {}
 
 
 def register_norm(name: str) -> Callable[[type[nn.Module]], type[nn.Module]]:
     """Class decorator: register a norm under ``name`` (:data:`graphnorm.checks.NAME_PATTERN`: a lower-case letter,
-    then a-z, 0-9 and _; also set as its ``registry_name``), its ``forward`` wrapped by
-    :func:`~graphnorm.norms.hosts.host_aware_forward` (a shared instance warns, and
-    :func:`~graphnorm.norms.hosts.pass_edge_index` hands it the host's edges), and given a ``reset_parameters()``
-    that resets its children when it has none (PyG hosts call it).
+    then a-z, 0-9 and _; also set as its ``registry_name``). The class is returned as it is: what a norm does at a
+    call (input checks, the host's edges, half precision) comes from :class:`~graphnorm.norms.base.NormBase`.
 
     Raises:
         ValueError: ``name`` does not fit the pattern, or is registered to another class.
@@ -42,10 +39,6 @@ def register_norm(name: str) -> Callable[[type[nn.Module]], type[nn.Module]]:
             raise ValueError(f"norm name {name!r} is already registered to {_NORMS[name].__name__}")
         _NORMS[name] = cls
         cls.registry_name = name
-        # inside a host model (PyG's GCN, GPSConv, ...): shared instances warn, pass_edge_index's edges arrive
-        cls.forward = host_aware_forward(cls.forward)
-        if not hasattr(cls, "reset_parameters"):  # PyG hosts reset their norms
-            cls.reset_parameters = reset_children_parameters
         return cls
 
     return decorator

@@ -6,14 +6,14 @@ import torch
 from torch import Tensor, nn
 
 from graphnorm.checks import check_positive
-from graphnorm.norms.ops.input_checks import check_norm_inputs
+from graphnorm.norms.base import NormBase
 from graphnorm.norms.ops.parameters import reset_affine
-from graphnorm.norms.ops.precision import cast, upcast
+from graphnorm.norms.ops.precision import cast
 from graphnorm.norms.registry import register_norm
 
 
 @register_norm("rmsnorm")
-class RMSNorm(nn.Module):
+class RMSNorm(NormBase):
     r"""Root-mean-square normalization, per node, from `"Root Mean Square Layer Normalization"
     <https://arxiv.org/abs/1910.07467>`_ (Zhang & Sennrich, NeurIPS 2019):
 
@@ -55,24 +55,13 @@ class RMSNorm(nn.Module):
     def reset_parameters(self) -> None:
         reset_affine(self)
 
-    def forward(
-        self,
-        x: Tensor,
-        batch: Tensor | None = None,
-        batch_size: int | None = None,
-        edge_index: Tensor | None = None,
-        token_mask: Tensor | None = None,
-    ) -> Tensor:
-        check_norm_inputs(x, batch, batch_size, self.channels, "rmsnorm")
-        if x.size(0) == 0:
-            return x.clone()
-        wide = upcast(x)  # float32 for half precision: a half squared row norm overflows past 65504
-        part = wide if self.partial_size == self.channels else wide[:, : self.partial_size]
+    def _normalize(self, x: Tensor, batch: Tensor | None, batch_size: int | None) -> Tensor:
+        part = x if self.partial_size == self.channels else x[:, : self.partial_size]
         rms = torch.linalg.vector_norm(part, dim=1, keepdim=True) * self.partial_size**-0.5  # [num_nodes, 1]
-        out = wide / (rms + self.eps) * cast(self.weight, wide.dtype)
+        out = x / (rms + self.eps) * cast(self.weight, x.dtype)
         if self.bias is not None:
-            out = out + cast(self.bias, wide.dtype)
-        return out.to(x.dtype)
+            out = out + cast(self.bias, x.dtype)
+        return out
 
     def extra_repr(self) -> str:
         return f"{self.channels}, p={self.p}, eps={self.eps}, bias={self.bias is not None}"

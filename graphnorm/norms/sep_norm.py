@@ -8,9 +8,10 @@ import torch
 from torch import Tensor, nn
 from torch_geometric.utils import subgraph
 
+from graphnorm.norms.base import NormBase
 from graphnorm.norms.layer_norm import LayerNorm
 from graphnorm.norms.ops.graph_stats import num_graphs
-from graphnorm.norms.ops.input_checks import check_norm_inputs, check_token_mask
+from graphnorm.norms.ops.input_checks import check_token_mask
 from graphnorm.norms.registry import build_norm, register_norm
 
 # One line for a host without graph-token rows (every PyG model and layer): what is missing, who has it, what else.
@@ -23,7 +24,7 @@ NO_TOKEN_ROWS = (
 
 
 @register_norm("sepnorm")
-class SepNorm(nn.Module):
+class SepNorm(NormBase):
     r"""Separate normalization, from `"On Separate Normalization in Self-supervised Transformers"
     <https://arxiv.org/abs/2309.12931>`_ (Chen et al., NeurIPS 2023): the [CLS]-like graph-token row of each graph and
     the node rows go through two different norms,
@@ -52,6 +53,9 @@ class SepNorm(nn.Module):
         TypeError: ``token_mask`` is not a bool tensor.
     """
 
+    per_graph = True
+    computes_in_float32 = False  # each sub-norm computes in its own dtype
+
     def __init__(
         self,
         channels: int,
@@ -67,17 +71,14 @@ class SepNorm(nn.Module):
         self.token_norm = build_norm(token_norm, channels, **(token_kwargs or {}))
         self.node_norm = build_norm(node_norm, channels, **(node_kwargs or {}))
 
-    def forward(
+    def _normalize(
         self,
         x: Tensor,
-        batch: Tensor | None = None,
-        batch_size: int | None = None,
-        edge_index: Tensor | None = None,
-        token_mask: Tensor | None = None,
+        batch: Tensor | None,
+        batch_size: int | None,
+        edge_index: Tensor | None,
+        token_mask: Tensor | None,
     ) -> Tensor:
-        check_norm_inputs(x, batch, batch_size, self.channels, "sepnorm", per_graph=True)
-        if x.size(0) == 0:
-            return x.clone()
         if token_mask is None:
             raise ValueError(NO_TOKEN_ROWS)
         check_token_mask(x, batch, token_mask, batch_size, "sepnorm")
