@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -307,3 +311,45 @@ def test_depth_figure_has_a_panel_per_dataset_setting_with_its_reference_accurac
         assert [t.get_text() for t in axis.get_xticklabels()] == ["1", "2"]
     curve = panels[1].containers[0].lines[0].get_ydata()
     assert [round(v, 3) for v in curve] == [0.795, 0.835]
+
+
+@contextlib.contextmanager
+def _fails_if_blocked(seconds: int):
+    """A writer that opens a FIFO waits for a reader forever: raise in it after ``seconds`` instead."""
+
+    def blocked(signum, frame):
+        raise TimeoutError("the writer blocked (opened a FIFO?)")
+
+    previous = signal.signal(signal.SIGALRM, blocked)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("planted", ["summary-link", "figure-link", "summary-fifo", "report-link"])
+def test_make_report_writes_through_no_planted_link_or_fifo(tiny_sweep, tmp_path, planted):
+    from graphnorm.files import OutputPathError
+    from graphnorm.sweep.report import make_report
+
+    run_dir = tmp_path / "sweep"
+    shutil.copytree(tiny_sweep, run_dir)
+    shutil.rmtree(run_dir / "report", ignore_errors=True)
+    users_file = tmp_path / "users_notes.md"
+    users_file.write_text("keep me")
+    report = run_dir / "report"
+    if planted == "report-link":
+        (tmp_path / "elsewhere").mkdir()
+        report.symlink_to(tmp_path / "elsewhere")
+    else:
+        report.mkdir()
+        target = report / ("summary.md" if planted.startswith("summary") else "spectra.png")
+        os.mkfifo(target) if planted.endswith("fifo") else target.symlink_to(users_file)
+    with _fails_if_blocked(60), pytest.raises(OutputPathError, match="link|FIFO|fifo"):
+        make_report(run_dir)
+    assert users_file.read_text() == "keep me"
+    if planted == "report-link":
+        assert not list((tmp_path / "elsewhere").iterdir())
