@@ -445,3 +445,11 @@ def test_cli_refuses_a_graph_or_model_beyond_memory_in_one_line(tmp_path: Path) 
         result = run_cli(["train", str(write(tmp_path / name, text))], tmp_path, limit=3072 * MiB)
         assert_one_line_refusal(result, "train", "available")
         assert "Traceback" not in result["stderr"], result
+
+
+def test_a_sweep_grid_beyond_the_bound_is_refused_before_expanding():
+    from graphnorm.sweep import expand_grid
+
+    grid = {"lr": [0.001 * i for i in range(1, 301)], "seed": list(range(300)), "dropout": [0.0, 0.1]}
+    with pytest.raises(ValueError, match=r"180,000 points \(300 lr x 300 seed x 2 dropout\)"):
+        expand_grid({"name": "big", "base": {"dataset": "cora"}, "grid": grid}, log=None)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import math
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +26,7 @@ from graphnorm.config import RunConfig, apply_overrides, config_run_id
 from graphnorm.files import load_yaml_file
 
 SWEEP_KEYS = ("name", "description", "metric", "run_fn", "base", "grid", "norm_settings")
+MAX_GRID_RUNS = 100_000  # a grid beyond this is a typo, and its configs alone would fill the memory
 
 
 def load_sweep_config(path: str | os.PathLike, overrides: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
@@ -121,6 +123,13 @@ def expand_grid(sweep: dict[str, Any], log: Callable[[str], None] | None = print
         except (ValueError, TypeError) as e:
             raise ValueError(f"norm_settings: {e}") from None
     keys = list(grid)
+    sizes = {key: len(_grid_values(key, grid[key])) for key in keys}
+    if math.prod(sizes.values()) > MAX_GRID_RUNS:
+        shape = " x ".join(f"{size} {key}" for key, size in sizes.items())
+        raise ValueError(
+            f"the grid has {math.prod(sizes.values()):,} points ({shape}), more than a sweep runs "
+            f"({MAX_GRID_RUNS:,}): split it into several sweeps"
+        )
     configs: list[RunConfig] = []
     seen: dict[str, dict[str, Any]] = {}
     left_out: dict[str, str] = {}  # norm -> why, for norm: all
