@@ -23,6 +23,7 @@ from graphnorm.data import GraphTask
 from graphnorm.data.root import ENV_ROOT, default_root
 from graphnorm.data.scoring import score
 from graphnorm.data.smiles import file_text, read_smiles_csv, smiles_graph
+from graphnorm.escaping import csv_text
 from graphnorm.files import atomic_write_text
 from graphnorm.models import model_outputs, model_spec
 from graphnorm.train.loaders import SPLITS, collate_for, prepare_task
@@ -150,10 +151,11 @@ def write_predictions(
     """The predictions CSV, written to a temporary file and renamed (a kill leaves no partial output)."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["line", smiles_column, "valid", *target_names])
+    # Text from the user's file (SMILES, column and target names) could read as a formula in a spreadsheet
+    writer.writerow(["line", csv_text(smiles_column), "valid", *map(csv_text, target_names)])
     for line, text, values in zip(lines, smiles, predictions):
         cells = [repr(value) for value in values] if values is not None else [""] * len(target_names)
-        writer.writerow([line, text, "true" if values is not None else "false", *cells])
+        writer.writerow([line, csv_text(text), "true" if values is not None else "false", *cells])
     atomic_write_text(out, buffer.getvalue())
 
 
