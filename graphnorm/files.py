@@ -2,24 +2,14 @@
 strict YAML reading.
 
 Every file graphnorm writes for later reading (sweep tables and results, checkpoints, model files, figures, dataset
-caches) goes through :func:`atomic_write`: the new content goes to ``.<name>.<pid>.tmp`` beside the target, is
-flushed to disk, and replaces the target by ``os.replace``, so a reader sees the old file or the new one, never a
-partial one. A killed writer leaves at most the temporary file, which :func:`remove_leftover_temporary_files`
-deletes. A target whose name is too long for that pattern gets a shortened, hashed stem (:func:`temporary_stem`).
+caches) goes through :func:`atomic_write`, so a reader sees the old file or the new one, never a partial one; a
+killed writer leaves at most a temporary file, which :func:`remove_leftover_temporary_files` deletes.
 
-The one rule for every writer (:func:`check_output_path`, :func:`check_output_dir`): graphnorm writes only regular
-files, never through a symbolic link (the target, or one planted where a temporary or lock file goes), never onto a
-device, FIFO, socket or folder, never onto a file another writer holds (:func:`hold_lock`). A refusal is an
-:class:`OutputPathError`, one line naming the path and why. Appending (:func:`open_for_append`) follows the same
-rule.
-
-A command never writes over a file it reads: :func:`check_not_an_input` compares an output path with the inputs by
-resolved path and by file identity (symlinks, ``./x`` against ``x``, hard links).
-
-YAML that users write is read by :func:`load_yaml_file` / :func:`parse_yaml`: ``yaml.SafeLoader`` that refuses a
-repeated key, and, before building anything, a document over :data:`MAX_YAML_CHARS`, nested deeper than
-:data:`MAX_YAML_DEPTH` or whose aliases expand it past :data:`MAX_YAML_VALUES` values (an alias bomb); every
-problem is a one-line ``ValueError`` naming file, line and column.
+The one rule for every writer (:func:`check_output_path`, :func:`check_output_dir`, :func:`open_for_append`):
+graphnorm writes only regular files, never through a symbolic link (the target, or one planted where a temporary or
+lock file goes), never onto a device, FIFO, socket or folder, never onto a file another writer holds
+(:func:`hold_lock`), never over a file the command reads (:func:`check_not_an_input`). A refusal is one line naming
+the path and why. YAML that users write is read strictly and within bounds (:func:`load_yaml_file`).
 """
 
 from __future__ import annotations
@@ -226,7 +216,9 @@ def _create_temporary(tmp: Path, what: str | None) -> int:
 
 def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], object], what: str | None = None) -> None:
     """Replace ``path`` by what ``write(handle)`` writes to a binary file handle (e.g. ``torch.save(obj, handle)``),
-    atomically (module docstring). The folder must exist. ``path`` must pass :func:`check_output_path` (``what``
+    atomically: the new content goes to ``.<name>.<pid>.tmp`` beside the target (:func:`temporary_stem`), is flushed
+    to disk, and replaces the target by ``os.replace``, so a reader sees the old file or the new one, never a partial
+    one. The folder must exist. ``path`` must pass :func:`check_output_path` (``what``
     names it in the error); a hard-linked ``path`` is replaced by a new file, its other names keep the old bytes."""
     path = check_output_path(path, what)
     tmp = temporary_path(path)

@@ -2,54 +2,12 @@ r"""What k steps of mean aggregation do to a CSBM graph's classes: the class-mea
 spread, the accuracy of the best linear classifier after k steps, and the depth at which smoothing turns from help
 (denoising) to harm (mixing).
 
-**The model.** A graph of :mod:`graphnorm.data.csbm`: ``C`` balanced classes, expected degree :math:`d`, homophily
-:math:`h`, features :math:`x_i = \mu_{y_i} + \varepsilon_i`, :math:`\varepsilon_i \sim N(0, \sigma^2 I)`, every pair
-of class means :math:`\Delta` = ``feature_snr`` :math:`\cdot\,\sigma` apart. The smoothing is the linear SGC-like
-model without weights or nonlinearity, **with self loops**: :math:`X^{(k)} = P^k X`, :math:`P = (D + I)^{-1}(A + I)`
-(each node averages itself and its neighbours: ``adjacency: row`` of the GCN in :mod:`graphnorm.models`).
+The smoothing is :math:`X^{(k)} = P^k X` with :math:`P = (D + I)^{-1}(A + I)` (``adjacency: row`` of the GCN, no
+weights or nonlinearity) on a graph of :mod:`graphnorm.data.csbm`. Beyond the dense limit of Wu et al. (ICLR 2023),
+where separation decays as :math:`\lambda^k`, this computes the finite-degree moments from lazy random walks on a
+locally tree-like graph with annealed Poisson degrees, and the accuracy from them in a Gaussian approximation.
 
-**The dense limit** (Wu, Chen, Wang and Jadbabaie, "A Non-Asymptotic Analysis of Oversmoothing in Graph Neural
-Networks", ICLR 2023, https://arxiv.org/abs/2212.10701): a step multiplies the class-mean separation by
-:math:`\lambda = (p - q)/(p + q)`, here :math:`\lambda = (Ch - 1)/(C - 1)` (the class-transition matrix's second
-eigenvalue; :math:`\lambda = h - (1 - h)` for two classes), the *mixing* effect, and shrinks the noise variance by
-about the number of nodes averaged, the *denoising* effect; mixing wins after :math:`O(\log N / \log\log N)` steps.
-Keriven ("Not too little, not too much: a theoretical analysis of graph (over)smoothing", NeurIPS 2022,
-https://arxiv.org/abs/2205.12156) shows the same trade-off for mean aggregation: a few steps help, many hurt.
-
-**At finite degree** (what this module computes) two effects the dense limit drops are large at :math:`d \approx
-10`: a walk that returns to where it was (backtracking keeps a node's own class, so separation decays more slowly
-than :math:`\lambda^k`), and the node-to-node spread of the neighbourhoods' class mix. Derivation: :math:`(P^k x)_i`
-is the expectation of :math:`x_{W_k}` over a lazy random walk :math:`W` from :math:`i` (each step to a uniform one of
-the node and its neighbours). On the locally tree-like graph, classes along a tree path form a Markov chain whose
-centred part decays by :math:`\lambda` per edge, so for nodes :math:`u, v` at tree distance :math:`r`,
-:math:`E[\langle \mu_{y_u}, \mu_{y_v} \rangle] = \|\mu\|^2 \lambda^{r}` with :math:`\|\mu\|^2 = \Delta^2 (C-1) / (2C)`
-(centred class means). Hence, with :math:`R_k` the walk's distance from its start and :math:`D_k` the distance
-between two independent walks from the same node:
-
-* class-mean separation :math:`\Delta_k = \Delta\, a_k`, :math:`a_k = E[\lambda^{R_k}]`;
-* noise variance per coordinate :math:`\sigma^2 c_k`, :math:`c_k = \sum_j (P^k)_{ij}^2 = P(D_k = 0)` (two walks
-  meeting);
-* spread of the node's own signal around its class mean, per direction of the class-mean subspace:
-  :math:`\Delta^2 (b_k - a_k^2) / (2C)`, :math:`b_k = E[\lambda^{D_k}]`;
-* within-class variance along the class-mean subspace
-  :math:`s_k^2 = \sigma^2 c_k + \Delta^2 (b_k - a_k^2)/(2C)`.
-
-On a tree, the distance between a walker and any other point is a birth-death chain: of the walker's :math:`D + 1`
-choices exactly one steps toward the point, one stays (the self loop) and :math:`D - 1` step away (at distance 0: one
-stays, :math:`D` step away). Degrees are taken as Poisson (the block model's binomial degrees at large :math:`N`),
-drawn afresh at each step ("annealed"): the start node has degree :math:`D_0 \sim \mathrm{Poisson}(d)`, so
-:math:`E[1/(D_0 + 1)] = (1 - e^{-d})/d`; a node reached along an edge has the size-biased degree
-:math:`1 + \mathrm{Poisson}(d)`, so :math:`E[1/(D+1)] = (d - 1 + e^{-d})/d^2`. The first step is exact; later steps
-are exact on a tree with those annealed degrees, which holds while the walks stay in a tree-like ball
-(:math:`k \lesssim \log N / \log d`); beyond it, and on any finite graph, every quantity tends to its stationary
-limit, which this tree calculation reaches only as :math:`k \to \infty`. For :math:`d \to \infty` the chain moves
-away at every step, :math:`a_k = \lambda^k`, :math:`b_k = \lambda^{2k}`, :math:`c_k \to 0`: the dense limit above.
-
-**Accuracy after k steps** (Gaussian approximation: the smoothed feature is treated as Gaussian with the moments
-above, isotropic in the class-mean subspace): the best linear classifier's accuracy is the Bayes accuracy of
-:func:`graphnorm.data.csbm.reference_accuracy` at the effective SNR :math:`\Delta_k / s_k`; for two classes
-:math:`\Phi(\Delta_k / (2 s_k))`. At :math:`k = 0` it is the reference accuracy itself. The predicted best depth is
-the :math:`k` that maximises it.
+The model, the derivation and where it holds: docs/concepts/smoothing-theory.md.
 """
 
 from __future__ import annotations
@@ -86,7 +44,8 @@ def _step(distribution: np.ndarray, stay: float, toward: float) -> np.ndarray:
 
 def walk_distances(steps: int, average_degree: float) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """The distributions, for k = 0..steps, of R_k (one walk's distance from its start) and D_k (the distance between
-    two independent walks from one node), on the tree with annealed Poisson degrees (module docstring)."""
+    two independent walks from one node), on the tree with annealed Poisson degrees
+    (docs/concepts/smoothing-theory.md)."""
     root, other = self_weights(average_degree)
     single, pair = [np.ones(1)], [np.ones(1)]
     for k in range(steps):
@@ -103,7 +62,7 @@ def walk_distances(steps: int, average_degree: float) -> tuple[list[np.ndarray],
 
 def smoothing_moments(steps: int, homophily: float, average_degree: float, num_classes: int = 2) -> dict:
     """``a``, ``b``, ``c``: arrays ``[steps + 1]`` of :math:`E[\\lambda^{R_k}]`, :math:`E[\\lambda^{D_k}]`,
-    :math:`P(D_k = 0)` for k = 0..steps (module docstring), and ``lambda``."""
+    :math:`P(D_k = 0)` for k = 0..steps (docs/concepts/smoothing-theory.md), and ``lambda``."""
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
         raise ValueError(f"steps must be a non-negative integer, got {steps!r}")
     if not 0.0 <= homophily <= 1.0:

@@ -1,41 +1,12 @@
 r"""Contextual stochastic block model (CSBM) graphs: node classification whose best possible accuracy is known.
 
-The model the theory of oversmoothing is written on (Deshpande et al., "Contextual Stochastic Block Models",
-NeurIPS 2018; used by Wu, Chen, Wang and Jadbabaie, "A Non-Asymptotic Analysis of Oversmoothing in Graph Neural
-Networks", ICLR 2023, https://arxiv.org/abs/2212.10701, and Keriven, "Not too little, not too much: a theoretical
-analysis of graph (over)smoothing", NeurIPS 2022, https://arxiv.org/abs/2205.12156). ``load_dataset("csbm", ...)``
-draws one graph; every definition below is exact:
+The model the theory of oversmoothing is written on (Deshpande et al., NeurIPS 2018). ``load_dataset("csbm", ...)``
+draws one graph: ``C`` balanced classes, an undirected block model of expected degree ``average_degree`` and edge
+homophily ``homophily``, Gaussian features around centred orthogonal class means ``feature_snr`` apart, a per-class
+split; one seeded generator draws everything. The task carries :func:`reference_accuracy`, the Bayes-optimal accuracy
+from a node's own features alone, and in ``stats`` the realised homophily and degrees.
 
-* **Classes**: ``num_nodes`` nodes in ``C = num_classes`` balanced classes: node ``i`` of a class-sorted order gets
-  class ``i mod C`` (so class sizes differ by at most one, the first ``num_nodes mod C`` classes one larger), then the
-  node ids are shuffled by a random permutation.
-* **Edges**: an undirected stochastic block model without self loops or duplicate edges. With
-  :math:`m = n d / 2` (``d = average_degree``) the expected number of edges and :math:`h` = ``homophily``, each pair
-  inside a class is an edge independently with probability :math:`p = h m / P_{in}` and each pair across classes with
-  :math:`q = (1-h) m / P_{out}` (:math:`P_{in}`, :math:`P_{out}`: the numbers of such pairs). So the expected number
-  of edges is :math:`m`, the expected degree exactly ``d``, and the expected fraction of edges inside a class exactly
-  :math:`h` (the edge homophily). Sampling is exact and linear in the number of edges: for every block (a class, or a
-  pair of classes) the edge count is drawn from its binomial, then that many distinct pairs uniformly (pairs drawn
-  with replacement, duplicates removed by a sort, the shortfall drawn again until the count is reached; every step
-  treats all pairs alike, so the set is a uniform one of that size, as in the block model). The realised degree is
-  therefore not biased low; it fluctuates around ``d`` by the binomial error.
-  ``edge_index`` holds both directions of every edge, sorted by source then target.
-* **Features**: :math:`x_i = \mu_{y_i} + \sigma \varepsilon_i`, :math:`\varepsilon_i \sim N(0, I)` in
-  ``num_features`` dimensions, :math:`\sigma = 1`. The class means are orthogonal directions, centred:
-  :math:`\mu_c = \frac{s}{\sqrt 2}(e_c - \frac{1}{C}\sum_j e_j)` (:math:`e_c` the c-th coordinate axis), so every
-  pair of classes is at distance :math:`\|\mu_a - \mu_b\| = s` = ``feature_snr`` (in units of the noise's standard
-  deviation per coordinate) and the means average to zero. Needs ``num_features >= num_classes``.
-* **Split**: within every class, a random ``round(train_fraction * size)`` nodes train,
-  ``round(val_fraction * size)`` validate, the rest test (default 20% / 20% / 60%: a test set of 1,200 nodes in the
-  default 2,000-node graph).
-* **Randomness**: one ``numpy.random.Generator`` seeded with ``seed`` draws everything, so one seed gives the same
-  graph bit for bit (the global RNGs are never touched).
-* **Memory**: a graph larger than the memory available (:func:`graph_bytes`, :func:`graphnorm.memory.check_fits`)
-  is refused before anything is drawn, in one line.
-
-The task carries :func:`reference_accuracy` (``GraphTask.reference_accuracy`` and ``stats["reference_accuracy"]``,
-which every run's record carries): the Bayes-optimal accuracy from a node's own features alone. In ``stats`` too: the
-realised edge homophily, the degree mean and standard deviation, the edge count, and the requested homophily and SNR.
+The exact model, its parameters and the reference accuracy: docs/concepts/csbm.md.
 """
 
 from __future__ import annotations
@@ -139,7 +110,7 @@ def pair_counts(num_nodes: int, num_classes: int) -> tuple[int, int]:
 
 
 def edge_probabilities(num_nodes: int, num_classes: int, average_degree: float, homophily: float) -> tuple[float, ...]:
-    """(p, q): the edge probability of a pair inside a class and across classes (module docstring)."""
+    """(p, q): the edge probability of a pair inside a class and across classes (docs/concepts/csbm.md)."""
     edges = num_nodes * average_degree / 2
     inside, across = pair_counts(num_nodes, num_classes)
     return homophily * edges / inside, (1.0 - homophily) * edges / across
@@ -255,7 +226,7 @@ def csbm_graph(
     train_fraction: float = 0.2,
     val_fraction: float = 0.2,
 ) -> Data:
-    """One CSBM graph (module docstring): ``x`` float32 ``[N, num_features]``, ``y`` int64 ``[N]``, ``edge_index``
+    """One CSBM graph (docs/concepts/csbm.md): ``x`` float32 ``[N, num_features]``, ``y`` int64 ``[N]``, ``edge_index``
     int64 ``[2, 2E]``, boolean ``train_mask``/``val_mask``/``test_mask``. ``ValueError`` for options out of range
     (:func:`check_csbm_options`), :class:`graphnorm.memory.InsufficientMemoryError` (a ``ValueError`` too) for a
     graph larger than the memory available, before anything is allocated."""
@@ -322,7 +293,7 @@ def load_csbm(
     train_fraction: float = 0.2,
     val_fraction: float = 0.2,
 ) -> GraphTask:
-    """A generated CSBM graph (module docstring) as a node-classification task; ``root`` is not used (nothing is
+    """A generated CSBM graph (docs/concepts/csbm.md) as a node-classification task; ``root`` is not used (nothing is
     read or written). The task's ``reference_accuracy`` and ``stats`` hold the ground truth and realised
     statistics."""
     data = csbm_graph(

@@ -7,15 +7,9 @@ how many standard splits it has, and optionally its ``identity``: what a run's i
 dataset whose options point at data that can change (a user's CSV: its content, not its path). Config validation,
 the trainer and the sweep ask the registry, and name no dataset.
 
-A loader is called as ``loader(spec, root, **options)`` (``split=`` only for a dataset with several standard
-splits; its keyword-only parameters are the dataset's options, ``RunConfig.dataset_kwargs``) and returns
-``spec.task(...)``, a :class:`graphnorm.data.datasets.GraphTask` with the declared fields filled in.
-:func:`load_dataset` checks that task before anyone trains on it (:func:`graphnorm.data.task.check_task`): a node-level
-graph needs float32 ``x`` ``[N, num_features]``, int64 ``edge_index`` within ``[0, N)``, torch.bool ``train_mask``,
-``val_mask`` and ``test_mask`` of ``N`` entries, each selecting nodes and disjoint (a mask of another dtype is refused,
-not converted: an int64 tensor may be 0/1 flags or node indices), and multiclass labels int64 ``[N]`` in
-``[0, num_outputs)`` in every split; graph-level splits need graphs and labels the metric scores. A task that fails
-is one ``ValueError`` naming the dataset, the split and the first offending nodes or values.
+A loader is called as ``loader(spec, root, **options)`` and returns ``spec.task(...)``, a
+:class:`graphnorm.data.datasets.GraphTask`; :func:`load_dataset` checks that task before anyone trains on it
+(:func:`graphnorm.data.task.check_task`: one ``ValueError`` naming the dataset, the split and the first problem).
 """
 
 from __future__ import annotations
@@ -90,7 +84,9 @@ def register_dataset(
     identity: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator: register a loader ``loader(spec, root, **options) -> GraphTask`` under ``name``
-    (:data:`graphnorm.checks.NAME_PATTERN`: a lower-case letter, then a-z, 0-9 and _).
+    (:data:`graphnorm.checks.NAME_PATTERN`: a lower-case letter, then a-z, 0-9 and _). The loader's keyword-only
+    parameters are the dataset's options (``RunConfig.dataset_kwargs``); it gets ``split=`` only for a dataset with
+    several standard splits.
 
     ``level``, ``task_type``, ``metric``, ``features`` and ``num_splits`` are the :class:`DatasetSpec` fields;
     ``check_options(**options)``: optional validation of the options, run by config validation before loading;

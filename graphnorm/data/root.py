@@ -7,11 +7,9 @@ The root comes from the ``root`` argument, else ``$GRAPHNORM_DATA``, else ``~/.c
 (:func:`seed_from_mirror`), so the loaders' ``processed/`` files are never written into the mirror. Two processes
 preparing one dataset at once take turns (:func:`dataset_lock`).
 
-Symbolic links: the data root cannot reach outside itself. Seeding and locking refuse, with one line naming it, a
-link on the way to a dataset's folder, anywhere in it, or at its lock file's place (:func:`refuse_links`), whether
-it points outside the root or not: nothing is created, written or chmod-ed through a link. To keep data on another
-disk, point ``$GRAPHNORM_DATA`` there instead. In the mirror, links are followed while they stay inside it (the
-root gets real files); a link leading outside the mirror, or a folder link that loops, is refused the same way.
+The data root cannot reach outside itself: nothing is created, written or chmod-ed through a symbolic link
+(:func:`refuse_links`; to keep data on another disk, point ``$GRAPHNORM_DATA`` there), and in the mirror a link is
+followed only while it stays inside it (:func:`seed_from_mirror` says how each case is refused).
 """
 
 from __future__ import annotations
@@ -240,7 +238,12 @@ def seed_from_mirror(root: Path, relative: str, required: list[str]) -> bool:
     """Copy the raw files of ``mirror/relative`` into ``root/relative`` when files in ``required`` are missing there.
 
     ``required`` are paths relative to ``root/relative``. Returns True if a copy was made. Call it under
-    :func:`dataset_lock`; each file appears whole or not at all. Symbolic links: see the module's docstring.
+    :func:`dataset_lock`; each file appears whole or not at all.
+
+    Symbolic links: seeding and locking refuse, with one line naming it, a link on the way to a dataset's folder,
+    anywhere in it, or at its lock file's place (:func:`refuse_links`), whether it points outside the root or not. In
+    the mirror, links are followed while they stay inside it (the root gets real files); a link leading outside the
+    mirror, or a folder link that loops, is refused the same way.
 
     Trust: ``processed/`` folders and ``.pt`` files are never copied, so every file that PyG or ogb ``torch.load`` s
     is made locally (PyG retries a processed file with ``weights_only=False`` and always loads ``pre_transform.pt``

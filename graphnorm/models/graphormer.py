@@ -9,8 +9,7 @@ Written after the paper and microsoft/Graphormer (``graphormer_layers.py``, ``gr
   per-head "virtual distance" bias; the prediction head reads it out;
 * pre-LN encoder layers (the paper's; post-LN optional) whose norms come from the registry.
 
-How rows and norms meet: :class:`Graphormer`; its optimizer recipe:
-:func:`graphnorm.train.schedules.polynomial_optimizer`.
+How rows and norms meet: :class:`Graphormer`; its optimizer: :func:`graphnorm.train.schedules.polynomial_optimizer`.
 """
 
 from __future__ import annotations

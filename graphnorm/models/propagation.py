@@ -1,18 +1,12 @@
 """Sparse propagation :math:`Y = \\hat A X` for full-batch message passing on large graphs, on the CPU.
 
-:math:`\\hat A` is the matrix PyG's ``GCNConv`` applies with precomputed edge weights ``w``: row ``i`` of the product
-sums :math:`w_e \\, x_{s(e)}` over the edges ``e`` whose target is ``i`` (``index[1] == i``; duplicate edges add up),
-
-.. math::
-    y_i = \\sum_{e:\\, t(e) = i} w_e \\, x_{s(e)}, \\qquad \\frac{\\partial L}{\\partial X} = \\hat A^\\top G,
-
-so any edge list, directed or not, with any weights, gives PyG's numbers up to the order of the sums.
-:class:`SparseAdjacency` stores :math:`\\hat A` once per graph as CSR (rows = targets, columns sorted within a row)
-and, unless :math:`\\hat A` is symmetric (an undirected graph under the symmetric normalization
-:math:`D^{-1/2}(A+I)D^{-1/2}`), its transpose as a second CSR for the backward. The product is a numba kernel
-parallel over rows: each output row gathers its neighbours' rows and is written once, so there are no scatter
-conflicts and no ``[E, C]`` message tensor (PyG's gather/scatter materializes one per layer and pass). The matrix is
-a constant of the autograd graph: the backward is one more product, with no gradient for the weights.
+:math:`\\hat A` is the matrix PyG's ``GCNConv`` applies with precomputed edge weights: row ``i`` of the product sums
+the weighted source rows of the edges whose target is ``i`` (:class:`SparseAdjacency`), so any edge list gives PyG's
+numbers up to the order of the sums. The matrix is stored once per graph as CSR (rows = targets), with its transpose
+for the backward unless it is symmetric. The product is a numba kernel parallel over rows: each output row gathers
+its neighbours' rows and is written once, so there are no scatter conflicts and no ``[E, C]`` message tensor (PyG's
+gather/scatter materializes one per layer and pass). The matrix is a constant of the autograd graph: the backward is
+one more product, with no gradient for the weights.
 
 The product runs on torch's intra-op thread count (:func:`torch.get_num_threads`) of plain threads, each on a range
 of rows; the kernels are compiled once and cached beside this file, as the probe's kernels are.
@@ -148,7 +142,15 @@ def _executor(threads: int) -> ThreadPoolExecutor:
 
 
 class SparseAdjacency:
-    """:math:`\\hat A` of an edge list with weights (see the module docstring), built once per graph.
+    """:math:`\\hat A` of an edge list with weights, built once per graph: row ``i`` of :math:`Y = \\hat A X` sums
+    :math:`w_e \\, x_{s(e)}` over the edges ``e`` whose target is ``i`` (``index[1] == i``; duplicate edges add up),
+
+    .. math::
+        y_i = \\sum_{e:\\, t(e) = i} w_e \\, x_{s(e)}, \\qquad \\frac{\\partial L}{\\partial X} = \\hat A^\\top G,
+
+    so any edge list, directed or not, with any weights, gives PyG's numbers up to the order of the sums. Stored as
+    CSR (rows = targets, columns sorted within a row) and, unless :math:`\\hat A` is symmetric (an undirected graph
+    under the symmetric normalization :math:`D^{-1/2}(A+I)D^{-1/2}`), its transpose as a second CSR for the backward.
 
     Args:
         index: ``[2, E]`` (source, target) rows, each in ``[0, num_rows)``.

@@ -5,15 +5,10 @@ node-major features ``x`` ``[num_nodes, channels]``, returning a tensor of ``x``
 does not need are ignored. Statistics over several nodes are taken per graph of a mini-batch (BatchNorm and
 DiffGroupNorm: over the whole batch). Create norms with :func:`build_norm`; :func:`available_norms` lists the names.
 
-One module per norm; next to them, :mod:`~graphnorm.norms.base` (the forward every norm shares: input checks,
-empty input, the float32 round trip of half precision, the edges a host model hands over) and
-:mod:`~graphnorm.norms.registry` (names to classes). What the norms are built from (input checks, gain and bias,
-precision, per-graph statistics, ContraNorm's kernels) is in :mod:`graphnorm.norms.ops`.
-
-Inside someone else's model (PyG's ``GCN``, ``GAT``, ``GraphSAGE``, ``GIN``, ``GPSConv``: their ``norm=`` slot), every
-norm works as it is; :func:`pass_edge_index` ``(model)`` hands the model's ``edge_index`` to the norms that use it
-(ContraNorm's neighbour-excluding form) and gives each position of a repeated instance its own copy
-(:mod:`~graphnorm.norms.hosts`).
+One module per norm, the forward they share in :mod:`~graphnorm.norms.base`, names to classes in
+:mod:`~graphnorm.norms.registry`, and what norms are built from in :mod:`graphnorm.norms.ops`. Inside someone else's
+model (PyG's ``GCN``, ``GAT``, ``GIN``...: their ``norm=`` slot) every norm works as it is; :func:`pass_edge_index`
+hands the model's ``edge_index`` to the norms that use it (:mod:`~graphnorm.norms.hosts`).
 """
 
 from graphnorm.norms.ada_norm import AdaNorm

@@ -1,17 +1,15 @@
 """Training: one run of a :class:`graphnorm.config.RunConfig`, from data to a JSON-serializable record.
 
-``run(config) -> record`` is the entry point that ``graphnorm train`` and every sweep call; ``train(config)`` returns
-the trained model and its task as well. Where to look next:
+``run(config) -> record`` serves ``graphnorm train`` and every sweep; ``train(config)`` returns the model and task too.
 
 * :mod:`~graphnorm.train.loop`: ``run`` and ``train``; :mod:`~graphnorm.train.record`: the record's keys;
-* :mod:`~graphnorm.train.node_level`, :mod:`~graphnorm.train.graph_level`: the two training loops;
-* :mod:`~graphnorm.train.schedules`: optimizer, learning-rate schedules, clipping, early stopping;
-* :mod:`~graphnorm.train.loaders`: the run's task (dataset, features), its mini-batches and the probe's sample;
+  :mod:`~graphnorm.train.node_level`, :mod:`~graphnorm.train.graph_level`: the two training loops;
+* :mod:`~graphnorm.train.schedules`: optimizer, schedules, clipping, early stopping; :mod:`~graphnorm.train.loaders`:
+  the run's task, its mini-batches and the probe's sample;
 * :mod:`~graphnorm.train.checkpoints`, :mod:`~graphnorm.train.model_file`: resuming, and the saved model;
-* :mod:`~graphnorm.train.collapse_steps`: collapse metrics while training;
-* :mod:`~graphnorm.train.monitor`: ``CollapseMonitor``, the same metrics in your own training loop, and
-  :mod:`~graphnorm.train.lightning_monitor`: ``CollapseMonitorCallback`` for PyTorch Lightning (optional extra);
-* :mod:`~graphnorm.train.progress`, :mod:`~graphnorm.train.tensorboard_log`: progress lines and curves.
+  :mod:`~graphnorm.train.progress`, :mod:`~graphnorm.train.tensorboard_log`: progress lines and curves;
+* collapse metrics while training: :mod:`~graphnorm.train.collapse_steps`, :mod:`~graphnorm.train.monitor` (your own
+  loop), :mod:`~graphnorm.train.lightning_monitor` (``CollapseMonitorCallback`` for PyTorch Lightning).
 """
 
 from __future__ import annotations

@@ -7,16 +7,9 @@ Built once with the model and a fixed sample, called once per optimizer step::
         monitor.step(step)  # probes at step 0, 10, 20, ...: the weights before that step's update
         train_one_step()
 
-Each probe is a :class:`graphnorm.analysis.CollapseProbe` of the model as it is at that moment (eval mode, no
-gradients, the model's mode restored), the same measurement the trainer makes with ``probe_every_steps``
-(:mod:`graphnorm.train.collapse_steps`): rows of :data:`graphnorm.train.record.STEP_COLUMNS`, TensorBoard tags
-``collapse/<metric>/layer_<k>`` (:func:`graphnorm.train.tensorboard_log.collapse_tag`) over the step. The random
-state of torch (CPU and CUDA), Python's ``random`` and NumPy's global generator is saved before a probe and restored
-after it, so a loop with the monitor trains exactly as without it (bit-identical weights, dropout included).
-
-The CSV (``<out_dir>/collapse_steps.csv``) grows by one whole block of rows per probe (:mod:`.monitor_csv`: one
-monitor per folder, a block cut by a full disk or a kill never counts); a monitor opened on an existing CSV keeps its
-rows and never writes a step twice, so an interrupted loop can go on where it stopped (see ``start_step``).
+It makes the trainer's ``probe_every_steps`` measurement (:mod:`graphnorm.train.collapse_steps`): the same rows and
+TensorBoard tags, the random state restored after each probe so the loop trains exactly as without it, and a CSV
+that grows by whole steps and lets an interrupted loop go on where it stopped (:mod:`.monitor_csv`).
 """
 
 from __future__ import annotations

@@ -1,47 +1,13 @@
 r"""ContraNorm's negative mix ``P x`` in time and memory linear in the number of nodes, by positive random features.
 
-The exact term (:mod:`graphnorm.norms.contranorm`) is a softmax attention of the normalized rows onto themselves,
-restricted to each node's negatives :math:`\mathcal{N}^-(i)` (its graph's nodes, less itself and its neighbours):
+The exact term (:mod:`graphnorm.norms.contranorm`) is a softmax attention of the normalized rows onto each node's
+negatives. FAVOR+ (Choromanski et al., ICLR 2021) estimates its kernel with ``m`` positive random features, so every
+graph's sums factor through one ``[m, d + 1]`` summary: :math:`O(nmd)` time, no ``n x n``. Neighbours are excluded
+by subtracting the estimator's own terms over the excluded pairs (sparse, :math:`O(Em)`), so the denominator stays a
+sum of positive terms. The output's bias is of order :math:`1/m`, its standard error of order :math:`1/\sqrt{m}`;
+features are drawn in orthogonal blocks, which lowers the variance.
 
-.. math::
-    (P\mathbf{x})_i = \frac{\sum_{j \in \mathcal{N}^-(i)} \kappa(\mathbf{u}_i, \mathbf{u}_j)\, \mathbf{x}_j}
-                           {\sum_{j \in \mathcal{N}^-(i)} \kappa(\mathbf{u}_i, \mathbf{u}_j)}, \qquad
-    \kappa(\mathbf{u}, \mathbf{v}) = \exp(\mathbf{u}^\top \mathbf{v}), \qquad
-    \mathbf{u}_i = \hat{\mathbf{x}}_i / \sqrt{\tau}.
-
-FAVOR+ (Choromanski et al., "Rethinking Attention with Performers", ICLR 2021, https://arxiv.org/abs/2009.14794)
-writes the kernel as an expectation over Gaussian vectors :math:`\mathbf{w} \sim \mathcal{N}(0, I_d)`,
-:math:`\kappa(\mathbf{u}, \mathbf{v}) = \mathbb{E}_\mathbf{w}[\phi_\mathbf{w}(\mathbf{u}) \phi_\mathbf{w}(\mathbf{v})]`
-with :math:`\phi_\mathbf{w}(\mathbf{u}) = \exp(\mathbf{w}^\top \mathbf{u} - \|\mathbf{u}\|^2 / 2)`, and estimates it
-with ``m`` draws :math:`W = [\mathbf{w}_1 \dots \mathbf{w}_m]`:
-:math:`\hat\kappa(\mathbf{u}, \mathbf{v}) = \phi(\mathbf{u})^\top \phi(\mathbf{v}) / m`. Every term is positive, so
-the estimated softmax weights are too (trigonometric features can go negative and blow up a ratio). The sums over
-all of a graph's nodes factor through one ``[m, d + 1]`` summary per graph,
-:math:`Z_g = \sum_{j \in g} \phi(\mathbf{u}_j) [\mathbf{x}_j, 1]^\top`, so the estimate costs :math:`O(nmd)` time.
-
-**Neighbour exclusion** is a sparse correction over the excluded pairs (the edges, deduplicated, and the node itself
-where excluded): the estimator's OWN terms :math:`\hat\kappa(\mathbf{u}_i, \mathbf{u}_j)` are subtracted, not the
-exact ones. The numerator and denominator are then exactly the estimator's sums over the negatives alone, sums of
-positive terms, so the denominator cannot go negative or to zero; subtracting exact terms from an estimated total
-would leave the estimation error of the neighbours' mass in it, and where neighbours carry much of the mass that
-difference can go negative. The correction costs one ``m``-long dot product per excluded pair: :math:`O(Em)` time,
-through sparse CSR kernels (:class:`_ExcludedPairSums`). A node with no negatives gets no repulsive term, as
-in the exact form; this is decided by counting its excluded pairs, never from a cancelled floating-point sum.
-
-**Bias.** With :math:`\mathbf{w}` Gaussian, the numerator and the denominator are each unbiased estimates of the
-exact ones (over the draw of :math:`W`). Their ratio, the output, is not: by the delta method its bias is
-:math:`\mathbb{E}[\hat N / \hat D] - N / D = (N / D) (\mathrm{Var}\,\hat D / D^2 - \mathrm{Cov}(\hat N, \hat D) / (N D))
-+ O(m^{-2})`, of order :math:`1/m`, while its standard error is of order :math:`1/\sqrt{m}`; both vanish as ``m``
-grows. The variance of a positive feature grows with :math:`\exp(\|\mathbf{u}\|^2) = \exp(1/\tau)` and with the
-spread of the similarities, so small temperatures need many more features. The rows of :math:`W` are drawn in
-orthogonal blocks (:func:`orthogonal_gaussian_features`): each row is still marginally Gaussian (unbiasedness holds),
-and orthogonality lowers the variance (the paper's Theorem 2).
-
-**Numerics.** The constant :math:`1/\sqrt{m}` and the shifts below cancel in the ratio and are left out: queries are
-:math:`\exp(\mathbf{a}_i - \max_k a_{ik})` (a per-row shift, cancels in row ``i``'s ratio), keys
-:math:`\exp(\mathbf{a}_j - \max a)` (one shift for all keys), :math:`\mathbf{a} = W\mathbf{u} - \|\mathbf{u}\|^2/2`.
-Gradients flow through the estimator by autograd, except the pair correction, which has its own sparse backward.
-Memory: a few ``[n, m]`` feature tensors and ``O(E)`` for the pairs, linear in ``n`` and ``E``; no ``n x n``.
+What it estimates, its error, why orthogonal features, the numerics: docs/concepts/contranorm-random-features.md.
 """
 
 from __future__ import annotations
