@@ -101,7 +101,7 @@ def test_contranorm_targets_are_judged_from_the_measured_rows():
         ("extra peak memory (MB)", 210.0, False),
         ("process RSS growth (MB)", 149.0, True),  # the streaming kernel's peak over two calls, < 150 MB
         ("speed-up over dense beside a neighbour", 1.45, False),
-        ("FLOP rate / square-mm rate", 0.65, False),  # issue 20: at least 0.7
+        ("FLOP rate / square-mm rate", 0.65, False),  # needs at least 0.7
     ]
     rss_rows[0]["peak growth, 2 calls (MB)"] = 150.0
     assert not bench_contranorm.evaluate_targets([], [], rss_rows)[0][3]

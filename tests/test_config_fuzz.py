@@ -25,7 +25,7 @@ from graphnorm.train.loop import run
 
 SEED = 0
 MUTATIONS_PER_BASE = 400
-RUNS = 8  # accepted node-level configs trained for real (1-2 epochs each, about 1 s each on 2 cores)
+RUNS = 8  # accepted node-level configs trained for real (1-2 epochs each, to keep the test short)
 
 CORA_GCN = {"dataset": "cora", "num_layers": 2, "hidden_channels": 8, "epochs": 1, "probe": False}
 ZINC_GCN_VIRTUAL_NODE = {

@@ -148,7 +148,7 @@ def cases() -> list[tuple[str, str]]:
     return [(model, norm) for model in MODELS for norm in available_norms() if norm != "sepnorm" or MODELS[model][2]]
 
 
-@pytest.mark.slow  # the grid: about 250 cases, 20 s on one core
+@pytest.mark.slow  # the grid: about 250 cases
 @pytest.mark.parametrize("dtype", HALF, ids=str)
 @pytest.mark.parametrize(("model_name", "norm"), cases())
 def test_model_in_half_precision_matches_float32(model_name: str, norm: str, dtype: torch.dtype) -> None:

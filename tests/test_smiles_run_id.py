@@ -1,4 +1,4 @@
-"""A SMILES run's id hashes the CSV's content, not its path (issue 19): an edited file is a new run (a resumed
+"""A SMILES run's id hashes the CSV's content, not its path: an edited file is a new run (a resumed
 sweep re-runs it instead of reusing the old results), the same file elsewhere is the same run (the path says where
 data lives, like ``data_root``); every other dataset's run ids are what they were."""
 

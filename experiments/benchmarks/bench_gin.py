@@ -7,7 +7,7 @@ convolutions, no virtual node, no edge features. PyG's packaged ``models.GIN`` h
 (``Linear(w, d) -> ReLU -> Linear(d, d)``), half the dense work, so the baseline is this PyG-only stack instead (as
 bench_gcnii compares with the model of PyG's gcn2_cora example). One epoch = full batch: zero_grad, forward,
 cross-entropy on the training nodes, backward, one Adam step (lr 0.01, weight decay 5e-4). Timed in the same
-process, interleaved (one epoch of each per round), median. Target (issue 19, every new model): at most 1.1x.
+process, interleaved (one epoch of each per round), median. Target (as for every model graphnorm adds): at most 1.1x.
 
     python -m experiments.benchmarks.bench_gin [--quick] [--out DIR]
 """

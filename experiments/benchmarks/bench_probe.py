@@ -7,8 +7,8 @@ forward when torch has two or more threads (else in the hooks), and then batches
 one forward pass of the same model in eval mode under ``torch.no_grad()`` (the least any probe must do). Interleaved
 rounds; the probe / forward ratio of each round (min and median) is reported with the probe's own split, the load
 average while the rounds ran, and the peak memory of one probe and one forward beside their time (also for a 64-layer
-model on a 20,000-node random graph: the probe keeps a bounded chunk of layers, not every layer's output). Target
-(issues 20 and 37): at most 1.5x at 64 layers.
+model on a 20,000-node random graph: the probe keeps a bounded chunk of layers, not every layer's output). Target:
+at most 1.5x at 64 layers.
 
     python -m experiments.benchmarks.bench_probe [--quick] [--out DIR]   # the section of the benchmark report
     python -m experiments.benchmarks.bench_probe --ratio [--repeats N]   # one line: probe / forward at 64 layers
@@ -45,8 +45,8 @@ from graphnorm.models.gcn import DeepGCN
 from graphnorm.threads import single_thread
 
 HIDDEN = 64
-NORM = "pairnorm"  # the model the targets are stated for (issue 37: a 64-layer PairNorm DeepGCN on Cora)
-TARGET_RATIO = 1.5  # issues 20 and 37: probing every layer of a 64-layer model at most 1.5x one forward pass
+NORM = "pairnorm"  # the model the targets are stated for: a 64-layer PairNorm DeepGCN on Cora
+TARGET_RATIO = 1.5  # probing every layer of a 64-layer model at most 1.5x one forward pass
 ROWS_DEGREE = 10  # --rows: average degree of the random graph
 ROWS_WIDTH = 64  # --rows: columns of the random rows
 
@@ -213,7 +213,7 @@ def run(quick: bool = False, out_dir: Path | None = None, repeats: int | None = 
         f"run's torch threads ({torch.get_num_threads()}) and on one thread (the probe runs its own forward on one "
         "thread and, with two or more torch threads, measures layers on a second thread beside it: "
         f"CollapseProbe(background=None)); {repeats} interleaved rounds, ratio of each round, min and median. "
-        f"Target (issue 20): probe / forward <= {TARGET_RATIO} at 64 layers, against the one-thread forward. Peak "
+        f"Target: probe / forward <= {TARGET_RATIO} at 64 layers, against the one-thread forward. Peak "
         "memory: extra resident memory of one call over the memory before it (_common.peak_memory). Second table: "
         "one probe and one forward on a larger random graph, timed once each, for memory. Third table: the probe's "
         "metrics by part as shares of the one-thread forward (the whole probe without its second thread here), each "
@@ -222,7 +222,7 @@ def run(quick: bool = False, out_dir: Path | None = None, repeats: int | None = 
         + _common.load_summary()
     )
     # The target is judged against the one-thread forward, the probe's own: a forward with more threads than free
-    # cores can be many times slower (issue 20, item 1), which would make any probe look cheap.
+    # cores can be many times slower (benchmark 9, bench_threads), which would make any probe look cheap.
     targets = []
     for row, num_layers in zip(rows, depths):
         ratio = row["probe / forward 1 thread (median)"]

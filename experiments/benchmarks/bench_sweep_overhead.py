@@ -8,8 +8,8 @@ worker, once) process start and imports. Setup:
   before: torch imported), its phases timed by wrapping the functions ``graphnorm.train.run`` calls
   (``prepare_task``, ``build_model``, ``train_node_level`` = training, ``probe_records``) and the result write; the
   rest of ``execute_run`` is config checks, seeding, the log file. Runs alternate between the worker's dataset cache
-  (``graphnorm.train.loaders.cached_task``) and a cleared cache (a fresh load per run, as before the cache). Target
-  (issue 20): non-training time per run under 0.5 s with the cache.
+  (``graphnorm.train.loaders.cached_task``) and a cleared cache (a fresh load per run, as before the cache). Target:
+  non-training time per run under 0.5 s with the cache.
 * **End to end**: ``run_sweep`` with the local executor, 1 worker x 1 thread, ``RUNS`` runs: wall time per run,
   and that minus the training time per run measured above; the time to start a process that imports
   ``graphnorm.sweep`` (paid once per worker: the forkserver preloads it).
@@ -43,7 +43,7 @@ from graphnorm.train.loaders import clear_task_cache
 
 EPOCHS = 2
 RUNS = 20
-TARGET_S = 0.5  # issue 20: non-training time per run on a warm worker
+TARGET_S = 0.5  # non-training time per run on a warm worker, at most
 # phase -> (module, function) wrapped with a timer; "training" is the epochs loop, with per-epoch evaluation
 PHASES: dict[str, tuple[Any, str]] = {
     "dataset": (train_module, "prepare_task"),

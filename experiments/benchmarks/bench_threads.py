@@ -1,8 +1,8 @@
 """Benchmark 9: speed on shared cores. A deep GCN's forward and training epoch timed alone and beside a CPU-bound
 neighbour process, with 1 and with as many torch threads as usable cores; subnormal floats and flush-to-zero.
 
-Issue 20 saw a 64-layer DeepGCN (norm none) on Cora take 8.6 s per eval forward with 2 intra-op threads beside
-another busy process, 0.075 s with 1 thread. Setup:
+Why: a deep model's forward with as many intra-op threads as cores can be many times slower beside another busy
+process than with one thread (each op waits for a descheduled thread). Setup:
 
 * **Threads x neighbour**: the same model, eval forward (no grad) and training epoch (forward, backward, Adam step),
   with 1 and ``cores`` threads (``torch.set_num_threads``), in interleaved rounds; the neighbour is one process
@@ -19,7 +19,7 @@ another busy process, 0.075 s with 1 thread. Setup:
   ``torch.set_flush_denormal(True)`` (1 thread: the setting is per thread), and its collapse probe (effective rank,
   cone angles, ... of every layer) is compared value by value with and without flushing.
 
-Targets (issue 20): none as numbers; the ratios say whether a thread count collapses beside a neighbour.
+Targets: none as numbers; the ratios say whether a thread count collapses beside a neighbour.
 
     python -m experiments.benchmarks.bench_threads [--quick] [--out DIR]
 """
