@@ -4,7 +4,7 @@ their summation order does to the spectrum.
 An eigenvalue of X^T X computed in float64 carries an absolute error of about eps * s_1^2 whatever the order of the
 sums, so a singular value ratio s_i / s_1 is known to about eps / (s_i / s_1) and a zero singular value reads anywhere
 up to sqrt(eps) ~ 1.5e-8. These tests pin that floor for the probe's Gram route against an SVD of the same float64
-rows, and check that the probe's batched Gram matrices are those of the one-matrix reference (same bits).
+rows, and check that the probe's batched Gram matrices are those of the one-matrix reference (within rounding).
 """
 
 from __future__ import annotations
@@ -36,12 +36,16 @@ def _spectrum_layers(generator: torch.Generator) -> list[torch.Tensor]:
     return [layer.float() for layer in [*layers, rank_deficient, collapsed.double()]]
 
 
-def test_batched_grams_are_the_reference_grams_bit_for_bit():
+def test_batched_grams_are_the_reference_grams_within_rounding():
     generator = torch.Generator().manual_seed(0)
     stacked = torch.stack([layer.double() for layer in _spectrum_layers(generator)])
     grams = _grams(stacked)
     for layer, gram in zip(stacked, grams):
-        assert torch.equal(gram, _gram_f64(layer))
+        # Another compiled caller of the same product (a slice of the stack, maybe at another alignment, for which
+        # BLAS may pick another kernel): within a float64 sum's rounding, n * eps * |x_i| |x_j| per entry.
+        column_norms = torch.linalg.vector_norm(layer, dim=0)
+        bound = layer.size(0) * EPS * torch.outer(column_norms, column_norms)
+        assert ((gram - _gram_f64(layer)).abs() <= bound).all()
         assert torch.equal(gram, gram.T)  # the lower triangle is set from the upper one
 
 
