@@ -14,12 +14,12 @@ import math
 import numpy as np
 import pytest
 import torch
+from record_tolerance import EPS, value_tolerance
 from torch import Tensor
 
 from graphnorm.analysis.collapse import LayerStream, collapse_records, collapse_records_layers, staging
 from graphnorm.analysis.collapse.measure import _measure_chunk, _measure_one_graph
 from graphnorm.analysis.collapse.rows import _row_structure
-from record_tolerance import EPS, value_tolerance
 
 NUM_ROWS = 120
 
