@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from record_tolerance import assert_close_records
 from torch_geometric.data import Batch, Data
 from torch_geometric.nn.models import GCN
 
@@ -215,9 +216,9 @@ def test_stacked_fast_path_graph_level_equals_per_graph_reference():
 
 @pytest.mark.parametrize("precision", ["float64", "float32"])
 def test_background_probe_gives_the_same_records_and_follows_the_thread_count(precision, monkeypatch):
-    """background=True (metrics on a second thread beside the forward) and False give identical records, in either
-    precision and for a float64 model; the default follows torch's thread count, read before the probe's forward
-    sets one thread."""
+    """background=True (metrics on a second thread beside the forward) and False give the same records up to
+    round-off, in either precision and for a float64 model; the default follows torch's thread count, read before the
+    probe's forward sets one thread."""
     torch.manual_seed(0)
     data = _random_graph(300, num_edges=900)
     model = DeepGCN(8, 16, 3, num_layers=24, norm="pairnorm")
@@ -226,7 +227,8 @@ def test_background_probe_gives_the_same_records_and_follows_the_thread_count(pr
         model, data.x = model.to(dtype), data.x.to(dtype)
         here = CollapseProbe(model, background=False, precision=precision).probe_records(data)
         beside = CollapseProbe(model, background=True, precision=precision).probe_records(data)
-        assert here == beside
+        # The same kernels on another thread, which may run under another thread count: round-off apart.
+        assert_close_records(beside, here, (precision, dtype))
     seen = []
     monkeypatch.setattr(
         "graphnorm.analysis.probe.LayerStream",
