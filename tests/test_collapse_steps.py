@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+from record_tolerance import assert_close_records
 from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch_geometric import seed_everything
 
@@ -95,7 +96,8 @@ def test_node_level_rows_at_every_n_steps_equal_the_probe_of_the_model_at_that_s
     assert not any(row["metric"].startswith("sv_") for row in record["collapse_steps"])
     for step in steps:
         model, task = trained(config, step)
-        assert rows_at(record, step) == hand_probe(model, task, config), f"step {step}"
+        # The probe inside the training loop and probe_records by hand: two routes, round-off apart.
+        assert_close_records(rows_at(record, step), hand_probe(model, task, config), f"step {step}")
     # the rows move: the trained model is not the initial one
     cosine = {
         r["step"]: r["value"] for r in record["collapse_steps"] if r["metric"] == "mean_cosine" and r["layer"] == 3
@@ -124,7 +126,7 @@ def test_graph_level_graphormer_rows_have_token_rows_and_equal_the_probe_at_that
     assert {row["split"] for row in rows} == {"val_sample"}
     for epochs in (2, 4):
         model, task = trained(config, epochs)
-        assert rows_at(record, 5 * epochs) == hand_probe(model, task, config), f"step {5 * epochs}"
+        assert_close_records(rows_at(record, 5 * epochs), hand_probe(model, task, config), f"step {5 * epochs}")
 
 
 @pytest.mark.parametrize("ema_decay", [None, 0.8])
