@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
+from record_tolerance import assert_close_records
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch_geometric.data import Batch, Data
 from torch_geometric.nn.models import GCN
@@ -109,7 +110,9 @@ def test_csv_rows_equal_a_direct_probe_of_the_same_weights(cora, tmp_path) -> No
         copied.load_state_dict(weights)
         direct = CollapseProbe(copied, layers=copied.convs, num_singular_values=0).probe(cora)
         rows = written[written.step == step].drop(columns=["step", "epoch"]).reset_index(drop=True)
-        pd.testing.assert_frame_equal(rows, direct, check_dtype=False, check_exact=True)
+        # The monitor's probe during training and a fresh probe of the same weights: round-off apart.
+        assert list(rows.columns) == list(direct.columns)
+        assert_close_records(rows.to_dict("records"), direct.to_dict("records"), step)
     assert len(set(written.layer)) == 4 and {"effective_rank", "mean_cosine"} <= set(written.metric)
 
 
