@@ -109,3 +109,14 @@ def check_name(value: Any, what: str, where: str = "") -> str:
             f"{_prefix(where)}{what} {value!r} does not match {NAME_PATTERN} (a lower-case letter, then a-z, 0-9, _)"
         )
     return value
+
+
+def same_values(first: Tensor | None, second: Tensor | None) -> bool:
+    """Whether two optional tensors hold the same values: the same tensor, both None, or equal shapes, devices and
+    entries. A cache that compares its own copy this way sees an edit made through a NumPy view or ``.data``, which
+    torch's version counter misses."""
+    if first is second:
+        return True
+    if first is None or second is None or first.shape != second.shape or first.device != second.device:
+        return False
+    return torch.equal(first, second)

@@ -23,9 +23,8 @@ from graphnorm.analysis.collapse import (
     PRECISIONS,
     LayerStream,
     collapse_records_layers,
-    same_values,
 )
-from graphnorm.checks import check_choice
+from graphnorm.checks import check_choice, same_values
 from graphnorm.models.registry import forward_adapter
 from graphnorm.norms import available_norms, norm_class
 from graphnorm.norms.hosts import outermost_modules

@@ -21,7 +21,7 @@ from torch_geometric.nn import GCNConv
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from torch_geometric.utils import add_remaining_self_loops, degree, remove_self_loops
 
-from graphnorm.checks import check_choice, check_edge_index
+from graphnorm.checks import check_choice, check_edge_index, same_values
 from graphnorm.data.token_rows import token_row_layout
 from graphnorm.models.initialization import INITS, kipf_init
 from graphnorm.models.inputs import (
@@ -33,7 +33,6 @@ from graphnorm.models.inputs import (
     check_sizes,
     dropout_nonzeros,
     parameter_dtype,
-    same_values,
 )
 from graphnorm.models.propagation import SparseAdjacency
 from graphnorm.models.readout import graph_level_batch, pool_graphs

@@ -32,7 +32,7 @@ from graphnorm.models.inputs import (
 from graphnorm.models.readout import graph_level_batch, pool_graphs
 from graphnorm.models.registry import register_model
 from graphnorm.norms import build_norm
-from graphnorm.norms.precision import HALF_DTYPES
+from graphnorm.norms.ops.precision import HALF_DTYPES
 
 READOUTS = (None, "mean", "sum")
 

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from graphnorm.checks import check_choice, check_count
-from graphnorm.norms.precision import HALF_DTYPES
+from graphnorm.norms.ops.precision import HALF_DTYPES
 
 ATOM_ENCODERS = (None, "zinc", "ogb")
 
@@ -35,14 +35,6 @@ def adjacency_dtype(dtype: torch.dtype) -> torch.dtype:
     past 256 are not exact in bfloat16; the entries are rounded to the model's dtype once, for the convolutions),
     else the model's own."""
     return torch.float32 if dtype in HALF_DTYPES else dtype
-
-
-def same_values(cached: Tensor | None, given: Tensor | None) -> bool:
-    """Whether ``given`` holds the values of ``cached`` (a cache's own copy): both None, or equal shapes, devices and
-    entries. Unlike torch's version counter, this sees an edit through a NumPy view or ``.data``."""
-    if cached is None or given is None:
-        return cached is given
-    return cached.shape == given.shape and cached.device == given.device and torch.equal(cached, given)
 
 
 @dataclass

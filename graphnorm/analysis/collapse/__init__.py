@@ -18,10 +18,10 @@ from graphnorm.analysis.collapse.records import (
     collapse_records_layers,
     records_to_flat_dict,
 )
-from graphnorm.analysis.collapse.rows import same_values
 from graphnorm.analysis.collapse.staging import PRECISIONS
 from graphnorm.analysis.collapse.stream import LayerStream
 from graphnorm.analysis.collapse.warm import warm_kernels
+from graphnorm.checks import same_values
 from graphnorm.threads import single_thread
 
 __all__ = [

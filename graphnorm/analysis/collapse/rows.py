@@ -139,16 +139,6 @@ def _kept_edges(edge_index: Tensor, num_node_rows: int) -> tuple[Tensor, Tensor,
     return edge_source.contiguous(), edge_target.contiguous(), both_ways
 
 
-def same_values(first: Tensor | None, second: Tensor | None) -> bool:
-    """Whether two optional tensors hold the same values: the same tensor, both None, or equal shapes, devices and
-    entries (a model may pass a new tensor for the same edges or batch on every forward)."""
-    if first is second:
-        return True
-    if first is None or second is None or first.shape != second.shape or first.device != second.device:
-        return False
-    return torch.equal(first, second)
-
-
 def _check_layer(x: Tensor, n: int | None, position: int | None) -> None:
     """``TypeError`` / ``ValueError`` naming layer ``position`` unless ``x`` is a real [n, d] tensor with rows and
     columns (``n`` rows when given)."""

@@ -11,9 +11,9 @@ from torch import Tensor
 
 from graphnorm.analysis.collapse.measure import _LayerPart, _measure_chunk
 from graphnorm.analysis.collapse.records import _records_of_parts
-from graphnorm.analysis.collapse.rows import _check_layer, _row_structure, _RowStructure, same_values
+from graphnorm.analysis.collapse.rows import _check_layer, _row_structure, _RowStructure
 from graphnorm.analysis.collapse.staging import PRECISIONS, _chunk_capacity, _StackBuffers
-from graphnorm.checks import check_choice
+from graphnorm.checks import check_choice, same_values
 from graphnorm.threads import single_thread
 
 # Chunks a background stream lets wait for its second thread before the caller measures one itself.
