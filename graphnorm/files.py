@@ -272,9 +272,9 @@ def hold_lock(path: str | os.PathLike, busy: str, what: str | None = None, remov
     link) while inside; :class:`OutputBusyError` with the message ``busy`` when another writer holds it. The lock
     goes with the descriptor, also when the process dies. ``remove``: delete the file on leaving (one lock file per
     run rather than per folder); a process that opened it just before then finds its lock on a deleted file and
-    takes the path's new one instead (:func:`_locked`)."""
+    takes the path's new one instead (:func:`acquire_lock`)."""
     path = Path(path).expanduser()
-    fd = _locked(path, busy, what)
+    fd = acquire_lock(path, busy, what)
     try:
         yield
     finally:
@@ -288,8 +288,10 @@ def hold_lock(path: str | os.PathLike, busy: str, what: str | None = None, remov
         os.close(fd)
 
 
-def _locked(path: Path, busy: str, what: str | None) -> int:
-    """A descriptor of the regular file ``path`` holding its exclusive lock (:func:`hold_lock`)."""
+def acquire_lock(path: Path, busy: str, what: str | None = None) -> int:
+    """A descriptor of the regular file ``path`` (created if missing, never through a link) holding its exclusive
+    ``flock``; :class:`OutputBusyError` with the message ``busy`` when another writer holds it. The caller unlocks and
+    closes it (:func:`hold_lock` does both for a block)."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     for _ in range(3):
         info = _lstat(path)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from graphnorm.files import WRITE_RULE, OutputBusyError, OutputPathError, atomic_write_text, node_kind
+from graphnorm.files import WRITE_RULE, OutputPathError, acquire_lock, atomic_write_text, node_kind
 
 __all__ = ["StepCsv", "STEP_RECORD_SUFFIX", "LOCK_NAME"]
 
@@ -87,26 +87,11 @@ class _Lock:
 
     def __init__(self, folder: Path) -> None:
         path = folder / LOCK_NAME
-        try:
-            descriptor = open_regular(path, os.O_RDWR | os.O_CREAT)
-        except OutputPathError:
-            raise
-        except OSError as e:
-            raise OutputPathError(
-                f"CollapseMonitor: cannot lock out_dir {folder}: {e.strerror or e} ({path})"
-            ) from None
-        try:
-            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as e:
-            os.close(descriptor)
-            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-                raise OutputBusyError(
-                    f"CollapseMonitor: out_dir {folder} is in use by another CollapseMonitor (it holds {path}): two "
-                    "monitors would write one table; close the other one (monitor.close()) or give another out_dir"
-                ) from None
-            raise OutputPathError(
-                f"CollapseMonitor: cannot lock out_dir {folder}: {e.strerror or e} ({path})"
-            ) from None
+        busy = (
+            f"CollapseMonitor: out_dir {folder} is in use by another CollapseMonitor (it holds {path}): two monitors "
+            "would write one table; close the other one (monitor.close()) or give another out_dir"
+        )
+        descriptor = acquire_lock(path, busy, "CollapseMonitor: the lock file of out_dir,")
         self.release = weakref.finalize(self, _unlock, descriptor, os.getpid())
 
 
