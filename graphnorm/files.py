@@ -15,6 +15,7 @@ the path and why. YAML that users write is read strictly and within bounds (:fun
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import glob
 import hashlib
@@ -245,6 +246,27 @@ def save_figure(figure: Any, path: str | os.PathLike, what: str | None = None, *
     ``.pdf``, ...); ``savefig``: ``Figure.savefig``'s options (``dpi``, ``bbox_inches``...)."""
     form = Path(path).suffix.lstrip(".").lower() or "png"
     atomic_write(path, lambda handle: figure.savefig(handle, format=form, **savefig), what)
+
+
+def open_regular(path: str | os.PathLike, flags: int, what: str | None = None) -> int:
+    """A descriptor of ``path`` opened with ``flags`` (``os.O_*``), never through a symbolic link nor onto a FIFO,
+    device or folder (:data:`WRITE_RULE`, for reading too: opening a FIFO would wait for a writer), blocking once
+    open; :class:`OutputPathError` in one line naming the path and what it is, ``OSError`` for other failures."""
+    path = Path(path)
+    try:
+        descriptor = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    except OSError as e:
+        info = _lstat(path) if e.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO) else None
+        if info is None:
+            raise
+        _refuse_kind(path, info, what)
+        raise
+    info = os.fstat(descriptor)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(descriptor)
+        _refuse_kind(path, info, what)
+    os.set_blocking(descriptor, True)
+    return descriptor
 
 
 def open_for_append(path: str | os.PathLike, what: str | None = None, buffering: int = -1) -> TextIO:

@@ -13,18 +13,16 @@ text, a non-integer step, a step in two places) is a one-line ``ValueError`` nam
 from __future__ import annotations
 
 import csv
-import errno
 import fcntl
 import math
 import os
 import re
-import stat
 import weakref
 from pathlib import Path
 
 import pandas as pd
 
-from graphnorm.files import WRITE_RULE, OutputPathError, acquire_lock, atomic_write_text, node_kind
+from graphnorm.files import OutputPathError, acquire_lock, atomic_write_text, open_regular
 
 __all__ = ["StepCsv", "STEP_RECORD_SUFFIX", "LOCK_NAME"]
 
@@ -33,30 +31,7 @@ STEP_RECORD_SUFFIX = ".steps"  # .<csv name>.steps: "<step> <rows>" per whole bl
 
 _INTEGER = re.compile(r"-?[0-9]{1,18}")  # fits int64
 _FLOAT = re.compile(r"[+-]?([0-9]+\.?[0-9]*([eE][+-]?[0-9]+)?|\.[0-9]+([eE][+-]?[0-9]+)?|inf|nan)", re.IGNORECASE)
-_NO_FOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK  # O_NONBLOCK: opening a FIFO must not wait for a writer
-
-
-def open_regular(path: Path, flags: int) -> int:
-    """A descriptor of ``path`` opened with ``flags``, never through a symlink nor onto a FIFO, device or folder
-    (:data:`graphnorm.files.WRITE_RULE`, for reading too): ``OutputPathError`` in one line naming the path and what
-    it is otherwise; ``OSError`` for other failures."""
-    try:
-        descriptor = os.open(path, flags | _NO_FOLLOW, 0o644)
-    except OSError as e:
-        if e.errno not in (errno.ELOOP, errno.EISDIR, errno.ENXIO):
-            raise
-        raise _not_regular(path, os.lstat(path).st_mode if os.path.lexists(path) else None) from None
-    mode = os.fstat(descriptor).st_mode
-    if not stat.S_ISREG(mode):
-        os.close(descriptor)
-        raise _not_regular(path, mode)
-    os.set_blocking(descriptor, True)
-    return descriptor
-
-
-def _not_regular(path: Path, mode: int | None) -> OutputPathError:
-    kind = "not a regular file" if mode is None else f"{node_kind(mode)}, not a regular file"
-    return OutputPathError(f"CollapseMonitor: {path} is {kind}; {WRITE_RULE}: remove it or give another out_dir")
+WHAT = "CollapseMonitor: its file"  # how refusals name the monitor's files
 
 
 def _write_all(descriptor: int, data: bytes) -> None:
@@ -66,7 +41,7 @@ def _write_all(descriptor: int, data: bytes) -> None:
 
 
 def _read(path: Path) -> bytes:
-    with os.fdopen(open_regular(path, os.O_RDONLY), "rb") as handle:
+    with os.fdopen(open_regular(path, os.O_RDONLY, WHAT), "rb") as handle:
         return handle.read()
 
 
@@ -256,7 +231,7 @@ class StepCsv:
         descriptors: list[tuple[int, int, bytes]] = []  # (descriptor, size to roll back to, what to add)
         try:
             for path, size, data in ((self.path, self.size, block), (self.record, self.record_size, line)):
-                descriptor = open_regular(path, os.O_WRONLY | os.O_APPEND)
+                descriptor = open_regular(path, os.O_WRONLY | os.O_APPEND, WHAT)
                 descriptors.append((descriptor, size, data))
                 found = os.fstat(descriptor).st_size
                 if found != size:  # nothing written yet: nothing to roll back
