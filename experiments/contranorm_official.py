@@ -11,7 +11,7 @@ et al., ICLR 2023, https://arxiv.org/abs/2303.06562) in its own terms, with ``.c
   output conv; Adam (lr 0.005, weight decay 5e-4), 200 epochs, last-epoch accuracy on the nodes outside the train
   and validation masks (2068 on Cora).
 
-``tests/test_contranorm_reference.py`` trains this transcription and our ``DeepGCN`` (built from
+``tests/norms/test_contranorm_reference.py`` trains this transcription and our ``DeepGCN`` (built from
 ``experiments/sweeps/cora_contranorm_protocol.yaml``)
 from the same weights with the same dropout masks and requires the same
 losses and accuracy. This script runs the transcription alone over many seeds, to set the reference code's own

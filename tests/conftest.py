@@ -75,3 +75,32 @@ def data_root() -> Path:
     if not os.environ.get(ENV_MIRROR) and (REPO.parent / "shared" / "data").is_dir():
         os.environ[ENV_MIRROR] = str(REPO.parent / "shared" / "data")
     return resolve_root()
+
+
+TINY_SWEEP = {
+    "name": "tiny",
+    "base": {"dataset": "cora", "epochs": 1, "hidden_channels": 16},
+    "grid": {"norm": ["none", "pairnorm"], "num_layers": [2, 4], "seed": [0]},
+}
+
+
+def build_tiny_sweep(base_dir: Path) -> Path:
+    """Run (or resume: a finished sweep is not re-run) the tiny sweep with the collapse probe in each run."""
+    from graphnorm.sweep import run_sweep
+
+    out = base_dir / "tiny_sweep"
+    run_sweep(
+        TINY_SWEEP,
+        out_dir=out,
+        executor="serial",
+        make_plots=False,
+        progress=False,
+        log=lambda message: None,
+    )
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_sweep(tmp_path_factory, data_root) -> Path:
+    """The tiny Cora sweep (2 norms x depths 2, 4, one seed, 1 epoch, every layer probed), run once a session."""
+    return build_tiny_sweep(tmp_path_factory.getbasetemp())

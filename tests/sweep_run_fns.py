@@ -44,3 +44,42 @@ def threaded_run(config: RunConfig) -> dict:
     total = sum(float((x * step).abs().sum()) for step in range(1, 6))
     records = collapse_records(torch.rand(64, 8, generator=torch.Generator().manual_seed(config.seed)))
     return {"test_acc": 0.5, "threads": torch.get_num_threads(), "sum": total, "records": len(records)}
+
+
+# fake_run: the sweep engine tests' run function, steered by environment variables so that it behaves the same
+# in worker processes and submitit jobs.
+LOG_ENV = "GRAPHNORM_TEST_RUN_LOG"  # each execution appends a line here
+FAKE_SLEEP_ENV = "GRAPHNORM_TEST_RUN_SLEEP"
+FAIL_ENV = "GRAPHNORM_TEST_FAIL_NORM"  # runs of this norm raise
+EXIT_ENV = "GRAPHNORM_TEST_EXIT_NORM"  # runs of this norm kill their process (as an out-of-memory kill would)
+
+
+def fake_run(config: RunConfig) -> dict:
+    """A deterministic run: accuracy falls with depth; per-layer rows like the collapse probe's."""
+    if os.environ.get(LOG_ENV):
+        with open(os.environ[LOG_ENV], "a") as f:
+            f.write(f"{config.norm},{config.num_layers},{config.seed}\n")
+    time.sleep(float(os.environ.get(FAKE_SLEEP_ENV, "0")))
+    print("training output that belongs in the run's log")
+    if config.norm == os.environ.get(FAIL_ENV):
+        raise RuntimeError(f"deliberate failure of {config.norm}")
+    if config.norm == os.environ.get(EXIT_ENV):
+        os._exit(3)
+    acc = 0.8 - 0.01 * config.num_layers + 0.01 * config.seed
+    layers = [
+        {"layer": i, "layer_name": f"conv{i}", "rows": "node", "metric": "effective_rank", "value": 10.0 - i}
+        for i in range(config.num_layers)
+    ]
+    return {"val_acc": acc + 0.05, "test_acc": acc, "worker_pid": os.getpid(), "layers": layers}
+
+
+def executions(log: Path) -> list[str]:
+    return log.read_text().splitlines() if log.exists() else []
+
+
+SWEEP = {
+    "name": "t",
+    "base": {"dataset": "cora", "epochs": 3, "hidden_channels": 8},
+    "grid": {"norm": ["none", "pairnorm"], "num_layers": [2, 4], "seed": [0, 1]},
+    "norm_settings": {"pairnorm": {"norm_kwargs": {"scale": 2.0}}},
+}

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from test_sweep import FAIL_ENV, SWEEP
+from sweep_run_fns import FAIL_ENV, SWEEP
 
 from graphnorm.cli import main
 from graphnorm.sweep import expand_grid, load_sweep_config
@@ -20,7 +20,7 @@ EXPERIMENTS = [
     REPO / "experiments" / "sweeps" / f"{name}.yaml" for name in ("cora_depth", "cora_depth_quick", "cora_all_norms")
 ]
 EXPERIMENTS.append(REPO / "experiments" / "sweeps" / "cora_contranorm_protocol.yaml")
-FAKE = ["--run-fn", "test_sweep:fake_run", "--executor", "serial", "--no-plots"]
+FAKE = ["--run-fn", "sweep_run_fns:fake_run", "--executor", "serial", "--no-plots"]
 
 
 def printed_record(out: str) -> dict:
@@ -139,7 +139,7 @@ def test_slurm_executor_without_slurm_is_a_clear_error(sweep_file, tmp_path, cap
     # This machine has no SLURM: submitit refuses, the sweep says so in one line, and nothing runs.
     out = tmp_path / "out"
     args = ["sweep", str(sweep_file), "--out", str(out), "--executor", "slurm", "--slurm-partition", "cpu"]
-    assert main([*args, "--run-fn", "test_sweep:fake_run", "--no-plots"]) == 2
+    assert main([*args, "--run-fn", "sweep_run_fns:fake_run", "--no-plots"]) == 2
     assert "srun" in capsys.readouterr().err
     assert not list((out / "results").glob("*.json"))
 
@@ -242,6 +242,7 @@ def test_sweep_tensorboard_flag_sets_the_base_key(sweep_file, tmp_path, monkeypa
     import graphnorm.sweep
 
     seen = {}
+    monkeypatch.chdir(tmp_path)  # the CLI makes the folder "123" where it is started
     monkeypatch.setattr(graphnorm.sweep, "run_sweep", lambda sweep, out, **kwargs: seen.update(sweep) or 1 / 0)
     with pytest.raises(ZeroDivisionError):
         main(["sweep", str(sweep_file), "--tensorboard", "123", "--out", str(tmp_path / "out"), *FAKE])

@@ -28,7 +28,7 @@ from graphnorm.train.model_file import model_file_path
 
 SMILES_CSV = "smiles,active\nCCO,1\nCCN,0\nc1ccccc1,1\nCC(=O)O,0\nCCCC,1\nCCOC,0\nCCCl,1\nCCBr,0\nCN,1\nCO,0\n"
 SPELLINGS = ("name", "dot", "absolute", "parent", "symlink", "hardlink")
-FAKE_SWEEP = ["--run-fn", "test_sweep:fake_run", "--executor", "serial", "--no-plots"]
+FAKE_SWEEP = ["--run-fn", "sweep_run_fns:fake_run", "--executor", "serial", "--no-plots"]
 
 
 def spelled(path: Path, spelling: str, cwd: Path) -> str:

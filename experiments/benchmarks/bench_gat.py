@@ -4,7 +4,8 @@ Config (both models): ``num_layers`` GAT convolutions (2, 16, 64), hidden 64 as 
 dropout 0.5 on the features and on the attention coefficients, ReLU, no norm, layer structure conv -> ReLU ->
 dropout for every hidden layer and a bare ``GATConv`` as the classifier with its 8 heads averaged (PyG ``GAT``'s
 last layer; ``DeepGAT(output_heads=8)``), no residuals. With the same weights the two compute the same outputs
-(``tests/test_gat.py``). One epoch = full batch: zero_grad, forward, cross-entropy on the training nodes, backward,
+(``tests/models/test_gat.py``).
+One epoch = full batch: zero_grad, forward, cross-entropy on the training nodes, backward,
 one Adam step (lr 0.01, weight decay 5e-4). Timed in the same process, interleaved (one epoch of each per round),
 median; target ``DeepGAT / PyG GAT <= 1.1``. ``DeepGAT`` adds the self loops once per forward, PyG's ``GATConv``
 in every layer.

@@ -24,7 +24,7 @@ Benchmarks (see each module's docstring for its setup and target):
 
 Every benchmark compares against a baseline run in the same process (interleaved rounds, median) and notes the
 machine load (``os.getloadavg()``) before and after it: on a shared machine the ratios are what carries over,
-absolute times do not. ``--quick`` runs tiny sizes (the smoke test in ``tests/test_benchmarks_suite.py``).
+absolute times do not. ``--quick`` runs tiny sizes (the smoke test in ``tests/experiments/test_benchmarks_suite.py``).
 """
 
 from __future__ import annotations

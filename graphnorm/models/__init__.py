@@ -7,7 +7,7 @@ the registry and forward convention in :mod:`~graphnorm.models.registry`.
 
 Every model, with every norm, runs in ``model.to(torch.bfloat16)`` or ``float16`` (float features in that dtype),
 forward and backward, on the CPU too: the norms compute their statistics in float32, and the normalized adjacency is
-computed in float32 and rounded once (``tests/test_half_precision_models.py`` states how close to float32)."""
+computed in float32 and rounded once (``tests/models/test_half_precision_models.py`` states how close to float32)."""
 
 from graphnorm.models.gat import DeepGAT
 from graphnorm.models.gcn import DeepGCN, GCNBlock

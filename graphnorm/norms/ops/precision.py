@@ -4,7 +4,7 @@ As ``F.layer_norm`` does: half-precision sums of squares overflow past 65504 (fl
 (bfloat16), so the statistics are computed in float32 and only the result is rounded back to ``x``'s dtype. The
 parameters and running statistics take part in that compute dtype whatever their own (:func:`cast`,
 :func:`call_in_dtype`), so a float32 norm accepts half input and a ``.half()`` norm accepts half or float32 input.
-``tests/test_half_precision.py`` states how close the half output is to the float32 one.
+``tests/norms/test_half_precision.py`` states how close the half output is to the float32 one.
 """
 
 from __future__ import annotations

@@ -12,9 +12,8 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
-from test_analysis_scripts import build_tiny_sweep
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 NOTEBOOKS = REPO / "notebooks"
 NAMES = ("sweep_results", "train_collapse", "molecules_collapse", "pyg_model_collapse", "csbm_depth")
 KERNEL_DIRS = {"repo_root": REPO, "notebooks_dir": NOTEBOOKS}
@@ -102,10 +101,9 @@ def _assert_ran_with_figures(notebook: nbformat.NotebookNode) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kernel_dir", KERNEL_DIRS.values(), ids=KERNEL_DIRS.keys())
-def test_sweep_results_notebook(tmp_path_factory, data_root, monkeypatch, kernel_dir):
+def test_sweep_results_notebook(tiny_sweep, monkeypatch, kernel_dir):
     # GRAPHNORM_RUN_DIR relative to the folder Jupyter was started in ($PWD), wherever the kernel works.
-    base = tmp_path_factory.getbasetemp()
-    build_tiny_sweep(base)
+    base = tiny_sweep.parent
     notebook = _execute("sweep_results", kernel_dir, {"PWD": str(base), "GRAPHNORM_RUN_DIR": "tiny_sweep"}, monkeypatch)
     _assert_ran_with_figures(notebook)
     text = "".join(output.get("text", "") for output in notebook.cells[1].outputs)

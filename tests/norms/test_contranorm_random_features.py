@@ -10,15 +10,15 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from test_contranorm import _rss_bytes, random_graph_batch
 from torch import Tensor
 
 import graphnorm.norms.ops.contranorm_random_features as linear
 from graphnorm.config import RunConfig
 from graphnorm.norms import ContraNorm, build_norm
 from graphnorm.sweep import expand_grid, load_sweep_config
-from tests.test_contranorm import _rss_bytes, random_graph_batch
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def exact_mix(x: Tensor, edge_index: Tensor | None, tau: float, mask_self: bool) -> Tensor:

@@ -16,7 +16,7 @@ from torch_geometric.nn.norm import PairNorm as PyGPairNorm
 
 from graphnorm.norms import UntiedAfterBackwardWarning, build_norm, pass_edge_index, untie_norms
 
-DOCS = Path(__file__).resolve().parents[1] / "docs" / "how-to" / "pyg-models.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "how-to" / "pyg-models.md"
 
 
 class SharedNorm(nn.Module):

@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / "analysis" / "build.py"
 if str(BUILD.parent) not in sys.path:  # the page's modules sit beside build.py (analysis/ is not a package)
     sys.path.insert(0, str(BUILD.parent))

@@ -25,7 +25,7 @@ from torch import nn
 
 from graphnorm.norms.registry import _NORMS, register_norm
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 HOOKS = REPO / "docs" / "hooks"
 EXTERNAL = re.compile(r"^([a-z][a-z0-9+.-]*:|//)", re.I)  # http:, https:, mailto:, data:, javascript:, //host
 

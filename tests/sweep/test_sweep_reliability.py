@@ -21,16 +21,15 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from sweep_run_fns import MARK_DIR_ENV, SLEEP_ENV
-from test_sweep import LOG_ENV, SWEEP, executions, fake_run
+from sweep_run_fns import LOG_ENV, MARK_DIR_ENV, SLEEP_ENV, SWEEP, executions, fake_run
 
 from graphnorm.cli import main
 from graphnorm.config import config_run_id
 from graphnorm.sweep import expand_grid, run_sweep
 from graphnorm.sweep.processes import default_sigterm
 
-TESTS = Path(__file__).resolve().parent
-FAKE = ["--run-fn", "test_sweep:fake_run", "--executor", "serial", "--no-plots"]
+TESTS = Path(__file__).resolve().parents[1]
+FAKE = ["--run-fn", "sweep_run_fns:fake_run", "--executor", "serial", "--no-plots"]
 STARTUP_S = 180  # the driver and its forkserver each import torch: slow on a loaded 2-core machine
 
 

@@ -1,7 +1,7 @@
 """Sweep engine: grid expansion, validation before any run, executors, failure recording, interrupt and resume.
 
-The engine's mechanics are tested with ``fake_run`` below, a small real run function whose behaviour is steered by
-environment variables (so it behaves the same in worker processes and submitit jobs); one test runs the real
+The engine's mechanics are tested with ``sweep_run_fns.fake_run``, a small real run function whose behaviour is
+steered by environment variables (so it behaves the same in worker processes and submitit jobs); one test runs the real
 ``graphnorm.train.run`` on Cora.
 """
 
@@ -17,48 +17,14 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from sweep_run_fns import EXIT_ENV, FAIL_ENV, FAKE_SLEEP_ENV, LOG_ENV, SWEEP, executions, fake_run
 
 from graphnorm.config import RunConfig, apply_overrides, config_run_id
 from graphnorm.files import atomic_write_text
 from graphnorm.sweep import expand_grid, load_sweep_config, run_sweep
 from graphnorm.sweep.tables import summary_table
 
-TESTS = Path(__file__).resolve().parent
-LOG_ENV = "GRAPHNORM_TEST_RUN_LOG"  # each execution appends a line here
-SLEEP_ENV = "GRAPHNORM_TEST_RUN_SLEEP"
-FAIL_ENV = "GRAPHNORM_TEST_FAIL_NORM"  # runs of this norm raise
-EXIT_ENV = "GRAPHNORM_TEST_EXIT_NORM"  # runs of this norm kill their process (as an out-of-memory kill would)
-
-
-def fake_run(config: RunConfig) -> dict:
-    """A deterministic run: accuracy falls with depth; per-layer rows like the collapse probe's."""
-    if os.environ.get(LOG_ENV):
-        with open(os.environ[LOG_ENV], "a") as f:
-            f.write(f"{config.norm},{config.num_layers},{config.seed}\n")
-    time.sleep(float(os.environ.get(SLEEP_ENV, "0")))
-    print("training output that belongs in the run's log")
-    if config.norm == os.environ.get(FAIL_ENV):
-        raise RuntimeError(f"deliberate failure of {config.norm}")
-    if config.norm == os.environ.get(EXIT_ENV):
-        os._exit(3)
-    acc = 0.8 - 0.01 * config.num_layers + 0.01 * config.seed
-    layers = [
-        {"layer": i, "layer_name": f"conv{i}", "rows": "node", "metric": "effective_rank", "value": 10.0 - i}
-        for i in range(config.num_layers)
-    ]
-    return {"val_acc": acc + 0.05, "test_acc": acc, "worker_pid": os.getpid(), "layers": layers}
-
-
-def executions(log: Path) -> list[str]:
-    return log.read_text().splitlines() if log.exists() else []
-
-
-SWEEP = {
-    "name": "t",
-    "base": {"dataset": "cora", "epochs": 3, "hidden_channels": 8},
-    "grid": {"norm": ["none", "pairnorm"], "num_layers": [2, 4], "seed": [0, 1]},
-    "norm_settings": {"pairnorm": {"norm_kwargs": {"scale": 2.0}}},
-}
+TESTS = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
@@ -212,7 +178,7 @@ def test_atomic_write_keeps_old_file_when_writing_fails(tmp_path: Path, monkeypa
 def test_local_process_pool_runs_in_parallel_workers(tmp_path: Path, run_log: Path, monkeypatch: pytest.MonkeyPatch):
     # Runs that take a moment: an instant run lets the first worker finish all four before the second has started
     # (seen twice in full suite runs), which says nothing about the pool.
-    monkeypatch.setenv(SLEEP_ENV, "0.5")
+    monkeypatch.setenv(FAKE_SLEEP_ENV, "0.5")
     sweep = {**SWEEP, "grid": {"norm": ["none"], "num_layers": [2, 4], "seed": [0, 1]}}
     runs = run_sweep(sweep, tmp_path / "out", run_fn=fake_run, executor="local", workers=2, make_plots=False)
     assert len(runs) == 4 and (runs.status == "ok").all()
@@ -244,7 +210,7 @@ def test_spawned_workers_run_a_sweep(tmp_path: Path, run_log: Path, monkeypatch:
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
-    monkeypatch.setenv(SLEEP_ENV, "0.5")
+    monkeypatch.setenv(FAKE_SLEEP_ENV, "0.5")
     sweep = {**SWEEP, "base": {**SWEEP["base"], "device": "auto"}, "grid": {"norm": ["none"], "seed": [0, 1]}}
     runs = run_sweep(sweep, tmp_path / "out", run_fn=fake_run, executor="local", workers=2, make_plots=False)
     assert len(runs) == 2 and (runs.status == "ok").all()
@@ -292,9 +258,9 @@ def test_killed_sweep_resumes_running_only_missing_runs(tmp_path: Path, run_log:
     config = tmp_path / "sweep.yaml"
     config.write_text(json.dumps(SWEEP))
     command = [sys.executable, "-m", "graphnorm", "sweep", str(config), "--out", str(out), "--executor", "serial"]
-    command += ["--run-fn", "test_sweep:fake_run", "--no-plots"]
+    command += ["--run-fn", "sweep_run_fns:fake_run", "--no-plots"]
     pythonpath = os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])  # so jobs can import fake_run
-    env = {**os.environ, SLEEP_ENV: "0.4", "PYTHONPATH": pythonpath}
+    env = {**os.environ, FAKE_SLEEP_ENV: "0.4", "PYTHONPATH": pythonpath}
     proc = subprocess.Popen(command, env=env, start_new_session=True, stdout=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 90

@@ -227,7 +227,7 @@ def test_graphormer_experiment_configs_are_valid_with_equal_budgets() -> None:
 
     from graphnorm.sweep import expand_grid, load_sweep_config
 
-    experiments = Path(__file__).resolve().parents[1] / "experiments"
+    experiments = Path(__file__).resolve().parents[2] / "experiments"
     # ZINC: Graphormer-slim (12 layers); MolHIV: 4 layers with PyTorch's init, the recipe in which LayerNorm learns.
     # Each sweep: SepNorm vs ShareNorm (LayerNorm everywhere), plus BatchNorm on MolHIV (its preset's norm).
     for dataset, layers, preset, third_norm in (

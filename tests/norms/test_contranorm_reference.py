@@ -28,7 +28,7 @@ from graphnorm.models import build_model
 from graphnorm.sweep import expand_grid, load_sweep_config
 from graphnorm.train.loaders import prepare_task
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 

@@ -31,7 +31,7 @@ from graphnorm.models import DeepGCN
 CONE_TOL_DEG = 1e-3
 RELATIVE = 1e-5  # ranks, energies and the other values
 SPECTRUM = 1e-5  # sv_* (ratios to the largest singular value, in [0, 1])
-FIXTURE = Path(__file__).resolve().parent / "fixtures" / "refactor_records.json"
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "refactor_records.json"
 
 
 def tolerance(metric: str, expected: float) -> float:
@@ -125,7 +125,7 @@ def test_float32_rejects_float64_input_beyond_its_range():
 def test_float32_on_the_same_numbers_fixture(data_root: Path, tmp_path: Path):
     """The fixture's PairNorm Cora run (trained as the fixture test trains it: one thread, kernels capped at AVX2, so
     the model is the fixture's) probed with probe_precision float32, against the fixture's float64 layers."""
-    from tests.test_refactor_fixtures import AVX2_CEILING, RUNS
+    from test_refactor_fixtures import AVX2_CEILING, RUNS
 
     out = tmp_path / "layers.json"
     script = (
@@ -137,7 +137,7 @@ def test_float32_on_the_same_numbers_fixture(data_root: Path, tmp_path: Path):
         "open(sys.argv[3], 'w').write(json.dumps(run(config)['layers']))\n"
     )
     config = {**RUNS["cora_gcn_pairnorm"], "probe_precision": "float32"}
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     env = {**os.environ, **AVX2_CEILING, "PYTHONPATH": str(repo)}
     command = [sys.executable, "-c", script, json.dumps(config), str(data_root), str(out)]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)

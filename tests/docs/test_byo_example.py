@@ -16,7 +16,7 @@ import pytest
 from graphnorm.data.registry import _DATASETS
 from graphnorm.models.registry import _MODELS
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PAGE = REPO / "docs" / "how-to" / "own-model-and-dataset.md"
 HEADING = "# Your own model and dataset"
 EXAMPLE = REPO / "tests" / "examples" / "byo_model.py"

@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:  # experiments/ is not an installed package
     sys.path.insert(0, str(REPO))
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 TIMEOUT_S = 240  # a hang shows as this timeout; a healthy sweep of these runs takes seconds beyond torch's import
 
 SWEEP = {

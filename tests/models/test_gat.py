@@ -200,7 +200,7 @@ def test_gat_config_accepts_averaged_heads_and_the_preset() -> None:
 
     RunConfig.from_dict({"model": "gat", "hidden_channels": 30, "model_kwargs": {"concat": False}})
     preset = load_yaml_file(
-        Path(__file__).resolve().parents[1] / "experiments" / "sweeps" / "cora_gat_contranorm_protocol.yaml"
+        Path(__file__).resolve().parents[2] / "experiments" / "sweeps" / "cora_gat_contranorm_protocol.yaml"
     )
     for norm, settings in preset["norm_settings"].items():
         RunConfig.from_dict({**preset["base"], "norm": norm, "num_layers": 32, **settings})

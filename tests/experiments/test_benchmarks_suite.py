@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:  # experiments/ is not an installed package
     sys.path.insert(0, str(REPO))
 

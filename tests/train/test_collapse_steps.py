@@ -29,7 +29,7 @@ from graphnorm.train.node_level import train_node_level
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TIMINGS = ("wall_time_s", "probe_time_s", "train_graphs_per_s", "collapse_steps_time_s", "train_time_s")
 STEP_KEYS = ("step", "epoch")
 

@@ -193,7 +193,7 @@ def test_lock_path_that_is_not_a_file_is_refused(root: Path, alarm: None, kind: 
 def test_lock_still_works_and_read_only_root_still_skips_it(root: Path) -> None:
     with dataset_lock(root, CORA):
         assert stat.S_ISREG((root / ".Planetoid_Cora.lock").lstat().st_mode)
-    if os.geteuid() != 0:  # root ignores a folder's modes; tests/test_data_cache.py covers a read-only mount
+    if os.geteuid() != 0:  # root ignores a folder's modes; tests/data/test_data_cache.py covers a read-only mount
         root.chmod(0o555)
         try:
             with dataset_lock(root, "ZINC"):
