@@ -7,7 +7,6 @@ probe's per-layer metrics), ``epochs.csv`` (learning curves), ``steps.csv`` (col
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,8 +15,9 @@ import pandas as pd
 
 from graphnorm.config import RunConfig, config_run_id
 from graphnorm.data.scoring import metric_names
-from graphnorm.escaping import csv_safe, markdown_prose_cell, markdown_text
+from graphnorm.escaping import csv_safe, markdown_text
 from graphnorm.files import atomic_write_text
+from graphnorm.sweep.formatting import decimals, format_mean_std, markdown_table, significant  # noqa: F401 (public here)
 from graphnorm.sweep.grid import grid_keys
 from graphnorm.train.record import STEP_COLUMNS, STEPS_KEY
 
@@ -145,8 +145,9 @@ def summary_table(
 ) -> pd.DataFrame:
     """``metric`` as "mean ± std" over the remaining keys (seeds) per ``rows`` x ``columns``; failed runs excluded.
 
-    Rows keep their first-appearance order, columns are sorted. A cell over one run shows the value alone. Cells
-    whose mean is at most ``mark_at_most`` (e.g. one point above the majority-class level) end in " *".
+    Rows keep their first-appearance order, columns are sorted. Cells as :func:`format_mean_std` writes them
+    (``digits`` significant digits; a cell over one run shows the value alone). Cells whose mean is at most
+    ``mark_at_most`` (e.g. one point above the majority-class level) end in " *".
     """
     if metric not in runs_df.columns:
         available = [c for c in runs_df.columns if c not in RunConfig.field_names()]
@@ -160,12 +161,8 @@ def summary_table(
     stats = ok.groupby([*rows, columns], sort=False)[metric].agg(["mean", "std", "count"])
 
     def fmt(stat: pd.Series) -> str:
-        if stat["count"] == 0 or math.isnan(stat["mean"]):
-            return ""
-        mark = " *" if mark_at_most is not None and stat["mean"] <= mark_at_most else ""
-        if stat["count"] == 1 or math.isnan(stat["std"]):
-            return f"{stat['mean']:.{digits}f}{mark}"
-        return f"{stat['mean']:.{digits}f} ± {stat['std']:.{digits}f}{mark}"
+        text = format_mean_std(stat["mean"], stat["std"], stat["count"], digits)
+        return text + (" *" if text and mark_at_most is not None and stat["mean"] <= mark_at_most else "")
 
     cells = stats.apply(fmt, axis=1) if len(stats) else pd.Series(dtype=object, index=stats.index)
     table = cells.unstack(columns).fillna("") if len(cells) else pd.DataFrame()
@@ -175,40 +172,6 @@ def summary_table(
         table = table.reindex(sorted(table.columns), axis=1)
         table.columns.name = columns
     return table
-
-
-def significant(value: float, digits: int = 3) -> str:
-    """``value`` with ``digits`` significant digits in fixed point (``0.802``, ``85.2``, ``0.0412``; whole numbers of
-    more digits keep them all: ``1234``), in scientific notation below ``1e-3`` (``8.57e-05``); '' for NaN."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return ""
-    if value == 0 or not math.isfinite(value):
-        return f"{value:.{digits - 1}f}" if value == 0 else str(value)
-    if abs(value) < 1e-3:
-        return f"{value:.{digits - 1}e}"
-    return f"{value:.{decimals(value, digits)}f}"
-
-
-def decimals(value: float, digits: int = 3) -> int:
-    """How many decimals show ``value`` with ``digits`` significant digits in fixed point (0 for large numbers)."""
-    if value == 0 or not math.isfinite(value):
-        return digits - 1
-    rounded = float(f"{abs(value):.{digits}g}")  # 0.9996 rounds up to 1.00: count the digits of the rounded value
-    return max(0, digits - 1 - math.floor(math.log10(rounded)))
-
-
-def markdown_table(table: pd.DataFrame, prose: bool = False) -> str:
-    """A plain GitHub-markdown rendering (no extra dependency). Headers and cells are data, shown as written
-    (:func:`graphnorm.escaping.markdown_text`); ``prose``: they are Markdown written by people (a folder of tables:
-    bold, code), kept as Markdown without HTML (:func:`graphnorm.escaping.markdown_prose_cell`)."""
-    cell = markdown_prose_cell if prose else markdown_text
-    index_names = [cell(n) for n in table.index.names]
-    header = [*index_names, *(cell(c) for c in table.columns)]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for index, row in table.iterrows():
-        keys = index if isinstance(index, tuple) else (index,)
-        lines.append("| " + " | ".join([*(cell(k) for k in keys), *(cell(v) for v in row)]) + " |")
-    return "\n".join(lines) + "\n"
 
 
 def write_summary(sweep: dict[str, Any], runs: pd.DataFrame, out: Path, log: Callable[[str], None] = print) -> None:
