@@ -1,21 +1,12 @@
 """The official ContraNorm GCN, transcribed, to run the reference code's Cora protocol on this machine.
 
 The official code (PKU-ML/ContraNorm, ``gnn/layers.py``, ``gnn/models.py``, ``gnn/data.py``, ``gnn/main.py``; Guo
-et al., ICLR 2023, https://arxiv.org/abs/2303.06562) in its own terms, with ``.cuda()`` left out:
-
-* features divided by ``1e-6 + row sum``; the adjacency symmetrized, with self-loops, row-normalized ``D^-1 (A + I)``;
-* ``GraphConv``: ``adj @ x @ W + b``, weight and bias uniform in ``+-1/sqrt(out)``;
-* ContraNorm (``NormLayer``, mode CN): cosine similarities ``/ tau``, every neighbour and the node itself masked to
-  ``-inf``, softmax over each row, ``(1 + s) x - s P x``;
-* per hidden layer: dropout, conv, ContraNorm, one LayerNorm shared by all hidden layers, ReLU; then dropout and the
-  output conv; Adam (lr 0.005, weight decay 5e-4), 200 epochs, last-epoch accuracy on the nodes outside the train
-  and validation masks (2068 on Cora).
-
-``tests/norms/test_contranorm_reference.py`` trains this transcription and our ``DeepGCN`` (built from
-``experiments/sweeps/cora_contranorm_protocol.yaml``)
-from the same weights with the same dropout masks and requires the same
-losses and accuracy. This script runs the transcription alone over many seeds, to set the reference code's own
-spread beside ours:
+et al., ICLR 2023, https://arxiv.org/abs/2303.06562) in its own terms, with ``.cuda()`` left out; each function below
+names the part it transcribes. The protocol: Adam (lr 0.005, weight decay 5e-4), 200 epochs, last-epoch accuracy on
+the nodes outside the train and validation masks (2068 on Cora). ``tests/norms/test_contranorm_reference.py`` trains
+this transcription and our ``DeepGCN`` (``experiments/sweeps/cora_contranorm_protocol.yaml``) from the same weights
+with the same dropout masks and requires the same losses and accuracy, within float round-off. This script runs the
+transcription alone over many seeds, to set the reference code's own spread beside ours:
 
     python -m experiments.contranorm_official --layers 4 --seeds 10
 """
@@ -53,7 +44,8 @@ class OfficialGraphConv(nn.Module):
 
 
 def official_contranorm(x: Tensor, adj: Tensor, scale: float = 1.0, tau: float = 1.0) -> Tensor:
-    """``gnn/layers.py`` ``NormLayer`` (mode CN), dense ``[n, n]`` as written there."""
+    """``gnn/layers.py`` ``NormLayer`` (mode CN), dense ``[n, n]`` as written there: cosine similarities ``/ tau``,
+    every neighbour and the node itself masked to ``-inf``, softmax over each row, ``(1 + s) x - s P x``."""
     norm_x = F.normalize(x, dim=1)
     sim = norm_x @ norm_x.T / tau
     sim = sim.masked_fill(adj.to_dense() > 1e-5, float("-inf"))
@@ -62,8 +54,9 @@ def official_contranorm(x: Tensor, adj: Tensor, scale: float = 1.0, tau: float =
 
 
 class OfficialDeepGCN(nn.Module):
-    """``gnn/models.py`` ``DeepGCN`` with ContraNorm and the shared LayerNorm. ``dropout`` is ``F.dropout`` unless a
-    test passes its own (to draw the same masks as another model)."""
+    """``gnn/models.py`` ``DeepGCN`` with ContraNorm and the shared LayerNorm: per hidden layer dropout, conv,
+    ContraNorm, one LayerNorm shared by all hidden layers, ReLU; then dropout and the output conv. ``dropout`` is
+    ``F.dropout`` unless a test passes its own (to draw the same masks as another model)."""
 
     def __init__(
         self,
@@ -96,7 +89,7 @@ def official_features(x: Tensor) -> Tensor:
 
 
 def official_adjacency(edge_index: Tensor, num_nodes: int) -> Tensor:
-    """``gnn/data.py``: symmetrize, add self-loops, divide every row by its sum (sparse ``[n, n]``)."""
+    """``gnn/data.py``: symmetrize, add self-loops, divide each row by its sum: ``D^-1 (A + I)``, sparse ``[n, n]``."""
     dense = torch.zeros(num_nodes, num_nodes)
     dense[edge_index[0], edge_index[1]] = 1.0
     dense = torch.maximum(dense, dense.T) + torch.eye(num_nodes)

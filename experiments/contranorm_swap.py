@@ -1,20 +1,15 @@
 """ContraNorm's linear-time estimator swapped into trained networks: what the estimator itself does to a model's
-accuracy, apart from how training amplifies any difference.
+accuracy, apart from how training amplifies any difference (the protocol's 16-layer cell is chaotic when trained).
 
-Trained from scratch, the 16-layer cell of the ContraNorm protocol is chaotic: two exact kernels that agree to 1.7e-7
-per call end 200 epochs of dropout training up to 19 points apart on the same seed, so a 3-seed cell cannot tell an
-estimator from the exact form (analysis/README.md, study cora_contranorm_linear_seeds). Here each network is trained
-once (``experiments/sweeps/cora_contranorm_linear.yaml``: the protocol's 16-layer cell, with the exact form or with
-``m`` random features) and then scored, with the same weights, with the exact form and with the estimator for every
-``m`` and feature seed (:meth:`graphnorm.norms.contranorm.ContraNorm.use_random_features`): eval mode, no dropout,
-so an accuracy difference is the estimator's alone. The weights are the run's best-validation ones (what
-:func:`graphnorm.train.loop.train` returns); accuracy on the protocol's nodes (outside train and validation).
+Each network is trained once (``experiments/sweeps/cora_contranorm_linear.yaml``: the 16-layer cell, exact or with
+``m`` random features), then scored with the same (best-validation) weights in eval mode, exact and with the estimator
+for every ``m`` and feature seed (:meth:`graphnorm.norms.contranorm.ContraNorm.use_random_features`), on the
+protocol's nodes (outside train and validation): an accuracy difference is the estimator's alone.
 
     python -m experiments.contranorm_swap --seeds 0 1 2 --trained-with exact 256 --out runs/contranorm_swap
 
-writes ``swap.csv`` (one row per network and scoring, appended when a network is done; a re-run skips the networks
-the file holds) and ``cells.csv``: per training form, ``m`` and cell of three seeds, the mean difference from the
-exact scoring, one column per feature seed (also printed).
+writes ``swap.csv`` (one row per network and scoring; a re-run skips the networks it holds) and ``cells.csv``: per
+training form, ``m`` and cell of three seeds, the mean difference from the exact scoring, per feature seed.
 """
 
 from __future__ import annotations
