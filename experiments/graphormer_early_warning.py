@@ -1,35 +1,15 @@
 """Early-warning signals of the LayerNorm Graphormer's collapse on ogbg-molhiv: the first training steps of a variant
 of ``experiments/runs/molhiv_graphormer.yaml`` with ``norm: layernorm``, measured every K steps.
 
-With the original N(0, 0.02) initialization the graph-token rows of all molecules turn to one direction within ~50
-steps and the model stays at the constant prior; the signals below show it long before an epoch ends. The variants
-(:data:`VARIANTS`, combined with ``+``) change the recipe, the layout or the initialization one at a time:
+With the original N(0, 0.02) initialization the graph-token rows of all molecules turn to one direction and the model
+stays at the constant prior; the :data:`SIGNALS` show it long before an epoch ends. The :data:`VARIANTS` (joined
+with ``+``) change the recipe, the layout or the initialization one at a time.
 
-    python -m experiments.graphormer_early_warning --variant layernorm
     python -m experiments.graphormer_early_warning --variant ref_recipe+post_ln --steps 300
     python -m experiments.graphormer_early_warning --table batchnorm layernorm torch_init
 
-The first writes ``runs/early_warning/layernorm.csv`` (``--out`` to change the folder; columns step, signal, value);
-``--table`` prints the markdown tables of CSVs already written (with the runs' --limit-graphs and --set, if any):
-excess BCE, logit std, AUCs and cosines at steps 0, 50, 100, 200, ..., 500. A CSV of an older run without
-window_prior_bce gets it replayed from the run's batches. One thread (numbers depend on it); the datasets' offline
-copy: ``GRAPHNORM_DATA_MIRROR``. About 1 s per step on one shared core (the recorded 500-step runs: 6 to 16 minutes).
-
-Model, data, loaders, optimizer, schedule and weight EMA are built by graphnorm's own functions as
-``graphnorm.train.graph_level.train_graph_level`` builds them, and the schedule is the full run's (epochs x steps per
-epoch of the variant's batch size), so warmup and decay are where the preset puts them. Signals, at step 0 (before the
-first update) and every K steps, of the trained weights (``ema_*``: of the weight EMA, which the trainer evaluates):
-
-  train_bce         mean training BCE over the last K steps (step 0: the first batch's, before its update)
-  window_prior_bce  BCE of the constant prior (the training positive rate) on the same batches; train_bce minus it
-                    is the excess BCE, which stays >= 0 while the model has learnt nothing about the molecules
-  prior_entropy     binary entropy (nats) of the training positive rate: the prior's expected BCE
-  val_bce, logit_std, val_rocauc, ema_*   on a fixed sample of 256 validation graphs (eval mode)
-  token_cos, node_cos, node_cos_pooled    CollapseProbe mean cosine at the last layer's output (before the final
-                    norm) on the probe's validation sample: graph-token rows (one set across graphs), node rows (mean
-                    over graphs of the within-graph mean cosine; all node rows pooled)
-  full_val_rocauc   on the whole validation split, every --full-val-every steps (the sample holds 5 positives)
-  lr, elapsed_s, loadavg_1m
+The first writes ``runs/early_warning/ref_recipe+post_ln.csv`` (columns step, signal, value), the second prints the
+markdown tables of CSVs already written. One thread (numbers depend on it); offline data: ``GRAPHNORM_DATA_MIRROR``.
 """
 
 from __future__ import annotations
@@ -193,6 +173,20 @@ def variant_config(name: str, limit_graphs: int | None, overrides: list[str]) ->
 
 
 # --- signals ----------------------------------------------------------------------------------------------------
+SIGNALS = """signals (the CSV's signal column), at step 0 (before the first update) and every K steps, of the trained
+weights (ema_*: of the weight EMA, which the trainer evaluates):
+  train_bce         mean training BCE over the last K steps (step 0: the first batch's, before its update)
+  window_prior_bce  BCE of the constant prior (the training positive rate) on the same batches; train_bce minus it
+                    is the excess BCE, which stays >= 0 while the model has learnt nothing about the molecules
+  prior_entropy     binary entropy (nats) of the training positive rate: the prior's expected BCE
+  val_bce, logit_std, val_rocauc, ema_*   on a fixed sample of 256 validation graphs (eval mode)
+  token_cos, node_cos, node_cos_pooled    CollapseProbe mean cosine at the last layer's output (before the final
+                    norm) on the probe's validation sample: graph-token rows (one set across graphs), node rows (mean
+                    over graphs of the within-graph mean cosine; all node rows pooled)
+  full_val_rocauc   on the whole validation split, every --full-val-every steps (the sample holds 5 positives)
+  lr, elapsed_s, loadavg_1m"""
+
+
 def positive_rate(task: GraphTask) -> float:
     labels = task.train.y.view(-1).float()
     return float(labels[~torch.isnan(labels)].mean())
@@ -236,7 +230,9 @@ def collapse_signals(model: nn.Module, batch: Any) -> dict[str, float]:
 # --- the run ----------------------------------------------------------------------------------------------------
 @dataclasses.dataclass
 class EarlyWarningRun:
-    """What the steps train and measure, built in train_graph_level's order (the random draws follow it)."""
+    """What the steps train and measure: model, data, loaders, optimizer, schedule and weight EMA built by graphnorm's
+    own functions in train_graph_level's order (the random draws follow it). The schedule is the full run's (epochs x
+    steps per epoch of the variant's batch size), so warmup and decay are where the preset puts them."""
 
     config: RunConfig
     task: GraphTask
@@ -401,7 +397,9 @@ def print_tables(names: list[str], args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], epilog=SIGNALS, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--variant", type=variant_name, help=f"one of {', '.join(VARIANTS)}, or a+b combinations")
     mode.add_argument("--table", type=variant_name, nargs="+", metavar="VARIANT", help="print the CSVs' tables")

@@ -1,23 +1,15 @@
 """graphnorm norms in PyG's own models, measured: (a) the hosts x norms table, (b) PyG's GCN at 16 layers on Cora.
 
-(a) Every registered norm in PyG's ``GCN``, ``GAT``, ``GraphSAGE``, ``GIN`` (``BasicGNN``, ``norm=build_norm(name,
-16)``, 3 layers, Cora, 5 full-batch epochs, Adam lr 0.01) and in two ``GPSConv`` layers (GIN inside, hidden 16, 96
-ZINC training graphs in mini-batches of 48, 5 epochs, Adam lr 0.001, L1 loss), as a user writes it (no extra call),
-then ``CollapseProbe(model).probe(...)`` with its defaults; each cell says whether it works, what it warned, or its
-one-line reason. The ContraNorm rows are repeated with ``graphnorm.norms.pass_edge_index(model)``.
-
-(b) PyG's ``GCN(1433, 64, num_layers=16, out_channels=7)`` on Cora's public split (row-L1-normalized features, as
-the ContraNorm protocol ``experiments/sweeps/cora_contranorm_protocol.yaml``), dropout 0.6, Adam lr 0.005, weight
-decay 5e-4, 100 full-batch epochs, test accuracy (the 1000 test nodes) after the last epoch, seeds 0..2: no norm;
-ContraNorm (scale 1, its own LayerNorm) as written, so in its all-nodes form with a warning; and ContraNorm with
-``pass_edge_index(model)``, neighbours left out of the negatives.
+(a) Every registered norm in PyG's ``GCN``, ``GAT``, ``GraphSAGE``, ``GIN`` and in two ``GPSConv`` layers, as a user
+writes it (no extra call), trained briefly and probed (:func:`table_cell`); the ContraNorm rows are repeated with
+``graphnorm.norms.pass_edge_index(model)``. (b) PyG's 16-layer ``GCN`` under the ContraNorm protocol's settings with
+no norm, with ContraNorm as written and with ContraNorm after ``pass_edge_index(model)`` (:func:`depth_run`).
 
     python experiments/pyg_hosts.py runs/pyg_hosts            # both; --only table / --only depth
     python experiments/pyg_hosts.py runs/pyg_hosts --only depth --seeds 3 --epochs 100
 
-Writes ``pyg_hosts_table.csv`` and ``pyg_gcn16_<variant>.csv`` into the folder (``--variants`` runs some of (b), e.g.
-in parallel processes; ``--only summary`` prints (b)'s table from the CSVs) and prints markdown tables. One torch thread
-unless ``--threads``; the datasets' offline copy: ``GRAPHNORM_DATA_MIRROR``.
+Writes ``pyg_hosts_table.csv`` and ``pyg_gcn16_<variant>.csv`` into the folder and prints markdown tables (``--only
+summary``: (b)'s from the CSVs). One torch thread unless ``--threads``; offline data: ``GRAPHNORM_DATA_MIRROR``.
 """
 
 from __future__ import annotations
@@ -73,7 +65,11 @@ class GPS(nn.Module):
 
 
 def table_cell(host: str, norm: str, handed: bool, cora: Data, zinc: list[Data]) -> dict:
-    """One cell of (a): build, train, probe; what happened, as a record."""
+    """One cell of (a): build, train, probe; what happened, as a record. A ``BasicGNN`` host gets
+    ``norm=build_norm(name, 16)``, 3 layers, Cora, 5 full-batch epochs, Adam lr 0.01; ``GPSConv``: two layers (GIN
+    inside, hidden 16), 96 ZINC training graphs in mini-batches of 48, 5 epochs, Adam lr 0.001, L1 loss. Then
+    ``CollapseProbe(model).probe(...)`` with its defaults; the record says whether it works, what it warned, or its
+    one-line reason."""
     torch.manual_seed(0)
     record = {"host": host, "norm": norm, "pass_edge_index": handed}
     start = time.perf_counter()
@@ -133,7 +129,11 @@ def train_gps(model: nn.Module, graphs: list[Data]) -> float:
 
 
 def depth_run(variant: str, seed: int, cora: Data, epochs: int) -> dict:
-    """One run of (b): PyG's GCN at 16 layers, hidden 64, with ``variant``'s norm; test accuracy after training."""
+    """One run of (b): PyG's ``GCN(1433, 64, num_layers=16, out_channels=7)`` with ``variant``'s norm (ContraNorm: scale
+    1, its own LayerNorm; as written it runs in its all-nodes form with a warning, after ``pass_edge_index`` with the
+    neighbours left out of the negatives) on ``cora`` (the caller row-L1-normalizes the features, as the ContraNorm
+    protocol ``experiments/sweeps/cora_contranorm_protocol.yaml``): dropout 0.6, Adam lr 0.005, weight decay 5e-4,
+    ``epochs`` full-batch epochs, test accuracy (the 1000 test nodes of the public split) after the last epoch."""
     torch.manual_seed(seed)
     norm = None if variant == "none" else build_norm("contranorm", 64)
     model = GCN(1433, 64, num_layers=16, out_channels=7, dropout=0.6, norm=norm)

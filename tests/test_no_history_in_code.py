@@ -97,11 +97,10 @@ def test_experiments_and_tests_name_no_issue_numbers() -> None:
     assert not problems, "\n".join(problems)
 
 
-def test_package_modules_have_short_docstrings() -> None:
-    """Every module says what it is for in at most MAX_MODULE_DOCSTRING_LINES lines; a derivation or a model's full
-    definition goes to a concept page of the site (docs/concepts/), a function's details into its docstring."""
+def docstring_problems(paths: list[Path]) -> list[str]:
+    """One line per module of ``paths`` without a docstring or with one longer than MAX_MODULE_DOCSTRING_LINES."""
     problems = []
-    for path in sorted(PACKAGE.rglob("*.py")):
+    for path in paths:
         docstring = ast.get_docstring(ast.parse(path.read_text()), clean=False)
         relative = path.relative_to(REPO).as_posix()
         if not docstring:
@@ -109,4 +108,20 @@ def test_package_modules_have_short_docstrings() -> None:
         elif len(docstring.splitlines()) > MAX_MODULE_DOCSTRING_LINES:
             lines = len(docstring.splitlines())
             problems.append(f"{relative}: a module docstring of {lines} lines, more than {MAX_MODULE_DOCSTRING_LINES}")
+    return problems
+
+
+def test_package_modules_have_short_docstrings() -> None:
+    """Every module says what it is for in at most MAX_MODULE_DOCSTRING_LINES lines; a derivation or a model's full
+    definition goes to a concept page of the site (docs/concepts/), a function's details into its docstring."""
+    problems = docstring_problems(sorted(PACKAGE.rglob("*.py")))
+    assert not problems, "\n".join(problems)
+
+
+def test_experiment_and_analysis_scripts_have_short_docstrings() -> None:
+    """The same rule for the scripts beside the package: a protocol's details go to the function that runs it or to
+    docs/how-to/reproduce-papers.md, the measured results to the results page."""
+    paths = [path for folder in ("experiments", "analysis") for path in sorted((REPO / folder).rglob("*.py"))]
+    assert len(paths) > 10, "the experiments and analysis folders were not found"
+    problems = docstring_problems(paths)
     assert not problems, "\n".join(problems)
