@@ -4,8 +4,9 @@ The root comes from the ``root`` argument, else ``$GRAPHNORM_DATA``, else ``~/.c
 (:func:`resolve_root`). With internet, the standard loaders download into it as usual. Offline machines can point
 ``$GRAPHNORM_DATA_MIRROR`` at a read-only folder laid out as the loaders expect (``Planetoid/Cora/raw``,
 ``ZINC/raw``, ``ogb/ogbg_molhiv``...): missing raw files are copied from it into the writable root before loading
-(:func:`seed_from_mirror`), so the loaders' ``processed/`` files are never written into the mirror. Two processes
-preparing one dataset at once take turns (:func:`dataset_lock`).
+(:func:`seed_from_mirror`), so the loaders' ``processed/`` files are never written into the mirror. A mirror
+variable naming no folder is ignored with a one-line warning, and the loaders download (:func:`mirror_root`), so one
+command works with internet and offline. Two processes preparing one dataset at once take turns (:func:`dataset_lock`).
 
 The data root cannot reach outside itself: nothing is created, written or chmod-ed through a symbolic link
 (:func:`refuse_links`; to keep data on another disk, point ``$GRAPHNORM_DATA`` there), and in the mirror a link is
@@ -17,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import logging
 import os
 import shutil
 import stat
@@ -27,6 +29,8 @@ from graphnorm.files import atomic_write
 
 ENV_ROOT = "GRAPHNORM_DATA"
 ENV_MIRROR = "GRAPHNORM_DATA_MIRROR"
+log = logging.getLogger(__name__)
+_warned_mirrors: set[Path] = set()  # a missing mirror is reported once per process
 
 
 class DataRootError(OSError):
@@ -144,14 +148,33 @@ def dataset_lock(root: Path, relative: str) -> Iterator[None]:
 
 
 def mirror_root() -> Path | None:
-    """The offline mirror named by ``$GRAPHNORM_DATA_MIRROR``, if any."""
+    """The offline mirror named by ``$GRAPHNORM_DATA_MIRROR``, if it names a directory.
+
+    A variable naming no directory (a copied command on a machine without that folder) is ignored, so that the
+    loaders download as they would without it; one warning line per process says so (:func:`mirror_status`)."""
     mirror = os.environ.get(ENV_MIRROR)
     if not mirror:
         return None
     path = Path(mirror).expanduser().resolve()
     if not path.is_dir():
-        raise FileNotFoundError(f"${ENV_MIRROR} points to {path}, which is not a directory")
+        if path not in _warned_mirrors:
+            _warned_mirrors.add(path)
+            log.warning(f"graphnorm: {mirror_status()}: ignored, datasets missing from the data root are downloaded")
+        return None
     return path
+
+
+def mirror_status() -> str:
+    """Where the mirror stands, for messages: unset, a folder, or a path that is not a directory (and what to do)."""
+    mirror = os.environ.get(ENV_MIRROR)
+    if not mirror:
+        return f"${ENV_MIRROR} is unset"
+    path = Path(mirror).expanduser().resolve()
+    if path.is_dir():
+        return f"${ENV_MIRROR} is {path}"
+    return (
+        f"${ENV_MIRROR} points to {path}, which is not a directory (offline, set it to the mirror folder, or unset it)"
+    )
 
 
 def _make_writable(path: Path) -> None:
@@ -253,7 +276,6 @@ def seed_from_mirror(root: Path, relative: str, required: list[str]) -> bool:
     Raises:
         DataRootError: the root is not writable or is full; a symbolic link in the root's dataset folder, or one in
             the mirror leading outside it or looping.
-        FileNotFoundError: ``$GRAPHNORM_DATA_MIRROR`` is not a directory.
     """
     refuse_links(root, relative)
     target = root / relative
