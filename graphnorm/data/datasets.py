@@ -30,6 +30,7 @@ from graphnorm.data.root import (
     DataRootError,
     dataset_lock,
     mirror_root,
+    mirror_status,
     seed_from_mirror,
     unwritable_root_error,
 )
@@ -187,7 +188,7 @@ def _not_found(
     if not existed and folder.exists():
         shutil.rmtree(folder)  # only the empty folders the failed download created
     mirror = mirror_root()
-    looked = f"{folder}" + (f" and the mirror {mirror / relative}" if mirror else f" (${ENV_MIRROR} is unset)")
+    looked = f"{folder}" + (f" and the mirror {mirror / relative}" if mirror else f" ({mirror_status()})")
     lacking = "" if len(missing) == len(required) else f" (missing {', '.join(missing)})"
     return DatasetNotFoundError(
         f"dataset {name!r} not found{lacking}: looked in {looked}, and the download failed ({error}). "
