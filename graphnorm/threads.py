@@ -1,17 +1,21 @@
-"""One thread for torch and NumPy's BLAS inside a block: :func:`single_thread`.
+"""Thread control in one place: one thread for torch and NumPy's BLAS inside a block (:func:`single_thread`), and
+the process's pool of worker threads (:func:`shared_pool`).
 
 The collapse metrics and the probe's forward pass work on small matrices, where more threads cost more than they
 save; a block sets one torch thread for its own thread and limits BLAS, one setting for the process, while any
-thread is inside one.
+thread is inside one. Kernels that split their work over plain threads (ContraNorm's tiles, the sparse product) take
+their workers from one pool kept for the process.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import sys
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -19,7 +23,7 @@ import torch
 if TYPE_CHECKING:
     from threadpoolctl import ThreadpoolController
 
-__all__ = ["single_thread"]
+__all__ = ["shared_pool", "single_thread"]
 
 
 @functools.lru_cache(maxsize=1)
@@ -83,3 +87,38 @@ def _release_blas() -> None:
         if _blas_users == 0 and _blas_limiter is not None:
             _blas_limiter.restore_original_limits()
             _blas_limiter = None
+
+
+# The worker pool of this process (shared_pool): (process id, workers, pool), created under _pool_lock.
+_pool: tuple[int, int, ThreadPoolExecutor] | None = None
+_pool_lock = threading.Lock()
+
+
+def shared_pool(workers: int) -> ThreadPoolExecutor:
+    """A pool of at least ``workers`` threads, kept for the process and shared by every kernel that splits its work
+    over plain threads; a larger one replaces it when a caller needs more workers, and a forked child makes its own
+    (the parent's threads do not exist there).
+
+    Kept because a new thread each call costs memory every call: each thread's first products give it its own
+    malloc arena and MKL buffers (tens of MB for a large graph), which a fresh thread would claim again. The pool's
+    size changes no number: each task writes its own rows or its own copy."""
+    global _pool
+    if workers < 1:
+        raise ValueError(f"shared_pool: workers must be at least 1, got {workers}")
+    with _pool_lock:
+        pid = os.getpid()
+        if _pool is None or _pool[0] != pid or _pool[1] < workers:
+            if _pool is not None and _pool[0] == pid:
+                _pool[2].shutdown(wait=False)  # its idle threads end; a forked child's copy has no threads to end
+            _pool = (pid, workers, ThreadPoolExecutor(max_workers=workers, thread_name_prefix="graphnorm-worker"))
+        return _pool[2]
+
+
+def _after_fork_in_child() -> None:
+    """A forked child starts with no pool and a free lock (a parent thread may have held it at the fork)."""
+    global _pool, _pool_lock
+    _pool, _pool_lock = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

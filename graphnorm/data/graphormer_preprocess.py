@@ -25,6 +25,7 @@ from torch_geometric.transforms import BaseTransform
 from graphnorm.checks import check_edge_index
 from graphnorm.data.token_rows import token_row_layout
 from graphnorm.files import atomic_write
+from graphnorm.threads import single_thread
 
 UNREACHABLE = -1  # spatial_pos value of pairs with no path
 NO_EDGE = -1  # edge_path value past the end of a path
@@ -176,9 +177,7 @@ class GraphormerPreprocess(BaseTransform):
         """
         # Thousands of tiny tensor ops: intra-op threads only add dispatch and wake-up cost (several times the CPU
         # time of one thread), so run single-threaded and restore.
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:
+        with single_thread():
             checked = [self.check(g) for g in graphs]
             order = sorted(range(len(graphs)), key=lambda i: checked[i][0])  # similar sizes pad little
             out: list[Data | None] = [None] * len(graphs)
@@ -197,8 +196,6 @@ class GraphormerPreprocess(BaseTransform):
                         copy.copy(graphs[index]), num_nodes, edge_index, dist[position], edge_path[position]
                     )
                 start = stop
-        finally:
-            torch.set_num_threads(threads)
         return out
 
     def __repr__(self) -> str:

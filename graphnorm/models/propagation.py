@@ -14,15 +14,13 @@ of rows; the kernels are compiled once and cached beside this file, as the probe
 
 from __future__ import annotations
 
-import os
-from concurrent.futures import ThreadPoolExecutor
-
 import numpy as np
 import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from graphnorm.compiled import kernel
+from graphnorm.threads import shared_pool
 
 KERNEL_DTYPES = (torch.float32, torch.float64)  # others (bfloat16, float16) are multiplied in float32
 SERIAL_MULTIPLY_ADDS = 1 << 18  # below this many multiply-adds a product runs on one thread
@@ -121,24 +119,14 @@ def _run_in_row_ranges(matrix: CSRMatrix, x: np.ndarray, out: np.ndarray, thread
     bounds = np.searchsorted(matrix.pointer, targets).clip(0, matrix.num_rows)
     bounds[0], bounds[-1] = 0, matrix.num_rows
     arguments = (matrix.pointer, matrix.columns, matrix.values, x, out)
+    pool = shared_pool(threads - 1)
     futures = [
-        _executor(threads).submit(_csr_matmul_rows, *arguments, int(start), int(stop))
+        pool.submit(_csr_matmul_rows, *arguments, int(start), int(stop))
         for start, stop in zip(bounds[1:-1], bounds[2:])
     ]
     _csr_matmul_rows(*arguments, int(bounds[0]), int(bounds[1]))  # the first range in this thread
     for future in futures:
         future.result()
-
-
-_EXECUTOR: tuple[int, int, ThreadPoolExecutor] | None = None  # (process id, workers, pool)
-
-
-def _executor(threads: int) -> ThreadPoolExecutor:
-    """A pool of ``threads - 1`` worker threads for this process (a forked child makes its own)."""
-    global _EXECUTOR
-    if _EXECUTOR is None or _EXECUTOR[0] != os.getpid() or _EXECUTOR[1] != threads - 1:
-        _EXECUTOR = (os.getpid(), threads - 1, ThreadPoolExecutor(threads - 1, thread_name_prefix="graphnorm-spmm"))
-    return _EXECUTOR[2]
 
 
 class SparseAdjacency:

@@ -10,13 +10,13 @@ uses its row-block kernel. The tiles are shared among Python threads (:func:`_ti
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 
 import torch
 from torch import Tensor
 from torch.autograd.function import FunctionCtx, once_differentiable
+
+from graphnorm.threads import shared_pool, single_thread
 
 # Tiles are [TILE_ROWS, TILE_ROWS]. Smaller tiles cover the triangle more tightly (k tiles per side compute
 # k(k+1)/2 of k^2) and stay in cache, but each costs a few Python-level ops
@@ -229,35 +229,15 @@ def _tiles_on_threads(
         with torch.set_grad_enabled(grad_enabled):  # else the tiles would be recorded into a graph and kept
             return work(share, *outputs)
 
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)  # per Python thread: one intra-op thread each
-    try:
-        pool = _thread_pool(workers - 1)
+    with single_thread():  # on this thread: one intra-op thread per Python thread
+        pool = shared_pool(workers - 1)
         futures = [pool.submit(work_here, tiles[t::workers], *copies[t]) for t in range(1, workers)]
         try:
             first = work(tiles[0::workers], *outputs)  # share 0 on this thread (its grad mode is the caller's)
         finally:
             for future in futures:
                 future.result()  # waits for every thread, and re-raises a thread's exception here
-    finally:
-        torch.set_num_threads(previous)
     for copy in copies[1:]:
         for out, part in zip(outputs, copy):
             out.add_(part)
     return first
-
-
-_pool: tuple[int, int, ThreadPoolExecutor] | None = None  # (process id, threads, pool): see _thread_pool
-
-
-def _thread_pool(workers: int) -> ThreadPoolExecutor:
-    """The kernel's worker threads, kept across calls (created again in a forked child, or for more threads).
-
-    Kept because a new thread each call costs memory every call: each thread's first products give it its own
-    malloc arena and MKL buffers (tens of MB for a large graph), which a fresh thread would claim again."""
-    global _pool
-    if _pool is None or _pool[0] != os.getpid() or _pool[1] < workers:
-        if _pool is not None and _pool[0] == os.getpid():
-            _pool[2].shutdown(wait=False)  # its idle threads end; a forked child's copy has no threads to end
-        _pool = (os.getpid(), workers, ThreadPoolExecutor(max_workers=workers, thread_name_prefix="contranorm"))
-    return _pool[2]
