@@ -3,7 +3,8 @@
 Usage: python analysis/plot_sweep.py RUN_DIR [--out DIR]
 
 RUN_DIR is a sweep output directory (runs.csv, optionally layers.csv). Writes metric-vs-layer, task-metric-vs-depth
-and singular-value-spectrum figures (PNG and PDF) and summary.md into DIR (default RUN_DIR/report).
+and singular-value-spectrum figures (PNG and PDF) into DIR (default RUN_DIR/report) and adds them to the sweep's
+summary.md (RUN_DIR's own; with --out, one in DIR).
 """
 
 from __future__ import annotations

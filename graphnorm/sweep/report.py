@@ -1,12 +1,13 @@
 """Figures and a markdown summary from a sweep's output directory (runs.csv, layers.csv, epochs.csv, steps.csv).
 
-:func:`make_report` writes them into ``<sweep>/report``: the sweep's metric against depth
+:func:`make_report` writes the figures into ``<sweep>/report``: the sweep's metric against depth
 (:func:`plot_main_metric_vs_depth`), learning curves (:func:`plot_learning_curves`), collapse metrics against layer
-for node rows and graph-token rows (:func:`plot_metric_vs_layer`), singular-value spectra (:func:`plot_spectra`),
-collapse over training steps (:func:`plot_collapse_over_steps`) and ``summary.md`` (:func:`summary_markdown`). Lines
-and table rows are labels: the norm, plus any other config key that varies in the sweep, so distinct variants never
-share a line. ``split`` (a dataset's standard splits) is a repetition like ``seed``: "over seeds" means over every
-seed x split run of a label. With several datasets in one sweep every figure is made per dataset.
+for node rows and graph-token rows (:func:`plot_metric_vs_layer`), singular-value spectra (:func:`plot_spectra`) and
+collapse over training steps (:func:`plot_collapse_over_steps`); it adds them and the collapse tables
+(:func:`summary_markdown`) to the sweep's one ``summary.md``. Lines and table rows are labels: the norm, plus any
+other config key that varies in the sweep, so distinct variants never share a line. ``split`` (a dataset's standard
+splits) is a repetition like ``seed``: "over seeds" means over every seed x split run of a label. With several
+datasets in one sweep every figure is made per dataset.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -25,15 +27,15 @@ import pandas as pd
 from matplotlib.ticker import MaxNLocator
 
 from graphnorm.escaping import markdown_text
-from graphnorm.files import atomic_write_text, check_output_dir, save_figure
+from graphnorm.files import check_output_dir, check_output_path, save_figure
 from graphnorm.sweep.tables import (
     DEFAULT_METRICS,
     MAJORITY_MARGIN,
-    decimals,
+    format_mean_std,
     majority_level,
     markdown_table,
     reference_levels,
-    significant,
+    write_summary,
 )
 
 __all__ = [
@@ -68,6 +70,7 @@ METRIC_LABELS = {
     "cone_angle": "exact cone angle (deg)",
 }
 TABLE_METRICS = ("effective_rank", "cone_angle", "cone_angle_q90")
+DIGITS = 3  # significant digits of the summary's numbers, as on the results page
 LOG_SCALE_METRICS = {"dirichlet_energy", "dirichlet_energy_normalized", "stable_rank"}
 # Config columns that never define a variant (they are the axes or the repetition).
 _NON_VARIANT = {"num_layers", "seed", "split", "dataset", "data_root", "run_id", "status", "epochs"}
@@ -106,14 +109,21 @@ def load_sweep(run_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 def sweep_metric(run_dir: str | Path) -> str | None:
     """The sweep's own ``metric`` (top-level key of its YAML, saved as ``sweep.yaml`` in its folder), or None."""
-    path = Path(run_dir) / "sweep.yaml"
-    if not path.exists():
-        return None
-    import yaml
-
-    config = yaml.safe_load(path.read_text())
-    metric = config.get("metric") if isinstance(config, dict) else None
+    metric = _sweep_config(run_dir).get("metric")
     return str(metric) if metric else None
+
+
+def _sweep_config(run_dir: str | Path) -> dict:
+    """The sweep's YAML as saved in its folder (``sweep.yaml``), named after the folder when it names nothing; a
+    folder without one (runs.csv from elsewhere) is a sweep of that name with no grid."""
+    path = Path(run_dir) / "sweep.yaml"
+    config = {}
+    if path.exists():
+        import yaml
+
+        loaded = yaml.safe_load(path.read_text())
+        config = loaded if isinstance(loaded, dict) else {}
+    return {**config, "name": config.get("name") or Path(run_dir).resolve().name}
 
 
 def main_metric(runs: pd.DataFrame, metric: str | None = None) -> str:
@@ -432,38 +442,14 @@ def _step_panel(axis: plt.Axes, table: pd.DataFrame) -> None:
     axis.grid(alpha=0.3)
 
 
-def _mean_std(values: pd.Series) -> str:
-    """``mean ± std (n=count)`` of the non-missing values, for a markdown cell; the mean alone for one value."""
-    values = values.dropna()
-    if values.empty:
-        return ""
-    std = values.std() if len(values) > 1 else math.nan
-    return f"{values.mean():.4g}" + (f" ± {std:.2g}" if not math.isnan(std) else "") + f" (n={len(values)})"
-
-
-def _mean_std_table(frame: pd.DataFrame, keys: list[str], column: str, digits: int | None) -> tuple[pd.DataFrame, str]:
-    """``frame[column]`` as mean ± std cells, ``keys[:-1]`` x ``keys[-1]``, and what the count note says.
-
-    ``digits`` None: every cell ``mean ± std (n=count)`` (4 and 2 significant digits), note ''. ``digits`` k: the mean
-    with k significant digits and the std with as many decimals as the mean, the count of runs stated once in the
-    note (``"3 seeds"``) and in a cell only where it differs from the table's usual count."""
-    if digits is None:
-        return frame.groupby(keys)[column].apply(_mean_std).unstack(keys[-1]), ""
+def _mean_std_table(frame: pd.DataFrame, keys: list[str], column: str, digits: int) -> tuple[pd.DataFrame, str]:
+    """``frame[column]`` as mean ± std cells (:func:`format_mean_std`, ``digits`` significant digits), ``keys[:-1]``
+    x ``keys[-1]``, and the usual count of runs per cell: stated once in the table's title, in a cell only where it
+    differs."""
     stats = frame.groupby(keys)[column].agg(["mean", "std", "count"])
     usual = int(stats["count"][stats["count"] > 0].mode().max()) if (stats["count"] > 0).any() else 0
-
-    def cell(stat: pd.Series) -> str:
-        if stat["count"] == 0:
-            return ""
-        text = significant(stat["mean"], digits)
-        if stat["count"] > 1 and not math.isnan(stat["std"]):
-            places = decimals(stat["mean"], digits)
-            tiny = 0 < abs(stat["mean"]) < 1e-3  # the mean in scientific notation: the std too
-            text += f" ± {stat['std']:.{digits - 1}e}" if tiny else f" ± {stat['std']:.{places}f}"
-        return text + ("" if stat["count"] == usual else f" (n={int(stat['count'])})")
-
-    cells = stats.apply(cell, axis=1) if len(stats) else pd.Series(dtype=object, index=stats.index)
-    return cells.unstack(keys[-1]), str(usual)
+    cells = [format_mean_std(*stat, digits=digits, usual=usual) for stat in stats.itertuples(index=False)]
+    return pd.Series(cells, index=stats.index, dtype=object).unstack(keys[-1]), str(usual)
 
 
 def last_layer_description(runs: pd.DataFrame) -> str:
@@ -495,12 +481,12 @@ def _last_layer(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def _collapse_tables(
-    table: pd.DataFrame, column: str, title: str, digits: int | None = None, runs: pd.DataFrame | None = None
+    table: pd.DataFrame, column: str, title: str, digits: int = DIGITS, runs: pd.DataFrame | None = None
 ) -> list[str]:
     """Markdown label x ``column`` tables (mean ± std over seeds) of the headline collapse metrics; ``{metric}`` in
     ``title`` is the metric's name (the rest of the title is shown as written: it holds dataset and model names).
-    ``digits``: as :func:`_mean_std_table` (the seed count then in the title, named after what ``runs`` repeat:
-    seeds, or seeds x splits)."""
+    ``digits``: as :func:`_mean_std_table` (the seed count in the title, named after what ``runs`` repeat: seeds, or
+    seeds x splits)."""
     parts = []
     for collapse_metric in TABLE_METRICS:
         metric_rows = table[table["metric"] == collapse_metric]
@@ -508,7 +494,7 @@ def _collapse_tables(
             continue
         pivot, usual = _mean_std_table(metric_rows, ["label", column], "value", digits)
         pivot.index.name = "norm \\ " + ("depth" if column == "num_layers" else column)
-        count = f" ({_over(usual, table if runs is None else runs)})" if usual else ""
+        count = f" ({_over(usual, table if runs is None else runs)})"
         heading = title.replace("{metric}", collapse_metric) + count
         parts += [f"## {markdown_text(heading)}", "", markdown_table(pivot)]
     return parts
@@ -527,7 +513,7 @@ def _over(count: str, runs: pd.DataFrame) -> str:
 
 
 def _by_layer_markdown(
-    table: pd.DataFrame, dataset: str, rows: str, digits: int | None = None, runs: pd.DataFrame | None = None
+    table: pd.DataFrame, dataset: str, rows: str, digits: int = DIGITS, runs: pd.DataFrame | None = None
 ) -> list[str]:
     """Label x layer tables (mean ± std over seeds) of the headline collapse metrics, one per depth."""
     parts = []
@@ -537,10 +523,10 @@ def _by_layer_markdown(
     return parts
 
 
-def _metric_table(subset: pd.DataFrame, metric: str, digits: int | None = None) -> tuple[pd.DataFrame, list[str], str]:
+def _metric_table(subset: pd.DataFrame, metric: str, digits: int = DIGITS) -> tuple[pd.DataFrame, list[str], str]:
     """label x depth table of ``metric`` (mean ± std over seeds), the note lines under it (the majority-class level
     when recorded, cells at most one point above it (or below) marked with "≤maj"), and the usual count of runs
-    per cell when ``digits`` is given ('' otherwise; see :func:`_mean_std_table`)."""
+    per cell (see :func:`_mean_std_table`)."""
     pivot, usual = _mean_std_table(subset, ["label", "num_layers"], metric, digits)
     majority = majority_level(subset, metric)
     notes: list[str] = []
@@ -558,7 +544,11 @@ def _metric_table(subset: pd.DataFrame, metric: str, digits: int | None = None) 
 
 
 def summary_markdown(
-    runs: pd.DataFrame, layers: pd.DataFrame, metric: str | None = None, digits: int | None = None
+    runs: pd.DataFrame,
+    layers: pd.DataFrame,
+    metric: str | None = None,
+    digits: int = DIGITS,
+    metric_tables: bool = True,
 ) -> str:
     """Markdown: per dataset, the sweep's metric (``metric``, else the task metric found; with the majority-class
     level when recorded, cells within one point of it or below marked) and the last probed layer's collapse metrics
@@ -566,8 +556,9 @@ def summary_markdown(
     when recorded, the robust one beside it); when the probe recorded graph-token rows, node and token metrics layer
     by layer as label x layer tables (one per depth).
 
-    ``digits`` None: every cell ``mean ± std (n=count)``; ``digits`` k: k significant digits, the seed count once
-    in each table's title (in a cell only where it differs)."""
+    Cells as :func:`graphnorm.sweep.formatting.format_mean_std` writes them: ``digits`` significant digits, the seed
+    count once in each table's title (in a cell only where it differs). ``metric_tables`` False: the collapse tables
+    only (the sweep's ``summary.md`` has its own table of the metric)."""
     labelled = _with_label(runs)
     if "dataset" not in labelled.columns:
         labelled["dataset"] = "data"
@@ -580,10 +571,10 @@ def summary_markdown(
             shown = main_metric(subset, metric)
         except ValueError:
             continue
-        pivot, notes, usual = _metric_table(subset, shown, digits)
-        over = "seeds x splits" if "split" in subset.columns and subset["split"].nunique() > 1 else "seeds"
-        over = _over(usual, subset) if usual else f"mean ± std over {over}"
-        parts += [f"## {markdown_text(f'{dataset}: {shown} ({over})')}", "", markdown_table(pivot), *notes]
+        if metric_tables:
+            pivot, notes, usual = _metric_table(subset, shown, digits)
+            over = _over(usual, subset)
+            parts += [f"## {markdown_text(f'{dataset}: {shown} ({over})')}", "", markdown_table(pivot), *notes]
         last = _last_layer(table[table["dataset"].astype(str) == dataset])
         where = f"at the last probed layer ({last_layer_description(subset)})"
         parts += _collapse_tables(last, "num_layers", f"{dataset}: {{metric}} {where}", digits, subset)
@@ -595,21 +586,40 @@ def summary_markdown(
 
 
 def make_report(run_dir: str | Path, out_dir: str | Path | None = None) -> list[Path]:
-    """Write every figure (PNG and PDF) and ``summary.md`` for the sweep in ``run_dir`` into ``out_dir``
-    (default ``run_dir/report``); returns the written paths. Figures whose data are absent are skipped.
+    """Write every figure (PNG and PDF) into ``out_dir`` (default ``run_dir/report``) and the sweep's one
+    ``summary.md`` with them; returns the written paths. Figures whose data are absent are skipped.
 
     The figures: ``main_metric_vs_depth``, ``learning_curves``, ``collapse_over_steps``, ``metric_vs_layer``,
     ``spectra`` and ``token_metric_vs_layer`` (graph-token rows: Graphormer's graph token, a GCN's virtual node), each
-    with a ``_<dataset>`` suffix when the sweep has several datasets. ``ValueError`` without successful runs."""
+    with a ``_<dataset>`` suffix when the sweep has several datasets. ``summary.md`` is the sweep's own
+    (:func:`graphnorm.sweep.tables.write_summary`: its metric by norm x depth) with the figures and the collapse
+    tables (:func:`summary_markdown`) added; it is written beside ``runs.csv``, or into ``out_dir`` when one is given
+    (a report kept elsewhere leaves the sweep's folder as it is). ``ValueError`` without successful runs."""
     runs, layers = load_sweep(run_dir)
     metric = sweep_metric(run_dir)
     if out_dir is not None:  # the user's folder may be a link; the sweep's own report/ may not
         out = check_output_dir(out_dir, "the report folder")
     else:
         out = check_output_dir(Path(run_dir) / "report", "the sweep's report folder", links=False)
-    written: list[Path] = []
     if runs.empty:
         raise ValueError(f"{run_dir}: no successful runs in runs.csv")
+    home = Path(run_dir) if out_dir is None else out
+    check_output_path(home / "summary.md", "the sweep's summary")  # before the figures take their time
+    written = _figures(run_dir, runs, layers, metric, out)
+    figures = [path for path in written if path.suffix == ".png"]
+    links = [f"![{markdown_text(path.stem)}]({Path(os.path.relpath(path, home)).as_posix()})" for path in figures]
+    tables = summary_markdown(runs, layers, metric, metric_tables=False).split("\n", 1)[1].strip()  # not its title
+    sections = (["## Figures\n\n" + "\n\n".join(links)] if links else []) + ([tables] if tables else [])
+    every_run = pd.read_csv(Path(run_dir) / "runs.csv")  # failed runs too: the summary's title counts them
+    summary = write_summary(_sweep_config(run_dir), every_run, home, log=lambda _: None, sections=sections)
+    return written + ([summary] if summary is not None else [])
+
+
+def _figures(
+    run_dir: str | Path, runs: pd.DataFrame, layers: pd.DataFrame, metric: str | None, out: Path
+) -> list[Path]:
+    """Every figure of :func:`make_report` whose data are present, saved into ``out``; the written paths."""
+    written: list[Path] = []
     table = layer_table(runs, layers)
     token_table = layer_table(runs, layers, rows="token")
     epochs = load_epochs(run_dir)
@@ -638,7 +648,4 @@ def make_report(run_dir: str | Path, out_dir: str | Path | None = None) -> list[
         if np.isin([*DEFAULT_LAYER_METRICS, *FALLBACK_METRICS.values()], tokens["metric"].unique()).any():
             figure = plot_metric_vs_layer(token_table, dataset=name, title="graph-token rows")
             written += _save(figure, out, f"token_metric_vs_layer{suffix}")
-    summary = out / "summary.md"
-    atomic_write_text(summary, summary_markdown(runs, layers, metric), "the report's summary")
-    written.append(summary)
     return written

@@ -7,7 +7,7 @@ probe's per-layer metrics), ``epochs.csv`` (learning curves), ``steps.csv`` (col
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -174,8 +174,27 @@ def summary_table(
     return table
 
 
-def write_summary(sweep: dict[str, Any], runs: pd.DataFrame, out: Path, log: Callable[[str], None] = print) -> None:
-    """Print the metric by norm x depth (mean ± std over the ``REPLICATE_KEYS``) and write it to ``summary.md``."""
+def write_summary(
+    sweep: dict[str, Any],
+    runs: pd.DataFrame,
+    out: Path,
+    log: Callable[[str], None] = print,
+    sections: Sequence[str] = (),
+) -> Path | None:
+    """Print the metric by norm x depth (mean ± std over the ``REPLICATE_KEYS``) and write it to ``out/summary.md``,
+    the sweep's one summary, followed by ``sections`` (Markdown: the report adds its figures and collapse tables,
+    :func:`graphnorm.sweep.report.make_report`). Returns the path written, None when there was nothing to write."""
+    head = _summary_head(sweep, runs, log)
+    if head is None and not sections:
+        return None
+    text = (head or f"# {markdown_text(sweep['name'])}\n") + "".join(f"\n{section.rstrip()}\n" for section in sections)
+    atomic_write_text(out / "summary.md", text)
+    return out / "summary.md"
+
+
+def _summary_head(sweep: dict[str, Any], runs: pd.DataFrame, log: Callable[[str], None]) -> str | None:
+    """The summary's title, its table of the metric and the note under it (also logged); None, with a logged reason,
+    when no finished run recorded the metric."""
     metric = pick_metric(runs, sweep.get("metric"))
     if runs.empty or metric is None or metric not in runs.columns:
         metrics = [
@@ -183,19 +202,18 @@ def write_summary(sweep: dict[str, Any], runs: pd.DataFrame, out: Path, log: Cal
         ]
         named = f" (metric {metric!r} is not among the recorded {', '.join(metrics) or 'none'})" if metric else ""
         log(f"no finished runs with a metric to summarize yet{named}")
-        return
+        return None
     varying = [k for k in grid_keys(sweep) if k not in ("num_layers", *REPLICATE_KEYS)]
     rows = [k for k in ["norm", *varying] if k in runs.columns and (k == "norm" or runs[k].nunique() > 1)]
     rows = list(dict.fromkeys(rows))
     majority, note = majority_note(runs, metric)
     mark = None if majority is None else majority + MAJORITY_MARGIN
     table = summary_table(runs, metric, rows=rows, columns="num_layers", mark_at_most=mark)
-    ok = int((runs["status"] == "ok").sum())
+    ok = int((runs["status"] == "ok").sum()) if "status" in runs.columns else len(runs)
     over = "seeds x splits" if "split" in grid_keys(sweep) else "seeds"
     title = f"{sweep['name']}: {metric}, mean ± std over {over} ({ok} ok, {len(runs) - ok} failed runs)"
     log(f"\n{title}\n{table.to_string()}\n{note}")
-    written = f"# {markdown_text(title)}\n\n{markdown_table(table)}" + (f"\n{markdown_text(note)}\n" if note else "")
-    atomic_write_text(out / "summary.md", written)
+    return f"# {markdown_text(title)}\n\n{markdown_table(table)}" + (f"\n{markdown_text(note)}\n" if note else "")
 
 
 MAJORITY_MARGIN = 0.01

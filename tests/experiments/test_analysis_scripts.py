@@ -104,15 +104,15 @@ def test_report_shows_graph_token_rows_by_layer_and_the_true_last_layer(tmp_path
     from graphnorm.sweep.report import load_sweep, make_report, summary_markdown
 
     run_dir = graphormer_like_sweep(tmp_path / "sweep")
-    summary = summary_markdown(*load_sweep(run_dir))
+    summary = summary_markdown(*load_sweep(run_dir), digits=4)  # four digits: the .5 of the means shows
     # last layer = layer 3 (embedding + 2 encoder layers), node rows: 130 + norm index + seed, mean over seeds 0, 1
     last = summary.split("effective_rank at the last probed layer (the last layer the probe watched)")[1].split("##")[0]
-    assert "| layernorm | 130.5 ± 0.71 (n=2) |" in last and "| sepnorm | 131.5 ± 0.71 (n=2) |" in last
+    assert "| layernorm | 130.5 ± 0.7 |" in last and "| sepnorm | 131.5 ± 0.7 |" in last
     tokens = summary.split("effective_rank of the graph-token rows by layer (2 layers)")[1].split("##")[0]
     assert "| norm \\ layer | 1 | 2 | 3 |" in tokens
-    assert "| sepnorm | 11.5 ± 0.71 (n=2) | 21.5 ± 0.71 (n=2) | 31.5 ± 0.71 (n=2) |" in tokens
+    assert "| sepnorm | 11.50 ± 0.71 | 21.50 ± 0.71 | 31.50 ± 0.71 |" in tokens
     nodes = summary.split("effective_rank of the node rows by layer (2 layers)")[1].split("##")[0]
-    assert "| layernorm | 110.5 ± 0.71 (n=2) | 120.5 ± 0.71 (n=2) | 130.5 ± 0.71 (n=2) |" in nodes
+    assert "| layernorm | 110.5 ± 0.7 | 120.5 ± 0.7 | 130.5 ± 0.7 |" in nodes
     names = {path.name for path in make_report(run_dir, tmp_path / "report")}
     assert {"token_metric_vs_layer.png", "metric_vs_layer.png", "summary.md"} <= names
 
@@ -153,9 +153,9 @@ def test_report_plots_and_tabulates_the_sweeps_own_metric(tmp_path):
     assert sweep_metric(run_dir) == "test_acc_last"
     make_report(run_dir, tmp_path / "report")
     summary = (tmp_path / "report" / "summary.md").read_text()
-    assert "## data: test_acc_last (mean ± std over seeds)" in summary
-    assert "| none | 0.805 ± 0.0071 (n=2) | 0.105 ± 0.0071 (n=2) ≤maj |" in summary
-    assert "| contranorm | 0.815 ± 0.0071 (n=2) | 0.705 ± 0.0071 (n=2) |" in summary
+    assert summary.startswith("# proto: test_acc_last, mean ± std over seeds (8 ok, 0 failed runs)")
+    assert "| none | 0.805 ± 0.007 | 0.105 ± 0.007 * |" in summary
+    assert "| contranorm | 0.815 ± 0.007 | 0.705 ± 0.007 |" in summary
     runs, _ = load_sweep(run_dir)
     figure = plot_main_metric_vs_depth(runs, metric="test_acc_last")
     axis = figure.axes[0]
@@ -167,6 +167,31 @@ def test_report_plots_and_tabulates_the_sweeps_own_metric(tmp_path):
     assert len(majority) == 1 and majority[0].get_linestyle() == "--" and list(majority[0].get_ydata()) == [0.319] * 2
     assert "majority class (0.319)" in [text.get_text() for text in axis.get_legend().get_texts()]
     assert "majority class (always the most frequent training class): 0.319" in summary
+
+
+def test_one_summary_per_sweep_folder(tmp_path):
+    """make_report adds its figures and collapse tables to the sweep's own summary.md (what write_summary wrote
+    beside runs.csv), and writes no second one into report/; the sweep's table keeps its format."""
+    from graphnorm.sweep.report import make_report
+    from graphnorm.sweep.tables import write_summary
+
+    run_dir = graphormer_like_sweep(tmp_path / "sweep")
+    runs = pd.read_csv(run_dir / "runs.csv")
+    sweep = {"name": "sweep", "grid": {"norm": ["layernorm", "sepnorm"], "seed": [0, 1]}}
+    write_summary(sweep, runs, run_dir, log=lambda _: None)
+    written = (run_dir / "summary.md").read_text()
+    paths = make_report(run_dir)
+    summary = (run_dir / "summary.md").read_text()
+    assert run_dir / "summary.md" in paths and not (run_dir / "report" / "summary.md").exists()
+    assert summary.startswith(written)  # the sweep's title, table and note as the sweep wrote them
+    assert "![metric_vs_layer](report/metric_vs_layer.png)" in summary  # links from the summary's folder
+    assert summary.count("# ") - summary.count("## ") == 1  # one title
+    assert "effective_rank of the graph-token rows by layer (2 layers) (mean ± std over 2 seeds)" in summary
+    assert "## data: test_mae" not in summary  # the metric's table once: the sweep's own
+    elsewhere = tmp_path / "elsewhere"
+    make_report(run_dir, elsewhere)  # a report kept elsewhere: its summary there, links beside it
+    assert "![metric_vs_layer](metric_vs_layer.png)" in (elsewhere / "summary.md").read_text()
+    assert (run_dir / "summary.md").read_text() == summary
 
 
 def test_report_without_majority_column_has_no_majority_line(tmp_path):
@@ -219,7 +244,7 @@ def test_sweep_summary_prints_and_marks_the_majority_class(tmp_path):
 
 def test_summary_with_significant_digits_states_the_seed_count_once(tmp_path):
     """digits=3 (the results page): three significant digits, the std to the mean's decimals, the count in the
-    title; a cell over fewer runs than the rest names its own count. The default keeps (n=k) in every cell."""
+    title; a cell over fewer runs than the rest names its own count. The sweep's own report has the same format."""
     from graphnorm.sweep.report import load_sweep, summary_markdown
 
     run_dir = protocol_like_sweep(tmp_path / "sweep")
@@ -232,7 +257,7 @@ def test_summary_with_significant_digits_states_the_seed_count_once(tmp_path):
     assert "| none | 0.805 ± 0.007 | 0.100 (n=1) ≤maj |" in summary  # one run: no spread, its count named
     one_seed = summary_markdown(runs[runs["seed"] == 0], layers, "test_acc_last", digits=3)
     assert "## data: test_acc_last (1 seed)" in one_seed and "| none | 0.800 | 0.100 ≤maj |" in one_seed
-    assert "0.805 ± 0.0071 (n=2)" in summary_markdown(runs, layers, "test_acc_last")  # the sweep's own report
+    assert summary_markdown(runs, layers, "test_acc_last") == summary_markdown(runs, layers, "test_acc_last", digits=3)
 
 
 def test_collapse_tables_name_their_count_after_the_runs(tmp_path):
@@ -320,7 +345,8 @@ def test_make_report_writes_through_no_planted_link_or_fifo(tiny_sweep, tmp_path
         report.symlink_to(tmp_path / "elsewhere")
     else:
         report.mkdir()
-        target = report / ("summary.md" if planted.startswith("summary") else "spectra.png")
+        target = run_dir / "summary.md" if planted.startswith("summary") else report / "spectra.png"  # the summary
+        target.unlink(missing_ok=True)  # is the sweep's own, beside runs.csv
         os.mkfifo(target) if planted.endswith("fifo") else target.symlink_to(users_file)
     with _fails_if_blocked(60), pytest.raises(OutputPathError, match="link|FIFO|fifo"):
         make_report(run_dir)
