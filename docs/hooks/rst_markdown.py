@@ -6,13 +6,18 @@ graphnorm's docstrings are Google style (``Args:``, ``Raises:``) with a few reSt
 so :func:`rst_to_markdown` rewrites those constructs first (and splits an ``Args`` entry naming several
 parameters, ``a, b: text``, into one entry each); :class:`RstToMarkdown` is the griffe extension that
 applies it to every docstring the API reference renders, and the catalogue hook applies it to the registries'
-class docstrings. Math becomes ``\\( ... \\)`` and ``$$ ... $$`` for pymdownx.arithmatex; roles become code spans
-(without links, so a role naming a private helper cannot break the strict build).
+class docstrings. Math becomes ``\\( ... \\)`` and ``$$ ... $$`` for pymdownx.arithmatex; a role becomes an
+optional cross-reference (mkdocs-autorefs): a link where the site documents its target or ``api_links.py`` knows
+its external page (torch, PyG, NumPy, Python), else plain code, so a role naming a private helper cannot break the
+strict build. In the API reference a role's short name is resolved in its docstring's scope (``build_norm`` ->
+``graphnorm.norms.registry.build_norm``).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from html import escape
 
 import griffe
 
@@ -54,11 +59,13 @@ def expand_grouped_arguments(lines: list[str]) -> list[str]:
     return out
 
 
-def _role_text(match: re.Match[str]) -> str:
-    """``:func:`~a.b.c``` -> ```c```; ``:func:`a.b.c``` -> ```a.b.c``` (the text Sphinx would show)."""
-    target = match.group(1)
+def _role_text(match: re.Match[str], resolve: Callable[[str], str] | None = None) -> str:
+    """``:func:`~a.b.c``` -> an optional cross-reference to ``a.b.c`` shown as ``c``; ``:func:`a.b.c``` shown as
+    ``a.b.c`` (the text Sphinx would show). ``resolve`` turns a name into its full dotted path where it can."""
+    target = match.group(1).strip()
     shown = target.rsplit(".", 1)[-1] if match.group(0).split("`", 1)[1].startswith("~") else target
-    return f"`{shown}`"
+    identifier = resolve(target) if resolve else target
+    return f'<autoref identifier="{escape(identifier)}" optional><code>{escape(shown)}</code></autoref>'
 
 
 def _math_blocks(lines: list[str]) -> list[str]:
@@ -83,8 +90,9 @@ def _math_blocks(lines: list[str]) -> list[str]:
     return out
 
 
-def rst_to_markdown(text: str) -> str:
-    """The docstring ``text`` with its reStructuredText math, roles, titled links and ``::`` blocks as Markdown."""
+def rst_to_markdown(text: str, resolve: Callable[[str], str] | None = None) -> str:
+    """The docstring ``text`` with its reStructuredText math, roles, titled links and ``::`` blocks as Markdown;
+    ``resolve`` gives a role's full dotted path (default: the name as written)."""
     lines = _math_blocks(expand_grouped_arguments(text.splitlines()))
     converted = []
     for line in lines:
@@ -93,7 +101,7 @@ def rst_to_markdown(text: str) -> str:
         converted.append(line)
     text = "\n".join(converted)  # roles, math and link titles may span lines: one line each in Markdown
     text = _MATH_ROLE.sub(lambda m: "\\(" + " ".join(m.group(1).split()) + "\\)", text)
-    text = _ROLE.sub(_role_text, text)
+    text = _ROLE.sub(lambda m: _role_text(m, resolve), text)
     return _TITLED_LINK.sub(_link, text)
 
 
@@ -102,9 +110,33 @@ def _link(match: re.Match[str]) -> str:
     return f"[{title}]({match.group(2)})"
 
 
-class RstToMarkdown(griffe.Extension):
-    """griffe extension: every docstring of the loaded package through :func:`rst_to_markdown`."""
+def scope_resolver(obj: griffe.Object) -> Callable[[str], str]:
+    """A name as ``obj``'s docstring means it: resolved in ``obj``'s scope (its module's imports and members),
+    else as written."""
 
-    def on_object(self, *, obj: griffe.Object, **kwargs: object) -> None:
-        if not obj.is_alias and obj.docstring is not None:
-            obj.docstring.value = rst_to_markdown(obj.docstring.value)
+    def resolve(name: str) -> str:
+        head, _, rest = name.partition(".")
+        try:  # "nn.Module" with "from torch import nn" -> "torch.nn.Module"
+            return obj.resolve(name) if not rest else f"{obj.resolve(head)}.{rest}"
+        except (griffe.NameResolutionError, KeyError, AttributeError):
+            return name
+
+    return resolve
+
+
+def _objects(obj: griffe.Object):
+    """``obj`` and every object it defines (not the names it imports), depth first."""
+    yield obj
+    for member in obj.members.values():
+        if not member.is_alias:
+            yield from _objects(member)
+
+
+class RstToMarkdown(griffe.Extension):
+    """griffe extension: every docstring of a loaded package through :func:`rst_to_markdown`, once the whole
+    package is loaded (so a role can be resolved against any module's imports)."""
+
+    def on_package(self, *, pkg: griffe.Module, **kwargs: object) -> None:
+        for obj in _objects(pkg):
+            if obj.docstring is not None:
+                obj.docstring.value = rst_to_markdown(obj.docstring.value, scope_resolver(obj))

@@ -199,9 +199,14 @@ def test_a_newly_registered_norm_appears_in_the_generated_catalogue() -> None:
 
 def test_rst_constructs_become_markdown() -> None:
     convert = load_hook("rst_markdown").rst_to_markdown
+    # A role is an optional cross-reference: a link where the site (or api_links' table) knows the name, else code.
     assert convert("See :func:`~graphnorm.norms.build_norm` and :class:`graphnorm.models.DeepGCN`.") == (
-        "See `build_norm` and `graphnorm.models.DeepGCN`."
+        'See <autoref identifier="graphnorm.norms.build_norm" optional><code>build_norm</code></autoref> and '
+        '<autoref identifier="graphnorm.models.DeepGCN" optional><code>graphnorm.models.DeepGCN</code></autoref>.'
     )
+    # In the API reference a short name is resolved in the docstring's scope.
+    resolved = convert(":class:`~nn.Module`", resolve=lambda name: "torch." + name)
+    assert resolved == '<autoref identifier="torch.nn.Module" optional><code>Module</code></autoref>'
     assert convert("Usage::\n\n    x = 1") == "Usage:\n\n    x = 1"
     assert convert('Both :math:`a +\n    b` and `"A\n    Title" <https://example.org/t>`_.') == (
         "Both \\(a + b\\) and [A Title](https://example.org/t)."
