@@ -29,10 +29,11 @@ import pytest
 import torch
 import yaml
 
-import graphnorm.cli
 import graphnorm.files as files
 import graphnorm.predict
+import graphnorm.sweep.command
 import graphnorm.train
+import graphnorm.train.command
 import graphnorm.train.loop
 from graphnorm.cli import main
 from graphnorm.config import RunConfig, config_run_id
@@ -233,7 +234,7 @@ def fake_work(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     monkeypatch.setattr(graphnorm.train, "run", fake_run)
     monkeypatch.setattr(graphnorm.predict, "predict_csv", fake_predict_csv)
-    monkeypatch.setattr(graphnorm.cli, "load_run_data", lambda config: None)
+    monkeypatch.setattr(graphnorm.train.command, "load_run_data", lambda config: None)
     return calls
 
 
@@ -274,7 +275,7 @@ def hold_sweep_lock(env: Env) -> None:
 
 
 def save_curve(env: Env) -> None:
-    graphnorm.cli._save_learning_curve(HISTORY, RUN_CONFIG, env.root / "curve.png")
+    graphnorm.sweep.command.save_learning_curve(HISTORY, RUN_CONFIG, env.root / "curve.png")
 
 
 FILE_WRITERS = {

@@ -11,7 +11,6 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
-import os
 import time
 from pathlib import Path
 
@@ -20,12 +19,12 @@ from torch import Tensor, nn
 
 from graphnorm.config import RunConfig
 from graphnorm.data import GraphTask
-from graphnorm.data.root import ENV_ROOT, default_root
 from graphnorm.data.scoring import score
 from graphnorm.data.smiles import file_text, read_smiles_csv, smiles_graph
 from graphnorm.escaping import csv_text
 from graphnorm.files import atomic_write_text
 from graphnorm.models import model_outputs, model_spec
+from graphnorm.train.command_input import check_outside_data_root
 from graphnorm.train.loaders import SPLITS, collate_for, prepare_task
 from graphnorm.train.model_file import load_model_file
 from graphnorm.train.node_level import node_eval_mask, sparse_features_help
@@ -54,15 +53,6 @@ def check_device(name: str) -> torch.device:
     if device.type == "mps" and not torch.backends.mps.is_available():
         raise ValueError(f"--device {name!r} but MPS is not available on this machine; use --device cpu")
     return device
-
-
-def check_outside_data_root(out: Path, root: str | None, what: str) -> None:
-    """``ValueError`` when ``out`` is an existing file under the data root (``root``, else ``$GRAPHNORM_DATA``, else
-    the user cache): the datasets' files there are read by every run."""
-    folder = Path(root if root is not None else os.environ.get(ENV_ROOT) or default_root()).expanduser().resolve()
-    target = out.expanduser().resolve()
-    if target.exists() and target.is_relative_to(folder):
-        raise ValueError(f"{what} is a file under the data root {folder}, which runs read; give a path outside it")
 
 
 @torch.no_grad()
