@@ -98,3 +98,21 @@ def test_every_command_has_a_description_and_examples() -> None:
             assert f"  graphnorm {name} " in command.format_help(), f"{name} --help shows no example"
     for name in ("sweep", "train"):
         assert f"graphnorm {name} experiments/" in parser.format_help()
+
+
+def test_command_bodies_load_only_when_their_command_runs() -> None:
+    code = (
+        "import sys\n"
+        "from graphnorm.cli import build_parser\n"
+        "build_parser().format_help()\n"
+        "print(sorted(m for m in sys.modules if m.startswith('graphnorm') and m.endswith('.command')))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"
+
+
+def test_the_shared_command_names_stay_importable_from_the_cli() -> None:
+    from graphnorm.train.command_input import SWEEP_SECTIONS, CommandError
+
+    assert cli.CommandError is CommandError and cli.SWEEP_SECTIONS is SWEEP_SECTIONS
+    assert set(cli.COMMANDS) == {"sweep", "train", "predict", "norms"}
