@@ -402,7 +402,13 @@ def main(argv: list[str] | None = None) -> None:
     )
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--variant", type=variant_name, help=f"one of {', '.join(VARIANTS)}, or a+b combinations")
-    mode.add_argument("--table", type=variant_name, nargs="+", metavar="VARIANT", help="print the CSVs' tables")
+    mode.add_argument(
+        "--table",
+        type=variant_name,
+        nargs="+",
+        metavar="VARIANT",
+        help="print the CSVs' tables (with the runs' --limit-graphs and --set, if any)",
+    )
     parser.add_argument("--steps", type=int, default=500)
     parser.add_argument("--every", type=int, default=50, help="measure every K steps (and at step 0)")
     parser.add_argument("--full-val-every", type=int, default=250, help="ROC-AUC on the whole validation split")
