@@ -1,5 +1,5 @@
-"""Small shared helpers for the benchmarks: interleaved median timing, peak memory, FLOP rates, markdown tables,
-and the ours-vs-baseline comparison over depths that the model benchmarks share (:func:`compare_by_depth`).
+"""Small shared helpers for the benchmarks: interleaved median timing, peak memory, FLOP rates, and the
+ours-vs-baseline comparison over depths that the model benchmarks share (:func:`compare_by_depth`).
 
 On a shared machine absolute times drift with the load; ratios between candidates timed in the same process, in
 interleaved rounds, are what carries over. Every helper here is deterministic given the measurements.
@@ -275,29 +275,6 @@ def format_ratio(baseline_seconds: float, candidate_seconds: float) -> str:
         return "n/a"
     ratio = baseline_seconds / candidate_seconds
     return f"{ratio:.2f}x faster" if ratio >= 1 else f"{1 / ratio:.2f}x slower"
-
-
-def format_value(value: object) -> str:
-    """Table cell text: floats with 3 significant digits, ``None`` as a dash."""
-    if value is None:
-        return "-"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "nan"
-        return f"{value:.3g}" if abs(value) < 1e5 else f"{value:.3e}"
-    return str(value)
-
-
-def markdown_table(rows: Sequence[dict]) -> str:
-    """A markdown table from dict rows (columns: the keys of the first row, in order)."""
-    if not rows:
-        return "(no rows)"
-    headers = list(rows[0])
-    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    lines += ["| " + " | ".join(format_value(row.get(h)) for h in headers) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def load_summary() -> str:

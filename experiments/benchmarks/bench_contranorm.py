@@ -43,6 +43,7 @@ from torch import Tensor, nn
 from experiments.benchmarks import _common as common
 from graphnorm.norms import ContraNorm
 from graphnorm.norms.ops import contranorm_symmetric_tiles as contranorm_symmetric
+from graphnorm.sweep.tables import markdown_table
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = REPO / "runs" / "benchmarks"
@@ -362,11 +363,11 @@ def run_with_targets(
         f"Machine: {load_start} at start; {load_end} at end. Square {mm_size}x{mm_size} `torch.mm`: "
         f"{mm_rate / 1e9:.1f} GFLOP/s at start, {mm_rate_end / 1e9:.1f} at end.",
         "",
-        common.markdown_table(comparison),
+        markdown_table(comparison),
         "",
         f"### Scaling (d = {channels}); FLOPs counted: the matmuls the half-tile kernel executes (~10 n^2 d)",
         "",
-        common.markdown_table(scaling_rows),
+        markdown_table(scaling_rows),
         "",
         f"Fitted log-log exponents: time ~ n^{time_exponent:.2f} (expected 2), extra memory ~ n^{memory_exponent:.2f}"
         " (expected 1; small sizes are dominated by allocator noise).",
@@ -379,7 +380,7 @@ def run_with_targets(
         "minus `VmRSS` before the first (inputs already created); glibc malloc keeps its default settings, so "
         "freed memory it holds on to counts (the table above forces fresh mmaps and reads less).",
         "",
-        common.markdown_table(rss_rows),
+        markdown_table(rss_rows),
     ]
     if neighbour_rows:
         lines += [
@@ -389,12 +390,12 @@ def run_with_targets(
             "Alone and beside rounds alternate (neighbour paused / running); both kernels timed in every round; "
             "speed-up = median dense / median streaming within each condition.",
             "",
-            common.markdown_table(neighbour_rows),
+            markdown_table(neighbour_rows),
         ]
     targets = evaluate_targets(comparison, scaling_rows, rss_rows, neighbour_rows)
     if targets:
         target_rows = [{"target": t[0], "required": t[1], "measured": t[2], "met": t[3]} for t in targets]
-        lines += ["", "### Targets", "", common.markdown_table(target_rows)]
+        lines += ["", "### Targets", "", markdown_table(target_rows)]
     report = "\n".join(lines)
     common.write_markdown(out_dir / "contranorm.md", report)
     return report, targets

@@ -36,6 +36,7 @@ from experiments.benchmarks import _common as common
 from experiments.benchmarks import run_all
 from experiments.benchmarks.bench_contranorm import random_graph
 from graphnorm.norms import ContraNorm
+from graphnorm.sweep.tables import markdown_table
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = REPO / "runs" / "benchmarks"
@@ -211,14 +212,14 @@ def run(
         tables += [
             f"### Error vs the number of random features m (n = {error_n}, d = {error_d}, degree 10, feature seeds "
             "0-2)",
-            common.markdown_table(errors),
+            markdown_table(errors),
         ]
     if costs:
         tables += [
             f"### Time and extra peak memory per call (d = {cost_d}, degree 10)",
             f"The exact kernel is measured at n = {exact_size} only: its time grows with n^2, so at 10^5 and 10^6 "
             "nodes one call would take the estimate in the last column (not run).",
-            common.markdown_table(costs),
+            markdown_table(costs),
         ]
     report = run_all.BenchReport(
         name="contranorm_linear",

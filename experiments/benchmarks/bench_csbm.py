@@ -17,6 +17,8 @@ import json
 import subprocess
 import sys
 
+from graphnorm.sweep.tables import markdown_table
+
 SIZES = (10_000, 100_000, 1_000_000)
 DEGREE = 10.0
 
@@ -66,12 +68,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     args = parser.parse_args(argv)
     sizes = SIZES[:2] if args.quick else SIZES
     rows = [measure(nodes, args.repeats) for nodes in sizes]
-    columns = list(rows[0])
-    print("| " + " | ".join(columns) + " |")
-    print("|" + "---|" * len(columns))
-    for row in rows:
-        cells = [f"{value:.3g}" if isinstance(value, float) else str(value) for value in row.values()]
-        print("| " + " | ".join(cells) + " |")
+    print(markdown_table(rows), end="")
     return rows
 
 

@@ -42,6 +42,7 @@ from graphnorm.analysis.collapse.sets import _grams, _ranks, _singular_values_fr
 from graphnorm.analysis.collapse.staging import _StackBuffers
 from graphnorm.analysis.cone import ROBUST_CONE_LEVEL, stacked_cones
 from graphnorm.models.gcn import DeepGCN
+from graphnorm.sweep.tables import markdown_table
 from graphnorm.threads import single_thread
 
 HIDDEN = 64
@@ -240,7 +241,7 @@ def run(quick: bool = False, out_dir: Path | None = None, repeats: int | None = 
         name="probe",
         title="5. Collapse probe vs one forward pass",
         setup=setup,
-        tables=[common.markdown_table(rows), common.markdown_table([large]), common.markdown_table(breakdown)],
+        tables=[markdown_table(rows), markdown_table([large]), markdown_table(breakdown)],
         targets=targets,
     )
 
@@ -407,12 +408,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--deviations", action="store_true", help="deviations from the same-numbers fixture's probe")
     args = parser.parse_args(argv)
     if args.deviations:
-        print(common.markdown_table(fixture_deviations()))
+        print(markdown_table(fixture_deviations()), end="")
     if args.ratio:
         print(common.format_row(probe_ratio(repeats=args.repeats)), flush=True)
     if args.rows:
         table = rows_scaling([int(rows) for rows in args.rows], repeats=args.repeats)
-        print(common.markdown_table(table))
+        print(markdown_table(table), end="")
     if args.first_call:
         for cache, warm in (("empty", False), ("loaded", False), ("loaded", True)):
             started = time.perf_counter()

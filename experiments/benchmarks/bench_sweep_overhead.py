@@ -38,6 +38,7 @@ from graphnorm.analysis import probe as probe_module
 from graphnorm.config import RunConfig
 from graphnorm.data.root import resolve_root
 from graphnorm.sweep import runner as sweep_module
+from graphnorm.sweep.tables import markdown_table
 from graphnorm.train import loop as train_module
 from graphnorm.train.loaders import clear_task_cache
 
@@ -181,7 +182,7 @@ def run(quick: bool = False, out_dir: Path | None = None, repeats: int | None = 
         f"worker's dataset cache and {runs} with a cleared cache, alternating, medians per run; end to end: a local "
         f"sweep of {runs} runs on 1 worker; {_common.load_summary()}."
     )
-    tables = [common.markdown_table(warm), common.markdown_table([end_to_end])]
+    tables = [markdown_table(warm), markdown_table([end_to_end])]
     return common.BenchReport(
         name="sweep_overhead",
         title="10. Sweep overhead: per-run cost that is not training",

@@ -46,6 +46,7 @@ from experiments.benchmarks import run_all as common
 from experiments.benchmarks.bench_gcn import load_cora, synthetic_graph
 from graphnorm.models.gcn import DeepGCN
 from graphnorm.sweep.cpu_budget import usable_cores
+from graphnorm.sweep.tables import markdown_table
 from graphnorm.threads import single_thread
 
 HIDDEN = 64
@@ -288,7 +289,7 @@ def run(quick: bool = False, out_dir: Path | None = None, repeats: int | None = 
     rows = threads_beside_neighbour(data, num_layers, repeats)
     for row in rows:
         print(common.format_row(row), flush=True)
-    tables.append(common.markdown_table(rows))
+    tables.append(markdown_table(rows))
     for row in rows:
         what = f"{row['call']}, {row['threads']} thread(s): beside / alone"
         targets.append(common.Target(what, "reported", row["beside / alone"], None))
@@ -296,7 +297,7 @@ def run(quick: bool = False, out_dir: Path | None = None, repeats: int | None = 
         policy = wait_policy_rows(num_layers, passes=3)
         for row in policy:
             print(common.format_row(row), flush=True)
-        tables.append("Spin policy, beside the neighbour, fresh processes:\n\n" + common.markdown_table(policy))
+        tables.append("Spin policy, beside the neighbour, fresh processes:\n\n" + markdown_table(policy))
     depths = (2,) if quick else (16, 64)
     norms = ("none", "pairnorm") if quick else ("none", "pairnorm", "contranorm")
     epochs = 2 if quick else TRAIN_EPOCHS
@@ -308,10 +309,10 @@ def run(quick: bool = False, out_dir: Path | None = None, repeats: int | None = 
     for row in counts:
         print(common.format_row(row), flush=True)
     tables.append("Subnormal float32 values (0 < |x| < tiny), train-mode forward and backward:\n\n")
-    tables[-1] += common.markdown_table(counts)
+    tables[-1] += markdown_table(counts)
     flush, equal = flush_rows(model, data, repeats)
     print(common.format_row(flush[0]), flush=True)
-    tables.append(common.markdown_table(flush))
+    tables.append(markdown_table(flush))
     targets.append(common.Target("flush-to-zero changes the probe's values", "reported", float(not equal), None))
     graph = "random graph" if quick else "Cora"
     setup = (

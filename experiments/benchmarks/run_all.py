@@ -42,11 +42,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pandas as pd
 import torch
+
+from graphnorm.sweep.tables import format_number, markdown_table
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = REPO / "runs" / "benchmarks"
 REPORT_NAME = "report.md"
+TARGET_COLUMNS = ["target", "required", "measured", "met"]  # a targets table's; "met" may be the bold **NO**
 
 # name -> module under experiments.benchmarks, in run order
 BENCHMARKS: dict[str, str] = {
@@ -101,14 +105,10 @@ class BenchReport:
         if self.error:
             lines += ["**Failed:**", "", "```", self.error.rstrip(), "```", ""]
         for table in self.tables:
-            lines += [table, ""]
+            lines += [table.rstrip("\n"), ""]
         if self.targets:
-            lines += ["| target | required | measured | met |", "|---|---|---|---|"]
-            for target in self.targets:
-                lines.append(
-                    f"| {target.what} | {target.required} | {format_value(target.measured)} | {_fmt_met(target.met)} |"
-                )
-            lines.append("")
+            rows = [[t.what, t.required, t.measured, _fmt_met(t.met)] for t in self.targets]
+            lines += [markdown_table(pd.DataFrame(rows, columns=TARGET_COLUMNS), prose=True, index=False)]
         for plot in self.plots:
             shown = Path(plot)
             if relative_to is not None:
@@ -126,38 +126,9 @@ def _fmt_met(met: bool | None) -> str:
     return "n/a" if met is None else ("yes" if met else "**NO**")
 
 
-def format_value(value: object) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, bool):
-        return str(value)
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        if value != value:  # NaN
-            return "nan"
-        if abs(value) >= 100:
-            return f"{value:.0f}"
-        if abs(value) >= 10:
-            return f"{value:.1f}"
-        return f"{value:.3g}" if abs(value) < 0.01 else f"{value:.2f}"
-    return str(value).replace("|", "\\|")  # a pipe would split the table cell
-
-
-def markdown_table(rows: list[dict]) -> str:
-    """Rows (dicts with the same keys) as a markdown table; numbers rounded for reading."""
-    if not rows:
-        return ""
-    columns = list(rows[0])
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    for row in rows:
-        lines.append("| " + " | ".join(format_value(row.get(column)) for column in columns) + " |")
-    return "\n".join(lines)
-
-
 def format_row(row: dict) -> str:
     """One result row as ``key=value`` pairs for the console."""
-    return "  ".join(f"{key}={format_value(value)}" for key, value in row.items())
+    return "  ".join(f"{key}={format_number(value)}" for key, value in row.items())
 
 
 def table_report(
@@ -235,18 +206,14 @@ def write_report(reports: list[BenchReport], out_dir: Path, quick: bool, header:
         "",
         "## Summary",
         "",
-        "| benchmark | target | required | measured | met |",
-        "|---|---|---|---|---|",
     ]
+    rows = []
     for report in reports:
         if report.error:
-            lines.append(f"| {report.name} | (failed, see below) | - | - | **NO** |")
-        for target in report.targets:
-            lines.append(
-                f"| {report.name} | {target.what} | {target.required} | {format_value(target.measured)} | "
-                f"{_fmt_met(target.met)} |"
-            )
-    lines.append("")
+            rows.append([report.name, "(failed, see below)", "-", None, "**NO**"])
+        rows += [[report.name, t.what, t.required, t.measured, _fmt_met(t.met)] for t in report.targets]
+    summary = pd.DataFrame(rows, columns=["benchmark", *TARGET_COLUMNS])
+    lines.append(markdown_table(summary, prose=True, index=False))  # prose: the bold **NO**
     for report in reports:
         lines += [report.to_markdown(relative_to=out_dir), ""]
     path = out_dir / REPORT_NAME

@@ -17,7 +17,13 @@ from graphnorm.config import RunConfig, config_run_id
 from graphnorm.data.scoring import metric_names
 from graphnorm.escaping import csv_safe, markdown_text
 from graphnorm.files import atomic_write_text
-from graphnorm.sweep.formatting import decimals, format_mean_std, markdown_table, significant  # noqa: F401 (public here)
+from graphnorm.sweep.formatting import (  # noqa: F401 (public here too: the one number and table format)
+    decimals,
+    format_mean_std,
+    format_number,
+    markdown_table,
+    significant,
+)
 from graphnorm.sweep.grid import grid_keys
 from graphnorm.train.record import STEP_COLUMNS, STEPS_KEY
 

@@ -111,11 +111,14 @@ def test_contranorm_targets_are_judged_from_the_measured_rows():
     assert bench_contranorm.evaluate_targets([], [], small_rss, small_neighbour) == []
 
 
-def test_markdown_table_escapes_pipes_and_rounds():
-    table = run_all.markdown_table([{"name": "a | b", "value": 1.23456, "none": None}])
-    lines = table.splitlines()
-    assert lines[0] == "| name | value | none |"
-    assert "a \\| b" in lines[2] and "1.23" in lines[2] and "| - |" in lines[2]
+def test_report_tables_escape_pipes_and_round():
+    """A section's tables and targets go through graphnorm's one table writer: pipes escaped, numbers rounded to
+    three significant digits, a missing value as a dash, an unmet target in bold."""
+    rows = [{"name": "a | b", "value": 1.23456, "none": None}]
+    section = run_all.table_report("x", "X", "setup", rows, [run_all.Target("ratio", "<= 1", 1.23456, False)])
+    lines = section.to_markdown().splitlines()
+    assert "| name | value | none |" in lines and "| a \\| b | 1.23 | - |" in lines
+    assert "| ratio | <= 1 | 1.23 | **NO** |" in lines
 
 
 def test_norm_cases_agree_with_their_reference():
