@@ -203,5 +203,5 @@ def test_layer_check_sees_an_upward_import() -> None:
 def test_package_root_keeps_only_entry_points() -> None:
     root_modules = sorted(path.stem for path in PACKAGE.glob("*.py"))
     entry_points = ["__init__", "__main__", "cli"]  # the commands' bodies live in their packages
-    foundations = ["checks", "compiled", "escaping", "files", "memory", "threads"]  # the bottom layer's helpers
+    foundations = ["checks", "compiled", "edges", "escaping", "files", "memory", "threads"]  # the bottom layer
     assert root_modules == sorted(entry_points + foundations)

@@ -12,6 +12,7 @@ from torch import Tensor
 
 from graphnorm.analysis.metrics import check_matrix
 from graphnorm.checks import check_edge_index
+from graphnorm.edges import symmetric_upward_keys
 
 
 def _numpy(tensor: Tensor | None) -> np.ndarray | None:
@@ -125,18 +126,12 @@ def _kept_edges(edge_index: Tensor, num_node_rows: int) -> tuple[Tensor, Tensor,
     symmetric: then only the upward direction of each pair is kept (see :class:`_RowStructure`)."""
     off_diagonal = edge_index[0] != edge_index[1]
     edge_source, edge_target = edge_index[0, off_diagonal], edge_index[1, off_diagonal]
-    # Symmetric iff the pairs stored upward (source < target) are, as a multiset, the downward ones reversed:
-    # two sorts of half the edges. The kept upward edges come out sorted by source, so the edge metrics read the
-    # source rows in order (fewer cache misses on large graphs; the sums only change order).
-    upward = edge_source < edge_target
-    both_ways = False
-    if edge_source.numel() and 2 * int(upward.sum()) == edge_source.numel():
-        upward_keys = (edge_source[upward] * num_node_rows + edge_target[upward]).sort().values
-        downward_keys = (edge_target[~upward] * num_node_rows + edge_source[~upward]).sort().values
-        if torch.equal(upward_keys, downward_keys):
-            edge_source, edge_target = upward_keys // num_node_rows, upward_keys % num_node_rows
-            both_ways = True
-    return edge_source.contiguous(), edge_target.contiguous(), both_ways
+    # The kept upward edges come out sorted by source, so the edge metrics read the source rows in order (fewer
+    # cache misses on large graphs; the sums only change order).
+    upward_keys = symmetric_upward_keys(edge_source, edge_target, num_node_rows)
+    if upward_keys is not None:
+        edge_source, edge_target = upward_keys // num_node_rows, upward_keys % num_node_rows
+    return edge_source.contiguous(), edge_target.contiguous(), upward_keys is not None
 
 
 def _check_layer(x: Tensor, n: int | None, position: int | None) -> None:

@@ -3,8 +3,9 @@ r"""ContraNorm's negative mix ``P v`` for one graph whose exclusion mask is symm
 With every row shifted by the same bound ``1/tau`` (instead of its own maximum), the unnormalized weights
 ``E = exp(S - 1/tau)`` form a symmetric matrix whenever the excluded pairs do (the node itself, and an undirected edge
 set, as for Cora and every graph PyG makes undirected), so one tile ``E[I, J]`` (``I <= J``) serves both triangles:
-:class:`SymmetricNegativeMix`. :func:`is_symmetric` and :func:`fits` say when it applies; otherwise ``contranorm.py``
-uses its row-block kernel. The tiles are shared among Python threads (:func:`_tiles_on_threads`).
+:class:`SymmetricNegativeMix`. :func:`is_symmetric` (from :mod:`graphnorm.edges`) and :func:`fits` say when it
+applies; otherwise ``contranorm.py`` uses its row-block kernel. The tiles are shared among Python threads
+(:func:`_tiles_on_threads`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import FunctionCtx, once_differentiable
 
+from graphnorm.edges import is_symmetric as is_symmetric  # the test of when this kernel applies, with fits
 from graphnorm.threads import shared_pool, single_thread
 
 # Tiles are [TILE_ROWS, TILE_ROWS]. Smaller tiles cover the triangle more tightly (k tiles per side compute
@@ -23,15 +25,6 @@ from graphnorm.threads import shared_pool, single_thread
 # (experiments/benchmarks/bench_contranorm_model.py times the kernel).
 TILE_ROWS = 512
 LOG2_E = 1.0 / math.log(2.0)
-
-
-def is_symmetric(edge_rows: Tensor | None, edge_cols: Tensor | None, num_nodes: int) -> bool:
-    """Whether the pair set ``{(r, c)}`` equals its transpose (duplicates ignored)."""
-    if edge_rows is None or edge_rows.numel() == 0:
-        return True
-    forward = torch.unique(edge_rows * num_nodes + edge_cols)
-    backward = torch.unique(edge_cols * num_nodes + edge_rows)
-    return forward.numel() == backward.numel() and bool(torch.equal(forward, backward))
 
 
 def fits(inv_tau: float, dtype: torch.dtype) -> bool:
