@@ -2,29 +2,11 @@
 
     python -m experiments.benchmarks.bench_contranorm [--quick] [--out DIR] [--repeats R] [--neighbour]
 
-1. Forward + backward of ``ContraNorm`` (defaults: scale 1, tau 1, neighbours excluded, LayerNorm) against a dense
-   reference of the official formula (``n x n`` similarity, ``-inf`` mask, softmax, ``P @ x``) on one random graph
-   (average degree ~4, like Cora) with d = 64, at n = 2,708 and 20,000: timed in the same process in interleaved
-   rounds (median), plus the extra peak resident memory of one call of each. ``max exact speed-up``: the dense
-   reference's matmuls (12 n^2 d FLOPs) at the machine's square-mm rate, over the dense time: the bound of a kernel
-   that executes the reference's products (the half-tile kernel, using the symmetry of exp(S), executes fewer).
-2. Scaling of the kernel for n = 1,000 .. 50,000: median time and extra peak memory, log-log exponents
-   (expected: time ~ n^2, memory ~ n), and the achieved FLOP rate as a fraction of a large square ``torch.mm``
-   timed in the same interleaved rounds (the mm rate of a shared machine moves by +-25% between calls). FLOPs
-   counted: the matmuls the kernel executes. The graph's edges are undirected, so ContraNorm runs its half-tile
-   kernel (``graphnorm/norms/ops/contranorm_symmetric_tiles.py``): :func:`half_tile_matmul_flops` sums its products
-   tile by tile, about 10 n^2 d (the row-block kernel executed 14 n^2 d).
-3. Process RSS growth at n = 20,000 (d = 64, the same graph), what a user sees: each kernel in a fresh Python process
-   with glibc malloc's default settings, ``VmHWM`` after one and after two forward + backward calls over ``VmRSS``
-   before the first (:func:`rss_growth`); part 1's column instead forces fresh mmaps, so freed memory that malloc
-   keeps does not count there.
-4. ``--neighbour``: the n = 20,000 speed-up alone and beside a CPU-bound neighbour process, from the same
-   interleaved rounds (:func:`beside_neighbour`).
-
-Targets (2 CPU cores, float32): n = 2,708 at least as fast as dense; n = 20,000 at least 1.5x faster than dense (alone,
-and beside the neighbour with ``--neighbour``) with extra peak memory under 200 MB and process RSS growth of the
-streaming kernel under 150 MB over two calls; FLOP rate >= 70% of the square-mm rate at n = 20,000.
-The markdown report goes to stdout and ``DIR/contranorm.md``, the plot to ``DIR/contranorm_scaling.png``.
+Forward + backward of ``ContraNorm`` against a dense reference of the official formula at n = 2,708 and 20,000
+(interleaved rounds, median, extra peak memory); the kernel's scaling in n (time, memory, FLOP rate against a
+square ``torch.mm``); the process RSS growth a user sees (fresh processes); with ``--neighbour``, the speed-up
+beside a CPU-bound neighbour process. Protocol and targets: ``docs/results/benchmarks.md``. The markdown report
+goes to stdout and ``DIR/contranorm.md``, the plot to ``DIR/contranorm_scaling.png``.
 """
 
 from __future__ import annotations

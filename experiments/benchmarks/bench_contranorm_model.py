@@ -1,23 +1,12 @@
-"""Benchmark 6: whole-model cost of ContraNorm in a deep GCN on Cora, against a dense-reference ContraNorm.
-
-Model (the ContraNorm paper's Cora protocol, ``experiments/sweeps/cora_contranorm_protocol.yaml``):
-``DeepGCN`` with hidden
-32, dropout 0.6 before each convolution (``layer_order="dropout-conv-norm-act"``), row adjacency ``D^-1 (A+I)``,
-row-L1-normalized features, ``norm="contranorm"`` with ``scale=1.0, layer_norm=False`` followed by one LayerNorm
-shared by all hidden layers (``shared_layernorm=True``); Adam (lr 0.005, weight decay 5e-4), one full-batch step
-per epoch. Depths 8 and 32.
-
-Baseline: the same model whose ContraNorm is :class:`DenseContraNorm`, written here as the official code does it:
-build the ``n x n`` similarity, set the self and neighbour entries to ``-inf``, softmax, ``P @ x`` (autograd keeps
-the ``n x n`` matrices of every layer for backward).
-
-* Epoch time: both models, and the same model without ContraNorm (what any implementation pays on top of), timed
-  in this process, interleaved (one epoch each per round), median. Target at 8 layers: ours <= 0.5 x dense.
-* Peak RSS: one fresh Python process per (model, depth) (``--worker``), which loads Cora, builds the model, runs a
-  few epochs and reports its ``VmHWM`` (``/proc/self/status``; the whole process: interpreter, torch, data
-  included) and the resident memory before training. Target: ours < 1.5 GB at 32 layers.
+"""Whole-model cost of ContraNorm in a deep GCN on Cora, against a dense-reference ContraNorm.
 
     python -m experiments.benchmarks.bench_contranorm_model [--quick] [--out DIR]
+
+The model of the ContraNorm paper's Cora protocol (``experiments/sweeps/cora_contranorm_protocol.yaml``) at 8 and
+32 layers, against the same model whose ContraNorm is :class:`DenseContraNorm` (the official code's ``n x n``
+softmax): epoch time in this process (interleaved rounds, median, beside the model without ContraNorm) and peak RSS
+in one fresh process per (model, depth) (``--worker``). Targets: ours <= 0.5 x dense at 8 layers; peak RSS
+< 1.5 GB at 32 layers. Protocol: ``docs/results/benchmarks.md``.
 """
 
 from __future__ import annotations

@@ -1,16 +1,11 @@
-"""Benchmark 8: training epoch time of ``DeepGAT`` against PyG's ``torch_geometric.nn.models.GAT`` on Cora.
-
-Config (both models): ``num_layers`` GAT convolutions (2, 16, 64), hidden 64 as 8 heads of 8 channels concatenated,
-dropout 0.5 on the features and on the attention coefficients, ReLU, no norm, layer structure conv -> ReLU ->
-dropout for every hidden layer and a bare ``GATConv`` as the classifier with its 8 heads averaged (PyG ``GAT``'s
-last layer; ``DeepGAT(output_heads=8)``), no residuals. With the same weights the two compute the same outputs
-(``tests/models/test_gat.py``).
-One epoch = full batch: zero_grad, forward, cross-entropy on the training nodes, backward,
-one Adam step (lr 0.01, weight decay 5e-4). Timed in the same process, interleaved (one epoch of each per round),
-median; target ``DeepGAT / PyG GAT <= 1.1``. ``DeepGAT`` adds the self loops once per forward, PyG's ``GATConv``
-in every layer.
+"""Training epoch time of ``DeepGAT`` against PyG's ``torch_geometric.nn.models.GAT`` on Cora.
 
     python -m experiments.benchmarks.bench_gat [--quick] [--out DIR]
+
+Both models: 2, 16 or 64 GAT convolutions, 8 heads of 8 channels, dropout 0.5, no norm, the classifier's heads
+averaged; with the same weights they compute the same outputs (``tests/models/test_gat.py``). One full-batch Adam
+epoch of each per round, interleaved, median; target ``DeepGAT / PyG GAT <= 1.1``. ``DeepGAT`` adds the self loops
+once per forward, PyG's ``GATConv`` in every layer. Protocol: ``docs/results/benchmarks.md``.
 """
 
 from __future__ import annotations

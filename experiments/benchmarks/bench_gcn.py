@@ -1,18 +1,11 @@
-"""Benchmark 4: training epoch time of ``DeepGCN`` against PyG's ``torch_geometric.nn.models.GCN`` on Cora.
-
-Config (both models): ``num_layers`` GCN convolutions (2, 16, 64), hidden 64, dropout 0.5, ReLU, norm ``none`` or
-``batchnorm``, layer structure conv -> norm -> ReLU -> dropout for every hidden layer and a bare conv as the
-classifier (PyG ``BasicGNN`` with ``act_first=False``; ``DeepGCN`` with ``layer_order="conv-norm-act-dropout"``),
-symmetric ``D^-1/2 (A+I) D^-1/2`` adjacency, no residuals. One epoch = full batch: zero_grad, forward,
-cross-entropy on the training nodes, backward, one Adam step (lr 0.01, weight decay 5e-4).
-
-Baselines, timed in the same process, interleaved with ``DeepGCN`` (one epoch of each per round, median):
-
-* ``PyG GCN``: the default model, whose ``GCNConv`` recomputes the normalized adjacency in every layer (target:
-  ``DeepGCN / PyG GCN <= 1.1``);
-* ``PyG GCN cached``: the same with ``cached=True`` (adjacency normalized once, as ``DeepGCN`` does); reported.
+"""Training epoch time of ``DeepGCN`` against PyG's ``torch_geometric.nn.models.GCN`` on Cora.
 
     python -m experiments.benchmarks.bench_gcn [--quick] [--out DIR]
+
+Both models: 2, 16 or 64 GCN convolutions, hidden 64, norm ``none`` or ``batchnorm``, conv -> norm -> ReLU ->
+dropout, symmetric adjacency. One full-batch Adam epoch of each per round, interleaved, median, against ``PyG GCN``
+(its ``GCNConv`` normalizes the adjacency in every layer; target ``DeepGCN / PyG GCN <= 1.1``) and ``PyG GCN
+cached`` (normalized once, as ``DeepGCN`` does; reported). Protocol: ``docs/results/benchmarks.md``.
 """
 
 from __future__ import annotations

@@ -1,20 +1,12 @@
-"""Benchmark 7: training epoch time of graphnorm's ``GCNII`` against a PyG-only GCNII on Cora.
-
-Config (both models, the paper's Cora settings): input Linear -> ReLU, ``num_layers`` ``GCN2Conv`` (hidden 64,
-alpha 0.1, theta = lambda 0.5, shared weights) each followed by ReLU, dropout 0.6 before the input Linear, before
-every conv and before the output Linear; Adam (lr 0.01) with weight decay 0.01 on the convs and 5e-4 on the two
-Linear layers; no norm. One epoch = full batch: zero_grad, forward, cross-entropy on the training nodes, backward,
-one Adam step. Same dense, row-normalized features for both.
-
-Baseline, timed in the same process, interleaved with ``GCNII`` (one epoch of each per round, median):
-
-* ``PyG GCNII``: the model of PyG's ``examples/gcn2_cora.py``, built from ``GCN2Conv`` and ``Linear`` only, on the
-  adjacency the example prepares once before training (``ToSparseTensor`` + ``gcn_norm``: a normalized sparse
-  ``adj_t``). ``GCNII`` takes ``edge_index`` and normalizes the adjacency in every forward (target:
-  ``GCNII / PyG GCNII <= 1.1``).
-* ``GCNII sparse x``: ``GCNII`` on the features as sparse COO, as the trainer passes Cora's (reported).
+"""Training epoch time of graphnorm's ``GCNII`` against a PyG-only GCNII on Cora.
 
     python -m experiments.benchmarks.bench_gcnii [--quick] [--out DIR]
+
+Both models with the paper's Cora settings. The baseline ``PyG GCNII`` is the model of PyG's
+``examples/gcn2_cora.py`` on the adjacency that example normalizes once before training; ``GCNII`` takes
+``edge_index`` and normalizes in every forward (target ``GCNII / PyG GCNII <= 1.1``); ``GCNII sparse x`` runs on
+sparse features, as the trainer passes Cora's (reported). One full-batch epoch of each per round, interleaved,
+median. Protocol: ``docs/results/benchmarks.md``.
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
-"""Benchmark 3: per-graph element-wise norms on a large mini-batch, against PyG/torch and the ``x.clone()`` floor.
-
-Setup (full size): about 200k nodes in 8000 graphs (sizes uniform in [5, 45], sorted batch vector), d = 128,
-float32. Each norm is timed forward, and forward+backward (``torch.autograd.grad`` of ``<out, g>`` w.r.t. the
-input and the norm's parameters, so no gradient accumulation), against
-
-* its PyG / torch counterpart with the same semantics (like with like, see ``CASES``): target ratio <= 1.0;
-* ``x.clone()`` on the same tensor (one read + one write of ``x``: the memory-bandwidth floor): target <= 4.
-
-Timings are interleaved (one call of every candidate per round), the reported time is the median over rounds and
-the ratio is median(ours) / median(baseline) from the same process. Peak memory is the extra resident memory
-of one forward+backward call above the resident memory before it.
+"""Per-graph element-wise norms on a large mini-batch, against PyG/torch and the ``x.clone()`` floor.
 
     python -m experiments.benchmarks.bench_norms [--quick] [--out DIR]
+
+Each norm of ``CASES`` timed forward and forward + backward against its PyG / torch counterpart with the same
+semantics (target ratio <= 1.0) and against ``x.clone()`` of the same tensor, one read and one write: the
+memory-bandwidth floor (target <= 4). Interleaved rounds, median; peak memory of one forward + backward call.
+Protocol (sizes, the gradient call): ``docs/results/benchmarks.md``.
 """
 
 from __future__ import annotations

@@ -1,20 +1,14 @@
-"""Benchmark 5: cost of the collapse probe on 64- and 16-layer PairNorm GCNs on Cora, against one forward pass of that
-model; how each metric family's cost grows with rows; and the first probe of a fresh process.
-
-``graphnorm.analysis.CollapseProbe(model).probe(data)`` runs one eval/no-grad forward with hooks on every layer that
-copy each layer's output as it appears (one graph) into chunks of a few layers, measured on a second thread beside the
-forward when torch has two or more threads (else in the hooks), and then batches the rest over layers. The baseline is
-one forward pass of the same model in eval mode under ``torch.no_grad()`` (the least any probe must do). Interleaved
-rounds; the probe / forward ratio of each round (min and median) is reported with the probe's own split, the load
-average while the rounds ran, and the peak memory of one probe and one forward beside their time (also for a 64-layer
-model on a 20,000-node random graph: the probe keeps a bounded chunk of layers, not every layer's output). Target:
-at most 1.5x at 64 layers.
+"""Cost of the collapse probe on deep PairNorm GCNs on Cora against one forward pass; its growth with rows; its first
+call in a fresh process.
 
     python -m experiments.benchmarks.bench_probe [--quick] [--out DIR]   # the section of the benchmark report
     python -m experiments.benchmarks.bench_probe --ratio [--repeats N]   # one line: probe / forward at 64 layers
     python -m experiments.benchmarks.bench_probe --rows 1e4 1e5 1e6      # metric families vs rows, fitted exponent
     python -m experiments.benchmarks.bench_probe --first-call            # first probe in fresh processes
     python -m experiments.benchmarks.bench_probe --deviations            # vs the same-numbers fixture's probe tables
+
+The baseline is an eval forward of the same model under ``torch.no_grad()``, in interleaved rounds; target: the probe
+at most 1.5x the forward at 64 layers. Protocol: ``docs/results/benchmarks.md``.
 """
 
 from __future__ import annotations

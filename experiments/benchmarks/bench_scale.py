@@ -3,34 +3,11 @@
     python -m experiments.benchmarks.bench_scale [--sizes N ...] [--quick] [--epochs E] [--threads T] [--no-levers]
         [--out DIR] [--csv PATH]
 
-Graph: ``load_dataset("csbm", num_nodes=N, average_degree=10)`` (2 classes, 16 features, both directions of every
-edge: about 10 N directed edges). Model: ``DeepGCN(16, 32, 2, 8, norm="pairnorm", dropout=0.5)`` (7 hidden blocks
-and the classifier conv), Adam (lr 0.01, weight decay 5e-4). Every (size, variant) runs in a **fresh Python
-process** (the worker mode of this module), one at a time, and reports:
-
-* ``first epoch (s)``: the first training epoch (it builds the normalized adjacency; the sparse path caches it);
-* ``epoch (s)``: the median of the next ``--epochs`` full-batch epochs (zero_grad, forward, cross-entropy on the
-  training nodes, backward, Adam step);
-* ``epoch CPU (s)``: the median CPU time (all threads, ``time.process_time``) of those epochs: on shared cores
-  the wall time stretches with the neighbours' load, the CPU time much less;
-* ``eval forward (s)``: median of two forward passes in eval mode under ``torch.no_grad()``;
-* ``probe (s)``: ``CollapseProbe(model).probe(data)`` on the trained model, default options, all rows (the sparse and
-  PyG variants only);
-* ``peak RSS train (MB)`` / ``peak RSS (MB)``: the process's absolute peak resident memory
-  (``getrusage(RUSAGE_SELF).ru_maxrss``, MB = 2^20 bytes) after training and evaluation, and at the end (with the
-  probe); ``graph RSS (MB)``: the peak after generating the graph, before the model.
-
-Variants: ``sparse`` (``propagation="sparse"``, the CSR product) and ``pyg`` (``GCNConv``'s gather/scatter) at every
-size; at the largest size also the levers ``sparse+checkpoint`` (``checkpoint_layers=True``) and ``sparse+bf16``
-(``torch.autocast("cpu", dtype=torch.bfloat16)`` around the forward and loss). The growth exponent is the log-log
-slope of the sparse epoch time against the number of directed edges.
-
-Every worker runs with ``--threads`` torch threads (default: this process's count, all cores unless set; ``run_all
---quick`` sets one). Targets at 10^6 nodes: the sparse epoch at most 15 s and its peak RSS at most 4096 MB; growth
-exponent at most 1.15.
-Before each run of 10^6 nodes or more the free memory (``MemAvailable``) is checked; a run that would not fit is
-waited for, then skipped with a note. ``--quick``: 1,000 nodes, one timed epoch (a smoke test). The table goes to
-stdout (and ``DIR/scale.md``), the rows to ``--csv`` (default ``DIR/scale.csv`` with ``--out``).
+Every (size, variant) runs in a fresh Python process (this module's worker mode): ``sparse`` (the CSR product) and
+``pyg`` (``GCNConv``) at every size, the levers ``sparse+checkpoint`` and ``sparse+bf16`` at the largest; epoch
+wall and CPU time, eval forward, probe and peak RSS, and the growth exponent of the sparse epoch in the edge count.
+Targets at 10^6 nodes: sparse epoch at most 15 s, peak RSS at most 4096 MB, exponent at most 1.15. Protocol:
+``docs/results/benchmarks.md``. The table goes to stdout (and ``DIR/scale.md``), the rows to ``--csv``.
 """
 
 from __future__ import annotations
@@ -84,7 +61,7 @@ def available_mb() -> float | None:
 
 
 def worker(num_nodes: int, variant: str, epochs: int, probe: bool, threads: int | None = None) -> dict:
-    """One (size, variant) measurement in this process (see the module docstring): the row as a dict.
+    """One (size, variant) measurement in this process (the columns: docs/results/benchmarks.md): the row as a dict.
     ``threads``: torch intra-op threads (default: torch's, all cores)."""
     import torch
     import torch.nn.functional as F

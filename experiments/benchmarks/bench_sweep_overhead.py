@@ -1,20 +1,11 @@
-"""Benchmark 10: the fixed per-run cost of a sweep of short runs, everything a run pays that is not training.
-
-A sweep of many short runs (2-layer GCN on Cora, ``EPOCHS`` epochs, the collapse probe on, as a run's defaults)
-pays per run: config validation, the dataset load, the model build, the probe, the result and log writes, and (per
-worker, once) process start and imports. Setup:
-
-* **Warm worker, broken down**: ``graphnorm.sweep.runner.execute_run`` called in this process (a worker that has run
-  before: torch imported), its phases timed by wrapping the functions ``graphnorm.train.run`` calls
-  (``prepare_task``, ``build_model``, ``train_node_level`` = training, ``probe_records``) and the result write; the
-  rest of ``execute_run`` is config checks, seeding, the log file. Runs alternate between the worker's dataset cache
-  (``graphnorm.train.loaders.cached_task``) and a cleared cache (a fresh load per run, as before the cache). Target:
-  non-training time per run under 0.5 s with the cache.
-* **End to end**: ``run_sweep`` with the local executor, 1 worker x 1 thread, ``RUNS`` runs: wall time per run,
-  and that minus the training time per run measured above; the time to start a process that imports
-  ``graphnorm.sweep`` (paid once per worker: the forkserver preloads it).
+"""The fixed per-run cost of a sweep of short runs: everything a run pays that is not training.
 
     python -m experiments.benchmarks.bench_sweep_overhead [--quick] [--out DIR]
+
+A warm worker (``graphnorm.sweep.runner.execute_run`` in this process) with its phases timed, with and without the
+worker's dataset cache (target: non-training time per run under 0.5 s with the cache), and ``run_sweep`` end to end
+with the local executor, plus the start of a process that imports ``graphnorm.sweep``. Protocol:
+``docs/results/benchmarks.md``.
 """
 
 from __future__ import annotations

@@ -1,27 +1,13 @@
-"""Benchmark 9: speed on shared cores. A deep GCN's forward and training epoch timed alone and beside a CPU-bound
-neighbour process, with 1 and with as many torch threads as usable cores; subnormal floats and flush-to-zero.
-
-Why: a deep model's forward with as many intra-op threads as cores can be many times slower beside another busy
-process than with one thread (each op waits for a descheduled thread). Setup:
-
-* **Threads x neighbour**: the same model, eval forward (no grad) and training epoch (forward, backward, Adam step),
-  with 1 and ``cores`` threads (``torch.set_num_threads``), in interleaved rounds; the neighbour is one process
-  spinning ``while True: pass``, started once and paused (SIGSTOP) in the "alone" rounds, resumed (SIGCONT) in the
-  "beside" rounds, so both conditions alternate under the same outside load. Ratio beside / alone per thread count;
-  peak extra resident memory of one call beside the times. torch's OpenMP runtime is named
-  (``torch.__config__.parallel_info()``).
-* **Spin policy** (not in ``--quick``): the 2-thread forward beside the neighbour in fresh processes with
-  ``OMP_WAIT_POLICY`` unset, ``PASSIVE`` and ``ACTIVE`` (libgomp reads it once, at start).
-* **Subnormals**: values with ``0 < |x| < torch.finfo(float32).tiny`` in every module output (forward) and every
-  gradient of a module output and of a parameter (backward), train mode: none / PairNorm / ContraNorm DeepGCNs at
-  16 and 64 layers at initialization, and the 64-layer vanilla model after ``TRAIN_EPOCHS`` epochs of training (where
-  gradients vanish into the subnormal range). On that trained model the training epoch is timed with and without
-  ``torch.set_flush_denormal(True)`` (1 thread: the setting is per thread), and its collapse probe (effective rank,
-  cone angles, ... of every layer) is compared value by value with and without flushing.
-
-Targets: none as numbers; the ratios say whether a thread count collapses beside a neighbour.
+"""Speed on shared cores: a deep GCN's forward and training epoch alone and beside a CPU-bound neighbour process,
+with 1 and with as many torch threads as usable cores; subnormal floats and flush-to-zero.
 
     python -m experiments.benchmarks.bench_threads [--quick] [--out DIR]
+
+Why: a deep model's forward with as many intra-op threads as cores can be many times slower beside another busy
+process than with one thread (each op waits for a descheduled thread). Also the OpenMP spin policy (not in
+``--quick``), subnormal counts in every module output and gradient, and the trained model's epoch and collapse probe
+with and without ``torch.set_flush_denormal(True)``. Targets: none as numbers; the ratios say whether a thread count
+collapses beside a neighbour. Protocol: ``docs/results/benchmarks.md``.
 """
 
 from __future__ import annotations

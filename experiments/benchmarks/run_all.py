@@ -1,30 +1,12 @@
 """Run every benchmark and write ONE markdown report (tables, targets met or not, plots) to ``--out``.
 
-    python -m experiments.benchmarks.run_all [--quick] [--out DIR] [--only NAME ...]
+    python -m experiments.benchmarks.run_all [--quick] [--out DIR] [--only NAME ...] [--threads T]
 
-Benchmarks (see each module's docstring for its setup and target):
-
-* ``contranorm``: ContraNorm kernel vs its dense reference and its scaling (``bench_contranorm``, helper module);
-* ``norms``: per-graph element-wise norms vs PyG/torch and the ``x.clone()`` floor (``bench_norms``);
-* ``gcn``: DeepGCN training epoch vs PyG GCN on Cora (``bench_gcn``);
-* ``probe``: CollapseProbe on a 64-layer GCN vs one forward pass (``bench_probe``);
-* ``contranorm_model``: DeepGCN + ContraNorm on Cora vs a dense-reference ContraNorm, epoch time and peak RSS
-  (``bench_contranorm_model``).
-* ``contranorm_linear``: ContraNorm's random-feature estimator (``random_features=m``) vs the exact kernel, error vs
-  ``m`` at 20,000 nodes and time and memory per call at 10^5 and 10^6 nodes (``bench_contranorm_linear``).
-* ``gcnii``: GCNII training epoch vs a PyG-only GCNII (PyG's ``examples/gcn2_cora.py``) on Cora (``bench_gcnii``).
-* ``gat``: DeepGAT training epoch vs PyG's ``GAT`` of the same depth, width and heads on Cora (``bench_gat``).
-* ``threads``: a 64-layer DeepGCN's forward and training epoch alone and beside a CPU-bound neighbour process, 1 vs
-  all-cores threads, OpenMP spin policy, subnormal counts and flush-to-zero (``bench_threads``).
-* ``sweep_overhead``: the per-run cost of a sweep of short runs that is not training, broken down, on a warm worker
-  and end to end (``bench_sweep_overhead``).
-* ``scale``: an 8-layer PairNorm DeepGCN trained full batch on CSBM graphs of 10^4 to 10^6 nodes, sparse CSR
-  propagation vs PyG's ``GCNConv``, each size in a fresh process: epoch time, peak RSS, probe time, growth exponent
-  (``bench_scale``).
-
-Every benchmark compares against a baseline run in the same process (interleaved rounds, median) and notes the
-machine load (``os.getloadavg()``) before and after it: on a shared machine the ratios are what carries over,
-absolute times do not. ``--quick`` runs tiny sizes (the smoke test in ``tests/experiments/test_benchmarks_suite.py``).
+:data:`BENCHMARKS` names them in run order; each module's docstring says what it compares, and the protocols are on
+the benchmarks page (``docs/results/benchmarks.md``). Every benchmark compares against a baseline run in the same
+process (interleaved rounds, median) and notes the machine load (``os.getloadavg()``) before and after it: on a
+shared machine the ratios are what carries over, absolute times do not. ``--quick`` runs tiny sizes (the smoke test
+in ``tests/experiments/test_benchmarks_suite.py``).
 """
 
 from __future__ import annotations
