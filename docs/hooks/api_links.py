@@ -49,8 +49,8 @@ def external_url(identifier: str) -> str | None:
         return f"{PYG}/generated/{identifier}.html"
     if top in ("numpy", "np"):
         return f"{NUMPY}/generated/numpy.{rest}.html"
-    if top in PYTHON_MODULES:
-        return f"{PYTHON}/{top}.html#{identifier}"
+    if top in PYTHON_MODULES:  # the page of the name's module: collections.abc.Callable -> collections.abc.html
+        return f"{PYTHON}/{identifier.rsplit('.', 1)[0]}.html#{identifier}"
     return None
 
 

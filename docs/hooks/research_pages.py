@@ -3,8 +3,8 @@
 * The home page ends with a citation block, BibTeX converted from ``CITATION.cff`` (:func:`bibtex`).
 * ``changelog.md`` is ``CHANGELOG.md``, added to the build as a page (:func:`on_files`).
 * ``<!-- generated:capabilities -->`` (in the norms catalogue) receives the norms' capability matrix, derived
-  from the registry and the classes: per graph, ``edge_index``, graph token, learnable parameters, and the cost
-  of a forward pass measured at build time (:func:`capability_matrix`).
+  from the registry and the classes: per graph, ``edge_index``, graph token, learnable parameters, and how the
+  cost of a forward pass grows, from counted FLOPs (:func:`capability_matrix`).
 * A notebook's page gets a link to download the ``.ipynb``; generated pages get "edit this page" links to the
   repository file they come from (:func:`on_page_context`).
 """
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 import re
-import time
 from pathlib import Path
 
 import yaml
@@ -74,8 +73,8 @@ def citation_block() -> str:
 # ---------------------------------------------------------------------------------------------- capability matrix
 
 CHANNELS = 64
-GRAPHS = 8
-SIZES = (256, 1024)  # nodes per graph: the cost is timed at both, and its growth with graph size read from them
+GRAPHS = 2
+SIZES = (64, 256)  # nodes per graph; the cost's growth is read from the counts at both sizes (and at two widths)
 
 
 def parameter_formula(counts: dict[int, int]) -> str:
@@ -92,94 +91,93 @@ def parameter_formula(counts: dict[int, int]) -> str:
     return " + ".join(shown).replace("+ -", "− ") or "none"
 
 
-def _graph_batch(nodes: int):
+def _graph_batch(nodes: int, channels: int):
     """``GRAPHS`` ring graphs of ``nodes`` nodes each: features, graph ids, edges and a token mask (each graph's
     first row, as Graphormer's graph token)."""
     import torch
 
-    x = torch.randn(GRAPHS * nodes, CHANNELS, generator=torch.Generator().manual_seed(0))
+    x = torch.randn(GRAPHS * nodes, channels, generator=torch.Generator().manual_seed(0))
     batch = torch.arange(GRAPHS).repeat_interleave(nodes)
     ring = torch.arange(GRAPHS * nodes)
     nxt = ring - ring % nodes + (ring % nodes + 1) % nodes
     return x, batch, torch.stack([torch.cat([ring, nxt]), torch.cat([nxt, ring])]), ring % nodes == 0
 
 
-def forward_seconds(norm, nodes: int, repeats: int = 3) -> float:
-    """The best of ``repeats`` timed forward passes (after one untimed) on ``GRAPHS`` graphs of ``nodes`` nodes."""
+def matmul_flops(name: str, nodes: int, channels: int) -> int:
+    """The matrix-product FLOPs (torch's FlopCounterMode) of one forward pass of the norm with default options on
+    ``GRAPHS`` graphs of ``nodes`` nodes: a count that does not depend on the machine that builds the site."""
     import torch
+    from torch.utils.flop_counter import FlopCounterMode
 
-    x, batch, edges, tokens = _graph_batch(nodes)
+    from graphnorm.norms import build_norm
+
+    norm = build_norm(name, channels).eval()
+    x, batch, edges, tokens = _graph_batch(nodes, channels)
     given = {"edge_index": edges, "token_mask": tokens}
-    kwargs = {name: given[name] for name in getattr(norm, "_optional_inputs", ())}
-    best = math.inf
-    with torch.no_grad():
-        for attempt in range(repeats + 1):
-            start = time.perf_counter()
-            norm(x, batch=batch, batch_size=GRAPHS, **kwargs)
-            if attempt:
-                best = min(best, time.perf_counter() - start)
-    return best
+    kwargs = {key: given[key] for key in getattr(norm, "_optional_inputs", ())}
+    counter = FlopCounterMode(display=False)
+    with torch.no_grad(), counter:
+        norm(x, batch=batch, batch_size=GRAPHS, **kwargs)
+    return counter.get_total_flops()
+
+
+def cost_class(name: str) -> str:
+    """``O(n·C)`` for a norm without matrix products (elementwise and per-graph sums), else the order of its
+    matrix-product FLOPs in n (nodes per graph) and C (channels), read from counts at two sizes and two widths."""
+    (n1, n2), (c1, c2) = SIZES, (CHANNELS // 2, CHANNELS)
+    base = matmul_flops(name, n1, c1)
+    if base == 0:
+        return "O(n·C), elementwise"
+    in_n = round(math.log(matmul_flops(name, n2, c1) / base, n2 / n1))
+    in_c = round(math.log(matmul_flops(name, n1, c2) / base, c2 / c1))
+    power = {0: "", 1: "", 2: "²", 3: "³"}
+    terms = [f"{symbol}{power.get(k, f'^{k}')}" for symbol, k in (("n", in_n), ("C", in_c)) if k]
+    return f"O({'·'.join(terms) or '1'}), matrix products"
 
 
 def capability_rows() -> list[dict[str, str]]:
-    """Per registered norm: what it computes per, what it takes, what it learns and what it costs."""
-    import torch
-
+    """Per registered norm: what it computes per, what it takes, what it learns and how its cost grows."""
     from graphnorm.norms import available_norms, build_norm
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # one thread: the cost of the norm, not of the machine's free cores
-    try:
-        rows, seconds = [], {}
-        for name in available_norms():
-            norm = build_norm(name, CHANNELS).eval()
-            takes = getattr(norm, "_optional_inputs", ())
-            edges = "—"
-            if "edge_index" in takes:
-                edges = "needed (default options)" if getattr(norm, "needs_edge_index", False) else "optional"
-            counts = {
-                c: sum(p.numel() for p in build_norm(name, c).parameters() if p.requires_grad) for c in (16, 32, 64)
+    rows = []
+    for name in available_norms():
+        norm = build_norm(name, CHANNELS)
+        takes = getattr(norm, "_optional_inputs", ())
+        edges = "—"
+        if "edge_index" in takes:
+            edges = "needed (default options)" if getattr(norm, "needs_edge_index", False) else "optional"
+        counts = {c: sum(p.numel() for p in build_norm(name, c).parameters() if p.requires_grad) for c in (16, 32, 64)}
+        rows.append(
+            {
+                "name": name,
+                "per graph": "yes" if getattr(norm, "per_graph", False) else "—",
+                "edge_index": edges,
+                "graph token": "yes (`token_mask`)" if "token_mask" in takes else "—",
+                "learnable parameters": parameter_formula(counts),
+                "cost": cost_class(name),
             }
-            small, large = (forward_seconds(norm, n) for n in SIZES)
-            seconds[name] = large
-            growth = math.log(max(large, 1e-9) / max(small, 1e-9)) / math.log(SIZES[1] / SIZES[0])
-            rows.append(
-                {
-                    "name": name,
-                    "per graph": "yes" if getattr(norm, "per_graph", False) else "—",
-                    "edge_index": edges,
-                    "graph token": "yes (`token_mask`)" if "token_mask" in takes else "—",
-                    "learnable parameters": parameter_formula(counts),
-                    "growth": "quadratic" if growth > 1.5 else "linear",
-                }
-            )
-    finally:
-        torch.set_num_threads(threads)
-    reference = seconds.get("layernorm") or min(seconds.values())
-    for row in rows:
-        ratio = seconds[row["name"]] / reference
-        row["cost"] = "≤ 2×" if ratio <= 2 else ("2–10×" if ratio <= 10 else "> 10×")
+        )
     return rows
 
 
 def capability_matrix() -> str:
     """The capability matrix as Markdown: a table and how each column is derived."""
-    rows = capability_rows()
-    columns = ["per graph", "edge_index", "graph token", "learnable parameters", "cost", "growth"]
+    columns = ["per graph", "edge_index", "graph token", "learnable parameters", "cost"]
     table = ["| norm | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
-    table += [f"| [`{r['name']}`](#{r['name']}) | " + " | ".join(r[c] for c in columns) + " |" for r in rows]
-    nodes = " and ".join(str(n) for n in SIZES)
+    table += [
+        f"| [`{r['name']}`](#{r['name']}) | " + " | ".join(r[c] for c in columns) + " |" for r in capability_rows()
+    ]
     return "\n".join(
         [
             *table,
             "",
-            "Derived from the registry when the site is built, not kept by hand: **per graph**, the norm's statistics "
-            "are per graph of a mini-batch (`per_graph`); **edge_index**, the norm's `_normalize` takes the edges "
-            "(needed: without them it falls back, see its section); **graph token**, it takes `token_mask` "
-            "(Graphormer's virtual token); **learnable parameters**, counted at three widths, C = channels; "
-            f"**cost**, one forward pass on {GRAPHS} graphs of {SIZES[1]} nodes and {CHANNELS} channels, one thread, "
-            "relative to `layernorm`, measured on the machine that built this page; **growth**, how that time grows "
-            f"with the graph size (timed at {nodes} nodes per graph).",
+            "Derived from the registry when the site is built, not kept by hand, for each norm with its default "
+            "options: **per graph**, its statistics are per graph of a mini-batch (`per_graph`); **edge_index**, its "
+            "`_normalize` takes the edges (needed: without them it falls back, see its section); **graph token**, it "
+            "takes `token_mask` (Graphormer's virtual token); **learnable parameters**, counted at three widths, "
+            "C = channels; **cost**, how one forward pass grows with n, the nodes of a graph, and C: the order of "
+            "its matrix-product FLOPs as torch's FlopCounterMode counts them at two sizes and two widths, or "
+            "O(n·C) for a norm made of elementwise operations and sums.",
         ]
     )
 

@@ -22,6 +22,7 @@ from html import escape
 import griffe
 
 _ROLE = re.compile(r":(?:py:)?(?:func|class|mod|meth|attr|data|obj|exc|const):`~?([^`]+)`")
+_EXPLICIT_TITLE = re.compile(r"^(.+?)\s*<([^<>]+)>$", re.S)
 _MATH_ROLE = re.compile(r":math:`([^`]+)`")
 _TITLED_LINK = re.compile(r"`\"?([^`<]+?)\"?\s*<(https?://[^>\s]+)>`__?", re.S)
 _MATH_DIRECTIVE = re.compile(r"^(\s*)\.\. math::\s*(.*)$")
@@ -64,6 +65,9 @@ def _role_text(match: re.Match[str], resolve: Callable[[str], str] | None = None
     ``a.b.c`` (the text Sphinx would show). ``resolve`` turns a name into its full dotted path where it can."""
     target = match.group(1).strip()
     shown = target.rsplit(".", 1)[-1] if match.group(0).split("`", 1)[1].startswith("~") else target
+    titled = _EXPLICIT_TITLE.match(target)
+    if titled:  # :meth:`the step <CollapseMonitor.step>`: Sphinx's explicit title
+        shown, target = titled.group(1), titled.group(2)
     identifier = resolve(target) if resolve else target
     return f'<autoref identifier="{escape(identifier)}" optional><code>{escape(shown)}</code></autoref>'
 

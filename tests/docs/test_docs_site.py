@@ -4,18 +4,17 @@
 does not exist, a docstring griffe cannot parse, a missing benchmark section. The built HTML is then checked link by
 link (relative and site-absolute ``href`` and ``src``, and the ``#anchor`` of a link to another page), since a
 theme template or a notebook's HTML can point at files that mkdocs does not validate. The catalogue generators of
-``docs/hooks/site_files.py`` are also tested directly, with a norm registered for the test.
+``docs/hooks/site_files.py`` are also tested directly, with a norm registered for the test. The build is the
+session's one (``built_site`` in ``tests/docs/conftest.py``), shared with the browser check.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import re
 import subprocess
 import sys
-import time
 from html.parser import HTMLParser
 from pathlib import Path, PurePosixPath
 from urllib.parse import unquote, urlsplit
@@ -27,6 +26,7 @@ from graphnorm.norms.registry import _NORMS, register_norm
 
 REPO = Path(__file__).resolve().parents[2]
 HOOKS = REPO / "docs" / "hooks"
+SITE_PATH = urlsplit(re.search(r"^site_url:\s*(\S+)", (REPO / "mkdocs.yml").read_text(), re.M).group(1)).path
 EXTERNAL = re.compile(r"^([a-z][a-z0-9+.-]*:|//)", re.I)  # http:, https:, mailto:, data:, javascript:, //host
 
 
@@ -58,32 +58,14 @@ class _Links(HTMLParser):
                 self.ids.add(value)
 
 
-def build_site(out: Path) -> Path:
-    """The site built by ``mkdocs build --strict`` into ``out`` (fails with mkdocs' output on any warning)."""
-    start = time.perf_counter()
-    result = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
-    )
-    elapsed = time.perf_counter() - start
-    assert result.returncode == 0, f"mkdocs build --strict failed:\n{result.stdout}\n{result.stderr}"
-    pages = len(list(out.rglob("*.html")))
-    print(f"\nmkdocs build --strict: {elapsed:.1f} s, {pages} HTML files")
-    return out
-
-
 def _target(site: Path, page: Path, link: str) -> tuple[Path, str]:
     """The file a link of ``page`` points at, and its fragment."""
     parts = urlsplit(link)
     path = unquote(parts.path)
     if not path:
         target = page
-    elif path.startswith("/"):
-        target = site / path.lstrip("/")
+    elif path.startswith("/"):  # site-absolute (the 404 page): under site_url's path, /graphnorm/
+        target = site / path.removeprefix(SITE_PATH).lstrip("/")
     else:
         target = (page.parent / path).resolve()
     if target.is_dir() or path.endswith("/"):
@@ -92,12 +74,13 @@ def _target(site: Path, page: Path, link: str) -> tuple[Path, str]:
 
 
 @pytest.mark.slow
-def test_strict_build_with_resolving_links_and_every_registered_entry(tmp_path: Path) -> None:
-    """One build for every check of the built site (one test, so pytest-xdist builds it once)."""
-    site = build_site(tmp_path / "site")
-    check_internal_links_and_images(site)
-    check_catalogues_list_every_registered_entry(site)
-    check_results_figures_and_tutorials(site)
+def test_strict_build_with_resolving_links_and_every_registered_entry(built_site: Path) -> None:
+    """The site built once per session (tests/docs/conftest.py), checked file by file."""
+    check_internal_links_and_images(built_site)
+    check_catalogues_list_every_registered_entry(built_site)
+    check_results_figures_and_tutorials(built_site)
+    check_api_reference_lists_every_public_name(built_site)
+    check_research_pages(built_site)
 
 
 def check_internal_links_and_images(site: Path) -> None:
@@ -156,6 +139,54 @@ def check_results_figures_and_tutorials(site: Path) -> None:
         assert page.is_file(), f"{notebook.name} has no tutorial page"
     benchmarks = (site / "results" / "benchmarks" / "index.html").read_text(encoding="utf-8")
     assert "<table>" in benchmarks  # the results page's benchmark table was filled in
+
+
+def _public_names() -> dict[str, list[str]]:
+    """Per package with a reference page: ``__all__`` and the names it loads on first use (``_LAZY``), read in a fresh
+    interpreter (importing them all here would load optional packages)."""
+    code = (
+        "import importlib, json; out = {}\n"
+        "for name in ['norms', 'models', 'analysis', 'data', 'train', 'sweep', 'config', 'predict']:\n"
+        "    m = importlib.import_module('graphnorm.' + name)\n"
+        "    out[name] = sorted(set(getattr(m, '__all__', [])) | set(getattr(m, '_LAZY', {})))\n"
+        "print(json.dumps(out))"
+    )
+    return json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+
+
+def check_api_reference_lists_every_public_name(site: Path) -> None:
+    """Every name a package exports, the lazily loaded ones included, has its entry; one title per page."""
+    missing, found = [], 0
+    for package, names in _public_names().items():
+        html = (site / "reference" / package / "index.html").read_text(encoding="utf-8")
+        assert len(re.findall(r"<h1[ >]", html)) == 1, f"reference/{package}: not exactly one <h1>"
+        for name in names:
+            found += f'id="graphnorm.{package}.{name}"' in html
+            if f'id="graphnorm.{package}.{name}"' not in html:
+                missing.append(f"graphnorm.{package}.{name}")
+    print(f"\nAPI reference: {found} public names with an entry, {len(missing)} without")
+    assert not missing, f"public names without an API entry: {missing}"
+    train = (site / "reference" / "train" / "index.html").read_text(encoding="utf-8")
+    assert 'class="autorefs autorefs-external"' in train  # torch names link to torch's documentation
+
+
+def check_research_pages(site: Path) -> None:
+    """Citation block, changelog, capability matrix, notebook downloads, offline MathJax, repository links."""
+    home = (site / "index.html").read_text(encoding="utf-8")
+    assert "Citing graphnorm" in home and "@software{graphnorm" in home
+    changelog = (site / "changelog" / "index.html").read_text(encoding="utf-8")
+    assert "Unreleased" in changelog
+    norms = (site / "catalogue" / "norms" / "index.html").read_text(encoding="utf-8")
+    matrix = norms.split('id="capabilities"', 1)[1].split('id="every-norm"', 1)[0]
+    for name in _registered()["norms"]:
+        assert f'href="#{name}"' in matrix, f"capability matrix misses {name!r}"
+    for notebook in (REPO / "notebooks").glob("*.ipynb"):
+        page = (site / "notebooks" / notebook.stem / "index.html").read_text(encoding="utf-8")
+        assert f'href="{notebook.name}" download' in page, f"{notebook.name}: no download link"
+    assert (site / "javascripts" / "mathjax" / "tex-mml-chtml.js").is_file()
+    assert "cdn.jsdelivr" not in home and 'href="https://github.com/graphnorm/graphnorm"' in home
+    assert "https://graphnorm.github.io/graphnorm/" in (site / "sitemap.xml").read_text(encoding="utf-8")
+    assert f'href="{SITE_PATH}assets/' in (site / "404.html").read_text(encoding="utf-8")  # styled under /graphnorm/
 
 
 def test_a_newly_registered_norm_appears_in_the_generated_catalogue() -> None:
