@@ -59,13 +59,14 @@ def csr_from_edges(
     ``shape`` only). ``presorted``: the pairs are row-major sorted already (no sort). torch's one-time "beta" note
     about sparse CSR is silenced: the kernels used here are stable."""
     num_rows, num_cols = shape
+    rows, cols = rows.long(), cols.long()
     if sum_repeats:
         (rows, cols), values = coalesce(torch.stack([rows, cols]), values, max(shape))
     elif not presorted:
         order = torch.sort(rows * num_cols + cols, stable=True).indices
-        rows, cols, values = rows[order], cols[order], values[order]
+        cols, values = cols[order], values[order]
     pointer = torch.zeros(num_rows + 1, dtype=torch.long, device=rows.device)
-    pointer[1:] = torch.bincount(rows, minlength=num_rows).cumsum(0)
+    pointer[1:] = torch.bincount(rows, minlength=num_rows).cumsum(0)  # the counts per row: in any order
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta", category=UserWarning)
         warnings.filterwarnings("ignore", message="Sparse invariant checks are implicitly", category=UserWarning)

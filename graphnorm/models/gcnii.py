@@ -8,7 +8,6 @@ it. The input layer, argument checks and readout it shares with the other messag
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import torch
@@ -16,9 +15,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.nn import GCN2Conv
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
-from torch_geometric.utils import remove_self_loops, to_torch_csr_tensor
+from torch_geometric.utils import remove_self_loops
 
 from graphnorm.checks import check_choice, check_edge_index
+from graphnorm.edges import csr_from_edges
 from graphnorm.models.inputs import (
     GraphRows,
     InputLayer,
@@ -35,16 +35,6 @@ from graphnorm.norms import build_norm
 from graphnorm.norms.ops.precision import HALF_DTYPES
 
 READOUTS = (None, "mean", "sum")
-
-
-def csr_adjacency(index: Tensor, weight: Tensor, num_rows: int) -> Tensor:
-    """The propagation matrix as sparse CSR ``[num_rows, num_rows]``, row ``i`` = target ``i`` of ``index``
-    (PyG's ``adj_t``). Its product is cheaper on CPU than PyG's gather/scatter over edges, forward and backward.
-    torch's one-time "beta" and "invariant checks" notes about sparse CSR are silenced here."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta", category=UserWarning)
-        warnings.filterwarnings("ignore", message="Sparse invariant checks are implicitly", category=UserWarning)
-        return to_torch_csr_tensor(index.flip(0), weight, (num_rows, num_rows))
 
 
 class GCNIIInput(nn.Module):
@@ -265,7 +255,10 @@ class GCNII(nn.Module):
         h0 = self.input_block(x, rows)  # [N, hidden]
         adjacency = None  # half precision: PyG's propagation over the edge list (no CSR product on the CPU)
         if dtype not in HALF_DTYPES:
-            adjacency = csr_adjacency(rows.propagation_index, rows.propagation_weight, rows.num_rows)
+            # row i = target i (PyG's adj_t), repeated edges summed as PyG does: its product is cheaper on the CPU
+            # than PyG's gather/scatter over edges, forward and backward
+            index, n = rows.propagation_index, rows.num_rows
+            adjacency = csr_from_edges(index[1], index[0], rows.propagation_weight, (n, n), sum_repeats=True)
         h = h0
         for block in self.blocks:
             h = block(h, h0, rows, adjacency)  # [N, hidden]

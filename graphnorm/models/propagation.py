@@ -20,28 +20,11 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from graphnorm.compiled import kernel
+from graphnorm.edges import csr_from_edges
 from graphnorm.threads import shared_pool
 
 KERNEL_DTYPES = (torch.float32, torch.float64)  # others (bfloat16, float16) are multiplied in float32
 SERIAL_MULTIPLY_ADDS = 1 << 18  # below this many multiply-adds a product runs on one thread
-
-
-@kernel()
-def _stable_order(keys: np.ndarray, num_keys: int) -> tuple[np.ndarray, np.ndarray]:
-    """Counting sort of ``keys`` (ints in ``[0, num_keys)``): the CSR row pointer ``[num_keys + 1]`` and the
-    positions that sort ``keys``, stable (equal keys keep their order). Linear in ``len(keys) + num_keys``."""
-    pointer = np.zeros(num_keys + 1, dtype=np.int64)
-    for key in keys:
-        pointer[key + 1] += 1
-    for row in range(num_keys):
-        pointer[row + 1] += pointer[row]
-    fill = pointer[:-1].copy()
-    order = np.empty(keys.size, dtype=np.int64)
-    for position in range(keys.size):
-        key = keys[position]
-        order[fill[key]] = position
-        fill[key] += 1
-    return pointer, order
 
 
 @kernel(nogil=True)
@@ -72,17 +55,15 @@ class CSRMatrix:
 
     @classmethod
     def from_coo(cls, rows: np.ndarray, cols: np.ndarray, values: np.ndarray, shape: tuple[int, int]) -> CSRMatrix:
-        """From entries ``(rows[k], cols[k], values[k])``; within a row the columns end up ascending (two stable
-        counting sorts: by column, then by row), so equal matrices get equal arrays."""
-        num_rows, num_cols = shape
-        _, by_column = _stable_order(cols, num_cols)
-        pointer, by_row = _stable_order(rows[by_column], num_rows)
-        order = by_column[by_row]
-        index_dtype = np.int32 if num_cols < 2**31 else np.int64
-        return cls(pointer, cols[order].astype(index_dtype), values[order], num_cols)
+        """From entries ``(rows[k], cols[k], values[k])``; within a row the columns end up ascending, repeated
+        entries in their given order (:func:`graphnorm.edges.csr_from_edges`), so equal matrices get equal arrays."""
+        matrix = csr_from_edges(torch.from_numpy(rows), torch.from_numpy(cols), torch.from_numpy(values), shape)
+        index_dtype = np.int32 if shape[1] < 2**31 else np.int64
+        columns = matrix.col_indices().numpy().astype(index_dtype)
+        return cls(matrix.crow_indices().numpy(), columns, matrix.values().numpy(), shape[1])
 
     def transpose(self) -> CSRMatrix:
-        """``M^T`` in CSR (columns ascending within a row, as the counting sort of a row-sorted matrix gives)."""
+        """``M^T`` in CSR (columns ascending within a row)."""
         rows = np.repeat(np.arange(self.num_rows, dtype=np.int64), np.diff(self.pointer))
         return CSRMatrix.from_coo(self.columns.astype(np.int64), rows, self.values, (self.num_cols, self.num_rows))
 

@@ -13,12 +13,12 @@ What it estimates, its error, why orthogonal features, the numerics: docs/concep
 from __future__ import annotations
 
 import math
-import warnings
 
 import torch
 from torch import Tensor
 from torch.autograd.function import FunctionCtx, once_differentiable
 
+from graphnorm.edges import csr_from_edges
 from graphnorm.memory import check_fits
 
 
@@ -193,8 +193,4 @@ class _ExcludedPairSums(torch.autograd.Function):
 
 def _csr(rows: Tensor, cols: Tensor, values: Tensor, num_nodes: int) -> Tensor:
     """An ``[n, n]`` sparse CSR matrix from row-major sorted unique ``(rows, cols)`` pairs and their values."""
-    crow = torch.zeros(num_nodes + 1, dtype=torch.long, device=rows.device)
-    crow[1:] = torch.bincount(rows, minlength=num_nodes).cumsum(0)
-    with warnings.catch_warnings():  # torch flags CSR as beta once per process; its kernels used here are stable
-        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta", category=UserWarning)
-        return torch.sparse_csr_tensor(crow, cols, values, (num_nodes, num_nodes), check_invariants=False)
+    return csr_from_edges(rows, cols, values, (num_nodes, num_nodes), presorted=True)
