@@ -547,7 +547,7 @@ def summary_markdown(
     runs: pd.DataFrame,
     layers: pd.DataFrame,
     metric: str | None = None,
-    digits: int = DIGITS,
+    digits: int | None = DIGITS,
     metric_tables: bool = True,
 ) -> str:
     """Markdown: per dataset, the sweep's metric (``metric``, else the task metric found; with the majority-class
@@ -556,9 +556,10 @@ def summary_markdown(
     when recorded, the robust one beside it); when the probe recorded graph-token rows, node and token metrics layer
     by layer as label x layer tables (one per depth).
 
-    Cells as :func:`graphnorm.sweep.formatting.format_mean_std` writes them: ``digits`` significant digits, the seed
-    count once in each table's title (in a cell only where it differs). ``metric_tables`` False: the collapse tables
-    only (the sweep's ``summary.md`` has its own table of the metric)."""
+    Cells as :func:`graphnorm.sweep.formatting.format_mean_std` writes them: ``digits`` significant digits (None: the
+    default, :data:`DIGITS`), the seed count once in each table's title (in a cell only where it differs).
+    ``metric_tables`` False: the collapse tables only (the sweep's ``summary.md`` has its own table of the metric)."""
+    digits = DIGITS if digits is None else digits
     labelled = _with_label(runs)
     if "dataset" not in labelled.columns:
         labelled["dataset"] = "data"
