@@ -42,6 +42,7 @@ class _VersionAction(argparse.Action):
         parser.exit()
 
 
+SWEEP_HELP = "run a grid of configs (resumes: only runs without a result are executed)"
 SWEEP_DESCRIPTION = """\
 Run every grid point of a sweep YAML (keys name, description, metric, run_fn, base, grid, norm_settings) and
 write OUT/results/<run_id>.json, runs.csv, layers.csv, epochs.csv, summary.md and the figures in OUT/report/.
@@ -64,13 +65,7 @@ def _command(
 
 def _sweep_parser(sub: argparse._SubParsersAction) -> None:
     """The ``sweep`` command's options."""
-    p = _command(
-        sub,
-        "sweep",
-        "run a grid of configs (resumes: only runs without a result are executed)",
-        SWEEP_DESCRIPTION,
-        SWEEP_EPILOG,
-    )
+    p = _command(sub, "sweep", SWEEP_HELP, SWEEP_DESCRIPTION, SWEEP_EPILOG)
     p.add_argument("config", help="sweep YAML (name, base, grid, norm_settings, metric), e.g. experiments/sweeps/*")
     p.add_argument("overrides", nargs="*", help="key.path=value overrides, e.g. base.epochs=50 grid.seed=[0,1]")
     p.add_argument("--out", help="output directory (default: runs/<name>)")
@@ -112,6 +107,7 @@ def _sweep_parser(sub: argparse._SubParsersAction) -> None:
     slurm.add_argument("--slurm-account", help="account to charge")
 
 
+TRAIN_HELP = "one run from a YAML of RunConfig keys; prints its record"
 TRAIN_DESCRIPTION = """\
 Train and evaluate one model from a YAML mapping of RunConfig keys (dataset, model, norm, num_layers, epochs, ...;
 see graphnorm/config.py; keys not in the file keep their defaults) and print its record: metrics and timings.
@@ -129,9 +125,7 @@ examples:
 
 def _train_parser(sub: argparse._SubParsersAction) -> None:
     """The ``train`` command's options."""
-    p = _command(
-        sub, "train", "one run from a YAML of RunConfig keys; prints its record", TRAIN_DESCRIPTION, TRAIN_EPILOG
-    )
+    p = _command(sub, "train", TRAIN_HELP, TRAIN_DESCRIPTION, TRAIN_EPILOG)
     p.add_argument("config", help="YAML mapping of RunConfig keys, e.g. experiments/runs/*")
     p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. epochs=5 norm=pairnorm")
     p.add_argument(
@@ -147,6 +141,7 @@ def _train_parser(sub: argparse._SubParsersAction) -> None:
     )
 
 
+PREDICT_HELP = "score a SMILES CSV, or a split of the run's dataset, with a trained model"
 PREDICT_DESCRIPTION = """\
 Score with a model saved by a run with checkpoint_dir (<run_id>.model.pt), either
   the molecules of a CSV of SMILES (INPUT): one prediction row per input row, in input order: line, the SMILES, valid
@@ -163,13 +158,7 @@ examples:
 
 def _predict_parser(sub: argparse._SubParsersAction) -> None:
     """The ``predict`` command's options."""
-    p = _command(
-        sub,
-        "predict",
-        "score a SMILES CSV, or a split of the run's dataset, with a trained model",
-        PREDICT_DESCRIPTION,
-        PREDICT_EPILOG,
-    )
+    p = _command(sub, "predict", PREDICT_HELP, PREDICT_DESCRIPTION, PREDICT_EPILOG)
     p.add_argument("model", help="model file <checkpoint_dir>/<run_id>.model.pt, written by a run with checkpoint_dir")
     p.add_argument("input", nargs="?", help="CSV file with a SMILES column (or give --split instead)")
     p.add_argument("--out", required=True, help="predictions CSV to write")
