@@ -5,14 +5,18 @@ cross-reference by ``rst_markdown.py``) as an ``<autoref identifier="...">``; na
 plain code. Sphinx inventories (``objects.inv``) would link the external ones, but fetching them needs the
 network at build time. Instead :func:`external_url` maps a dotted name to its page by the URL patterns of those
 sites (a small table below), and :func:`on_env` registers, before mkdocs-autorefs resolves the references, the
-external names that the built pages actually mention.
+external names that the built pages actually mention; a graphnorm module without a page of its own links to its
+source file in the repository.
 """
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from mkdocs.plugins import event_priority
+
+REPO = Path(__file__).resolve().parents[2]
 
 TORCH = "https://pytorch.org/docs/stable"
 PYG = "https://pytorch-geometric.readthedocs.io/en/latest"
@@ -54,9 +58,22 @@ def external_url(identifier: str) -> str | None:
     return None
 
 
+def module_source_url(identifier: str, repo_url: str) -> str | None:
+    """The repository page of a graphnorm module (``graphnorm.train.loop`` -> ``graphnorm/train/loop.py``), for a
+    module that has no entry of its own in the API reference (only the packages have pages)."""
+    if not identifier.startswith("graphnorm.") or not _NAME.match(identifier):
+        return None
+    path = Path(*identifier.split("."))
+    for candidate in (path.with_suffix(".py"), path / "__init__.py"):
+        if (REPO / candidate).is_file():
+            return f"{repo_url.rstrip('/')}/blob/main/{candidate.as_posix()}"
+    return None
+
+
 @event_priority(0)  # before mkdocs-autorefs applies the cross-references (its on_env runs at -50)
 def on_env(env, config, files):
-    """Registers the external names the pages mention with mkdocs-autorefs, each with its documentation page."""
+    """Registers the external names the pages mention with mkdocs-autorefs, each with its documentation page, and
+    graphnorm's modules with their source file (a fallback: a name with an entry in the site links there)."""
     autorefs = config.plugins.get("autorefs")
     if autorefs is None:
         return env
@@ -65,7 +82,7 @@ def on_env(env, config, files):
         if file.page is not None and file.page.content:
             known.update(_AUTOREF.findall(file.page.content))
     for identifier in sorted(known):
-        url = external_url(identifier)
+        url = external_url(identifier) or module_source_url(identifier, config.get("repo_url") or "")
         if url is not None:
             autorefs.register_url(identifier, url)
     return env

@@ -8,9 +8,8 @@ parameters, ``a, b: text``, into one entry each); :class:`RstToMarkdown` is the 
 applies it to every docstring the API reference renders, and the catalogue hook applies it to the registries'
 class docstrings. Math becomes ``\\( ... \\)`` and ``$$ ... $$`` for pymdownx.arithmatex; a role becomes an
 optional cross-reference (mkdocs-autorefs): a link where the site documents its target or ``api_links.py`` knows
-its external page (torch, PyG, NumPy, Python), else plain code, so a role naming a private helper cannot break the
-strict build. In the API reference a role's short name is resolved in its docstring's scope (``build_norm`` ->
-``graphnorm.norms.registry.build_norm``).
+its external page (torch, PyG, NumPy, Python), else plain code (so a private helper cannot break the strict
+build); in the API reference a short name is resolved in its docstring's scope (``build_norm`` -> its full path).
 """
 
 from __future__ import annotations

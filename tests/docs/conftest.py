@@ -3,7 +3,8 @@ read it (the file checks of test_docs_site.py, the browser check of test_site_br
 
 Under pytest-xdist each worker has its own session: the first worker to need the site builds it into the folder the
 workers share (the parent of their temporary folders) while holding a lock; the others wait and read the same
-build, so a test run builds the site once. A failed build fails every test that needs it, with mkdocs' output.
+build, so a test run builds the site once. A failed build fails every test that needs it, with mkdocs' output,
+without building again.
 """
 
 from __future__ import annotations
@@ -44,10 +45,16 @@ def built_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         root = root.parent  # shared by this run's workers (each has its own folder below it)
-    site, done = root / "docs-site", root / "docs-site.built"
+    site, done, failed = root / "docs-site", root / "docs-site.built", root / "docs-site.failed"
     with open(root / "docs-site.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if failed.exists():  # another worker's build failed: the same failure, without building again
+            pytest.fail(failed.read_text(), pytrace=False)
         if not done.exists():
-            build_site(site)
+            try:
+                build_site(site)
+            except AssertionError as error:
+                failed.write_text(str(error))
+                raise
             done.touch()
     return site

@@ -227,7 +227,8 @@ def check_site(site: Path, screenshots: Path | None = None) -> dict:
                 report["pages"][page] = seen
                 if screenshots is not None and page in KEY_PAGES:
                     screenshots.mkdir(parents=True, exist_ok=True)
-                    browser.screenshot(screenshots / (page.replace("/index.html", "").replace("/", "-") + ".png"))
+                    name = page.removesuffix("index.html").strip("/").replace("/", "-") or "home"
+                    browser.screenshot(screenshots / f"{name}.png")
             browser.open(base + "index.html")
             report["search_results"] = browser.evaluate(f"{SEARCH}({json.dumps(SEARCH_QUERY)})")
             if screenshots is not None:
