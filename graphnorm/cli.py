@@ -110,7 +110,7 @@ def _sweep_parser(sub: argparse._SubParsersAction) -> None:
 TRAIN_HELP = "one run from a YAML of RunConfig keys; prints its record"
 TRAIN_DESCRIPTION = """\
 Train and evaluate one model from a YAML mapping of RunConfig keys (dataset, model, norm, num_layers, epochs, ...;
-see graphnorm/config.py; keys not in the file keep their defaults) and print its record: metrics and timings.
+see graphnorm/config/run_config.py; keys not in the file keep their defaults) and print its record: metrics and timings.
 --out saves the full record, with the collapse metrics at every layer and the per-epoch history.
 A mistake in the data (a bad SMILES or label, an empty file or split) is one line; GRAPHNORM_TRACEBACK=1 shows
 the traceback instead.
