@@ -1,12 +1,11 @@
 """The built documentation site opened in headless Chromium with no network: what a reader's browser shows.
 
-Chromium (Debian's ``chromium`` package) is driven through the DevTools protocol over a pipe
-(``--remote-debugging-pipe``: JSON messages ended by a NUL byte on file descriptors 3 and 4), so no websocket
-package is needed. The site is served from ``127.0.0.1`` (Material's search worker cannot load its index from
-``file://``) and every other host fails to resolve, so a page that needs the network shows it. Per page the
-check reads, after MathJax has typeset: TeX left as text outside rendered math, the page's width against the
-1400 px window, the ids (API entries) and the requests that left the local server; search is checked by typing a
-query. Run alone, it checks a built site and keeps screenshots of the key pages::
+Chromium (Debian's ``chromium``) is driven through the DevTools protocol over a pipe (``--remote-debugging-pipe``:
+JSON messages ended by a NUL byte on file descriptors 3 and 4), so no websocket package is needed. The site is
+served from ``127.0.0.1`` (Material's search worker cannot load its index from ``file://``) and every other host
+fails to resolve. Per page, after MathJax has typeset: TeX left as text, the page's width against the 1400 px
+window (and the tables wider than the text, which scroll in their own box), the ids (API entries) and the requests
+that left the local server; search is checked by typing a query. Run alone, with screenshots of the key pages::
 
     mkdocs build --strict --site-dir /tmp/site
     python tests/docs/site_browser.py /tmp/site --screenshots /tmp/site-shots
@@ -54,6 +53,8 @@ PAGE_REPORT = r"""(async () => {
     rendered_math: document.querySelectorAll("mjx-container").length,
     math_typeset_twice: document.querySelectorAll("mjx-container mjx-container").length,
     scroll_width: document.documentElement.scrollWidth,
+    wide_tables: Array.from(document.querySelectorAll("article table:not(.highlighttable)"))
+      .filter((t) => t.scrollWidth > t.closest("article").clientWidth).length,
     window_width: window.innerWidth,
     ids: Array.from(document.querySelectorAll("[id^='graphnorm.']"), (e) => e.id),
   };
@@ -247,6 +248,7 @@ def summary(report: dict) -> dict:
         "pages_with_mathjax_errors": sorted(p for p, s in pages.items() if s["mathjax_error"]),
         "overflowing_pages": sorted(p for p, s in pages.items() if s["scroll_width"] > s["window_width"]),
         "rendered_formulas": sum(s["rendered_math"] for s in pages.values()),
+        "tables_wider_than_the_text": {p: s["wide_tables"] for p, s in pages.items() if s["wide_tables"]},
         "api_entries": len({i for p, s in pages.items() if p.startswith("reference/") for i in s["ids"]}),
         "math_typeset_twice": sorted(p for p, s in pages.items() if s["math_typeset_twice"]),
         "pages_with_external_assets": sorted(p for p, s in pages.items() if s["external_assets"]),
