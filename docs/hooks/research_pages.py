@@ -5,8 +5,8 @@
 * ``<!-- generated:capabilities -->`` (in the norms catalogue) receives the norms' capability matrix, derived
   from the registry and the classes: per graph, ``edge_index``, graph token, learnable parameters, and how the
   cost of a forward pass grows, from counted FLOPs (:func:`capability_matrix`).
-* A notebook's page gets a link to download the ``.ipynb``; generated pages get "edit this page" links to the
-  repository file they come from (:func:`on_page_context`).
+* A notebook's page and the tutorials list get links to download the ``.ipynb``; generated pages get "edit this
+  page" links to the repository file they come from (:func:`on_page_context`).
 """
 
 from __future__ import annotations
@@ -205,8 +205,14 @@ def on_page_markdown(markdown, page, config, files):
     return markdown
 
 
+_NOTEBOOK_LINK = re.compile(r'(<a href="((?:\.\./)*notebooks/)(\w+)/">.*?</a>)', re.S)
+
+
 def on_page_content(html, page, config, files):
-    """A download link at the top of every notebook's page (the ``.ipynb`` that mkdocs-jupyter copies beside it)."""
+    """A download link for every notebook: at the top of its page (the ``.ipynb`` that mkdocs-jupyter copies beside
+    it), and after each link to it in the tutorials list."""
+    if page.file.src_uri == "tutorials/index.md":
+        return _NOTEBOOK_LINK.sub(r'\1 (<a href="\2\3/\3.ipynb" download>download</a>)', html)
     if page.file.src_uri.endswith(".ipynb"):
         name = Path(page.file.src_uri).name
         link = (

@@ -181,9 +181,11 @@ def check_research_pages(site: Path) -> None:
     matrix = norms.split('id="capabilities"', 1)[1].split('id="every-norm"', 1)[0]
     for name in _registered()["norms"]:
         assert f'href="#{name}"' in matrix, f"capability matrix misses {name!r}"
+    tutorials = (site / "tutorials" / "index.html").read_text(encoding="utf-8")
     for notebook in (REPO / "notebooks").glob("*.ipynb"):
         page = (site / "notebooks" / notebook.stem / "index.html").read_text(encoding="utf-8")
         assert f'href="{notebook.name}" download' in page, f"{notebook.name}: no download link"
+        assert f'href="../notebooks/{notebook.stem}/{notebook.name}" download' in tutorials, notebook.name
     assert (site / "javascripts" / "mathjax" / "tex-mml-chtml.js").is_file()
     assert "cdn.jsdelivr" not in home and 'href="https://github.com/graphnorm/graphnorm"' in home
     assert "https://graphnorm.github.io/graphnorm/" in (site / "sitemap.xml").read_text(encoding="utf-8")
