@@ -40,7 +40,7 @@ matplotlib.use("Agg")  # files only
 
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
-from questions import Structure, finding_sentence  # noqa: E402
+from questions import Question, Structure, finding_sentence  # noqa: E402
 from validate import (  # noqa: E402
     check_provenance,
     check_runs,
@@ -55,6 +55,7 @@ from graphnorm.files import atomic_write_text, check_output_dir, save_figure  # 
 from graphnorm.sweep import report  # noqa: E402
 from graphnorm.sweep.tables import decimals, markdown_table, significant  # noqa: E402
 
+QUESTIONS_DIR = "questions"  # one page per question, beside README.md (the summary)
 HEADLINE_STUDY = "cora_depth_quick"  # the README's main job: first on the page when collected
 COLLAPSE_FIGURE_METRICS = ("effective_rank", "mean_cosine", "cone_angle_q90")
 SWEEP_FILES = ("runs.csv", "provenance.json")
@@ -152,19 +153,32 @@ def format_cell(value: object) -> str:
     return significant(number, DIGITS) if math.isfinite(number) else text
 
 
+def folded(title: str, lines: list[str]) -> list[str]:
+    """``lines`` in a collapsed block titled ``title`` (HTML ``details``: folded on the site and on a code host)."""
+    return ['<details class="note" markdown="1">', f"<summary>{title}</summary>", "", *lines, "", "</details>", ""]
+
+
 def provenance_lines(record: dict) -> list[str]:
-    """The bullet list under a study's title: command, commit, date, machine, completeness."""
+    """The study's provenance, folded under its title: command, commit, date, completeness, note. An incomplete
+    study says so outside the fold."""
     done = f"{record['runs_ok']} of {record['runs_expected']} runs finished"
     state = "complete" if record.get("complete") else "**incomplete**: the tables show the finished runs only"
     commit = f"{markdown_code(record['commit'])} ({markdown_text(record.get('commit_note', ''))})"
-    return [
+    lines = [
         f"- command: {markdown_code(record['command'])}",
         f"- commit: {commit}; date: {markdown_text(record['date'])}",
-        f"- machine: {markdown_text(record['machine'])}; {done} ({state}); source folder: "
-        f"{markdown_code(record['source'])}",
+        f"- {done} ({state}); source folder: {markdown_code(record['source'])}",
         *([f"- note: {markdown_text(record['note'])}"] if record.get("note") else []),
-        "",
     ]
+    warning = [] if record.get("complete") else [f"This study is **incomplete**: {done}.", ""]
+    return [*warning, *folded("Provenance", lines)]
+
+
+def short_heading(line: str) -> list[str]:
+    """A summary table's heading (``## dataset: metric (what, seeds)``) one level down, cut before its first
+    parenthesis; the rest becomes the line under it."""
+    short, _, rest = line[3:].partition(" (")
+    return [f"#### {short}", "", f"({rest}", ""] if rest else [f"#### {short}"]
 
 
 def study_section(study: Study, figures: Path, link_prefix: str) -> list[str]:
@@ -173,7 +187,7 @@ def study_section(study: Study, figures: Path, link_prefix: str) -> list[str]:
     metric = record.get("metric")
     parts = [f"### {study.name}", "", *provenance_lines(record)]
     if study.notes:
-        parts += [*demote(study.notes, 4), ""]
+        parts += folded("Notes", demote(study.notes, 4))
     datasets = report._datasets(runs)
     table = report.layer_table(runs, layers)
     for dataset in datasets:
@@ -204,7 +218,8 @@ def study_section(study: Study, figures: Path, link_prefix: str) -> list[str]:
         if not study.steps.empty:
             parts += steps_figure(study, name, figures / f"{study.name}{suffix}_collapse_over_steps.png", link_prefix)
     summary = report.summary_markdown(runs, layers, metric, digits=DIGITS).split("\n", 1)[1]  # drop "# Sweep summary"
-    parts += [line.replace("## ", "#### ", 1) if line.startswith("## ") else line for line in summary.splitlines()]
+    for line in summary.splitlines():
+        parts += short_heading(line) if line.startswith("## ") else [line]
     return [*parts, ""]
 
 
@@ -280,7 +295,7 @@ def recorded_section(study: str, group: pd.DataFrame, path: Path) -> list[str]:
 
 def recorded_notes_section(notes: Path) -> list[str]:
     """The narrative recorded with the hand-recorded measurements."""
-    return [f"### {HEADINGS[RECORDED_NOTES]}", "", *demote(read_notes(notes), 4), ""]
+    return [f"### {HEADINGS[RECORDED_NOTES]}", "", *folded("Notes", demote(read_notes(notes), 4))]
 
 
 def benchmark_section(path: Path) -> list[str]:
@@ -303,7 +318,7 @@ def table_study_section(folder: Path) -> list[str]:
     parts = [f"### {folder.name}", ""]
     notes = read_notes(folder / "notes.md")
     if notes:
-        parts += [*demote(notes, 4), ""]
+        parts += folded("Notes", demote(notes, 4))
     for path in sorted(folder.glob("*.csv")):
         frame = read_csv_file(path, dtype=str, keep_default_na=False)
         table = frame.set_index(frame.columns[0]).map(format_cell)
@@ -311,15 +326,16 @@ def table_study_section(folder: Path) -> list[str]:
     return parts
 
 
-def collected_items(data_dir: Path, figures: Path) -> dict[str, Callable[[], list[str]]]:
+def collected_items(data_dir: Path, figures: Path, link_prefix: str) -> dict[str, Callable[[], list[str]]]:
     """Every study the data folder holds, by the name a question lists it under, with the function that writes its
     markdown (and its figures into ``figures``); the headline sweep first, then the sweeps, the table folders, the
     recorded studies and their notes, and the benchmarks. Every input is read and checked here, before anything is
-    written: a study that cannot give a true page is a ``ValueError`` and the last page and figures stay."""
+    written: a study that cannot give a true page is a ``ValueError`` and the last page and figures stay.
+    ``link_prefix``: the figures folder as the page that shows them links it."""
     studies = load_studies(data_dir)
     recorded, ratios = data_dir / RECORDED / "measurements.csv", data_dir / BENCHMARKS / "ratios.csv"
     items: dict[str, Callable[[], list[str]]] = {
-        study.name: partial(study_section, study, figures, "figures/") for study in studies
+        study.name: partial(study_section, study, figures, link_prefix) for study in studies
     }
     for folder in table_folders(data_dir):
         check_study_name(folder.name, folder)
@@ -362,11 +378,17 @@ def summary_lines(items: dict, structure: Structure, data_dir: Path) -> list[str
     for finding in structure.findings:
         if finding.link not in items:
             raise ValueError(f"{structure.path}: finding {finding.title!r} links to {finding.link!r}, not collected")
+        question = next(q for q in structure.questions if finding.link in q.studies)
         anchor = study_link(finding.link).split("](", 1)[1]  # "#study)"
         sentence = prose_line(finding_sentence(data_dir, finding))
-        parts.append(f"- **[{prose_line(finding.title)}]({anchor}**: {sentence}")
-    questions = " · ".join(f"[{prose_line(q.title)}](#{q.anchor})" for q in structure.questions)
-    return [*parts, "", f"Questions: {questions}", ""]
+        parts.append(f"- **[{prose_line(finding.title)}]({question_page(question)}{anchor}**: {sentence}")
+    questions = [f"- [{prose_line(q.title)}]({question_page(q)})" for q in structure.questions]
+    return [*parts, "", "## Questions", "", "One page per question:", "", *questions, ""]
+
+
+def question_page(question: Question) -> str:
+    """The page of ``question``, relative to the summary page: ``questions/<its heading's anchor>.md``."""
+    return f"{QUESTIONS_DIR}/{question.anchor}.md"
 
 
 def prose_line(text: str) -> str:
@@ -374,21 +396,20 @@ def prose_line(text: str) -> str:
     return markdown_prose(" ".join(text.split()))
 
 
-def grouped_sections(items: dict[str, Callable[[], list[str]]], structure: Structure) -> list[str]:
-    """The studies under their questions, in the structure's order; a listed study that is not collected is named."""
-    parts = []
-    for question in structure.questions:
-        text = [markdown_prose(question.text), ""] if question.text else []
-        parts += [f"## {prose_line(question.title)}", "", *text]
-        shown = [name for name in question.studies if name in items]
-        missing = [name for name in question.studies if name not in items]
-        if shown:
-            parts += ["Studies: " + ", ".join(study_link(name) for name in shown), ""]
-        if missing:
-            parts += [f"Not collected yet: {', '.join(markdown_code(name) for name in missing)}.", ""]
-        for name in shown:
-            parts += [*items[name](), ""]
-    return parts
+def question_sections(items: dict[str, Callable[[], list[str]]], question: Question) -> list[str]:
+    """One question's page: its title and text, then its studies (headings one level up: a study is a ``##``); a
+    listed study that is not collected is named."""
+    text = [markdown_prose(question.text), ""] if question.text else []
+    parts = [f"## {prose_line(question.title)}", "", *text, "[All questions and the summary](../README.md)", ""]
+    shown = [name for name in question.studies if name in items]
+    missing = [name for name in question.studies if name not in items]
+    if shown:
+        parts += ["Studies: " + ", ".join(study_link(name) for name in shown), ""]
+    if missing:
+        parts += [f"Not collected yet: {', '.join(markdown_code(name) for name in missing)}.", ""]
+    for name in shown:
+        parts += [*items[name](), ""]
+    return demote("\n".join(parts), 1)
 
 
 def single_blank_lines(lines: list[str]) -> list[str]:
@@ -401,6 +422,19 @@ def single_blank_lines(lines: list[str]) -> list[str]:
     return kept
 
 
+def clear_question_pages(folder: Path) -> None:
+    """An empty folder of question pages (a question that left ``questions.yaml`` leaves no page behind)."""
+    check_output_dir(folder, "the results page's questions folder")
+    for old in folder.glob("*.md"):
+        old.unlink()
+
+
+def write_page(path: Path, parts: list[str]) -> None:
+    """``parts`` (each one or several lines) as one Markdown page, single blank lines outside code blocks."""
+    lines = "\n".join(parts).split("\n")
+    atomic_write_text(path, "\n".join(single_blank_lines(lines)).strip() + "\n")
+
+
 def clear_figures(figures: Path) -> None:
     """An empty figures folder (the old PNGs go: a study that left the data leaves no figure behind)."""
     check_output_dir(figures, "the results page's figures folder")
@@ -410,14 +444,16 @@ def clear_figures(figures: Path) -> None:
 
 def build_page(data_dir: Path, out_dir: Path, command: str, structure: Structure | None = None) -> Path:
     """Write ``out_dir/README.md`` and ``out_dir/figures/*.png`` from ``data_dir``; returns the page's path.
-    ``structure``: the summary and questions (``questions.yaml``); None lists every study under one heading."""
-    items = collected_items(data_dir, out_dir / "figures")
+    ``structure``: the summary and questions (``questions.yaml``), each question on its own page
+    ``out_dir/questions/<anchor>.md``; None lists every study on the one page, under one heading."""
+    items = collected_items(data_dir, out_dir / "figures", "../figures/" if structure is not None else "figures/")
     summary = summary_lines(items, structure, data_dir) if structure is not None else []
     clear_figures(out_dir / "figures")
+    clear_question_pages(out_dir / QUESTIONS_DIR)
     parts = [
         "# Results",
         "",
-        "Generated: do not edit. Every number, figure and table below is rebuilt from the tidy tables under "
+        "Generated: do not edit. Every number, figure and table of these pages is rebuilt from the tidy tables under "
         "`analysis/data/` by one command, from the repository root:",
         "",
         "```bash",
@@ -435,7 +471,9 @@ def build_page(data_dir: Path, out_dir: Path, command: str, structure: Structure
         "",
     ]
     if structure is not None:
-        parts += [*summary, *grouped_sections(items, structure)]
+        parts += summary
+        for question in structure.questions:
+            write_page(out_dir / question_page(question), question_sections(items, question))
     else:
         if HEADLINE_STUDY not in items:
             parts += [f"The Cora depth study (`{HEADLINE_STUDY}`, the README's main job) is not collected yet.", ""]
@@ -444,6 +482,5 @@ def build_page(data_dir: Path, out_dir: Path, command: str, structure: Structure
         for write in items.values():
             parts += [*write(), ""]
     page = out_dir / "README.md"
-    lines = "\n".join(parts).split("\n")  # a table's markdown is one part of several lines
-    atomic_write_text(page, "\n".join(single_blank_lines(lines)).strip() + "\n")
+    write_page(page, parts)  # a table's markdown is one part of several lines
     return page

@@ -28,6 +28,9 @@ from rst_markdown import expand_grouped_arguments, rst_to_markdown  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS_PAGE = "results/studies.md"
+QUESTIONS = "results/questions"  # the results' question pages, as analysis/questions/ beside analysis/README.md
+# Question pages that a page of docs/ shows whole (through a marker), so the site has no page of their own.
+IN_OTHER_PAGES = {f"{QUESTIONS}/benchmarks.md": "results/benchmarks.md"}
 log = logging.getLogger("mkdocs.hooks.graphnorm")  # under "mkdocs": a warning here fails a strict build
 
 _SECTION = re.compile(r"^(Args|Arguments|Parameters|Raises|Returns|Yields):\s*$")
@@ -225,9 +228,24 @@ def notebook_title(path: Path) -> str:
     return path.stem.replace("_", " ")
 
 
+def question_pages() -> dict[str, Path]:
+    """Site path -> repository file of the results' question pages (``analysis/questions/*.md``, at
+    ``results/questions/``), in name order; not those another page shows (:data:`IN_OTHER_PAGES`)."""
+    pages = {f"{QUESTIONS}/{page.name}": page for page in sorted((REPO / "analysis" / "questions").glob("*.md"))}
+    return {site: page for site, page in pages.items() if site not in IN_OTHER_PAGES}
+
+
+def page_title(path: Path) -> str:
+    """A Markdown page's first heading, else its name."""
+    for line in path.read_text().splitlines():
+        if line.startswith("# "):
+            return line[2:].strip()
+    return path.stem.replace("-", " ")
+
+
 def external_files() -> dict[str, Path]:
-    """Site path -> repository file, for the results page and its figures."""
-    files = {RESULTS_PAGE: REPO / "analysis" / "README.md"}
+    """Site path -> repository file, for the results pages and their figures."""
+    files = {RESULTS_PAGE: REPO / "analysis" / "README.md", **question_pages()}
     for figure in sorted((REPO / "analysis" / "figures").glob("*")):
         if figure.is_file():
             files[f"results/figures/{figure.name}"] = figure
@@ -235,18 +253,34 @@ def external_files() -> dict[str, Path]:
 
 
 def on_config(config):
-    """Lists every notebook under the nav's "Tutorials" (after the pages the config names)."""
+    """Lists every notebook under the nav's "Tutorials" and every results question page under "Results", after the
+    results summary (a page named ``leaderboard`` first), both after the pages the config names."""
     for entry in config["nav"] or []:
         if isinstance(entry, dict) and "Tutorials" in entry:
             listed = entry["Tutorials"]
             for notebook in notebooks():
                 listed.append({notebook_title(notebook): f"notebooks/{notebook.name}"})
+        if isinstance(entry, dict) and "Results" in entry:
+            listed = entry["Results"]
+            after = next((i + 1 for i, item in enumerate(listed) if RESULTS_PAGE in dict(item).values()), 0)
+            listed[after:after] = [{page_title(source): site} for site, source in ordered_question_pages()]
     return config
+
+
+def ordered_question_pages() -> list[tuple[str, Path]]:
+    """The question pages in the results summary's order (the order of its links), a page named ``leaderboard``
+    first, then any page the summary does not link."""
+    pages = question_pages()
+    linked = re.findall(r"\]\(questions/([\w-]+\.md)\)", (REPO / "analysis" / "README.md").read_text())
+    order = [f"{QUESTIONS}/{name}" for name in dict.fromkeys(linked) if f"{QUESTIONS}/{name}" in pages]
+    order += [site for site in pages if site not in order]
+    order.sort(key=lambda site: site != f"{QUESTIONS}/leaderboard.md")  # stable: the rest keep the summary's order
+    return [(site, pages[site]) for site in order]
 
 
 @event_priority(100)  # before mkdocs-jupyter's on_files, which turns the notebooks it finds into pages
 def on_files(files, config):
-    """Adds the results page, its figures and the notebooks, read where they are."""
+    """Adds the results pages, their figures and the notebooks, read where they are."""
     from mkdocs.structure.files import File
 
     for site_path, source in external_files().items():
@@ -268,8 +302,14 @@ _MARKER = re.compile(r"<!-- (catalogue|results):(\w+) -->")
 _LINK = re.compile(r"(!?)\[([^\]]*)\]\(([^)\s]+)\)")
 
 
-def benchmark_section() -> str:
-    """The results page's benchmark section (from its heading to the next heading of its level or above)."""
+def benchmark_section() -> tuple[str, str, str]:
+    """The results' benchmark section, the site page that holds it and its repository folder: the question page
+    ``analysis/questions/benchmarks.md`` without its title, else the results page's section whose heading names
+    benchmarks (to the next heading of its level or above)."""
+    question = REPO / "analysis" / "questions" / "benchmarks.md"
+    if question.exists():
+        body = re.sub(r"\A# .*\n", "", question.read_text())  # the page that includes it has its own heading
+        return body.strip(), f"{QUESTIONS}/benchmarks.md", "analysis/questions"
     lines = (REPO / "analysis" / "README.md").read_text().splitlines()
     for start, line in enumerate(lines):
         heading = re.match(r"^(#{2,3}) .*benchmark", line, re.I)
@@ -278,9 +318,9 @@ def benchmark_section() -> str:
             end = next(
                 (i for i in range(start + 1, len(lines)) if re.match(rf"^#{{1,{level}}} ", lines[i])), len(lines)
             )
-            return "\n".join(lines[start + 1 : end]).strip()  # the page that includes it has its own heading
-    log.warning("analysis/README.md has no benchmark section (a heading with 'benchmark') for results/benchmarks.md")
-    return ""
+            return "\n".join(lines[start + 1 : end]).strip(), RESULTS_PAGE, "analysis"
+    log.warning("analysis/ has no benchmark section (questions/benchmarks.md) for results/benchmarks.md")
+    return "", RESULTS_PAGE, "analysis"
 
 
 def repository_link(page_dir: PurePosixPath, source_dir: PurePosixPath, match: re.Match[str]) -> str:
@@ -300,6 +340,9 @@ def repository_link(page_dir: PurePosixPath, source_dir: PurePosixPath, match: r
             site_path = "results/figures/" + resolved.name
         elif name == "analysis/README.md":
             site_path = RESULTS_PAGE
+        elif name.startswith("analysis/questions/") and name.endswith(".md"):
+            site_path = f"{QUESTIONS}/{resolved.name}"
+            site_path = IN_OTHER_PAGES.get(site_path, site_path)
         elif name == "README.md":
             site_path = "index.md"
         elif name.startswith("docs/"):
@@ -333,21 +376,22 @@ def _relative(start: PurePosixPath, target: PurePosixPath) -> list[str]:
 
 def on_page_markdown(markdown, page, config, files):
     """Fills the catalogue and benchmark markers; points the results page's repository links into the site."""
-    if page.file.src_uri == RESULTS_PAGE:
-        page_dir = PurePosixPath(RESULTS_PAGE).parent
-        markdown = _LINK.sub(lambda m: repository_link(page_dir, PurePosixPath("analysis"), m), markdown)
+    source = {RESULTS_PAGE: "analysis", **dict.fromkeys(question_pages(), "analysis/questions")}.get(page.file.src_uri)
+    if source is not None:
+        page_dir = PurePosixPath(page.file.src_uri).parent
+        markdown = _LINK.sub(lambda m: repository_link(page_dir, PurePosixPath(source), m), markdown)
 
     def fill(match: re.Match[str]) -> str:
         kind, name = match.groups()
         if kind == "catalogue" and name in CATALOGUES:
             return CATALOGUES[name]()
         if (kind, name) == ("results", "benchmarks"):
-            section = benchmark_section()
+            section, holder, source = benchmark_section()
             page_dir = PurePosixPath(page.file.src_uri).parent
-            # its anchors are the results page's: "#study" -> "<results page>#study"
-            results = PurePosixPath(*_relative(page_dir, PurePosixPath(RESULTS_PAGE)))
+            # its anchors are those of the page that holds it: "#study" -> "<that page>#study"
+            results = PurePosixPath(*_relative(page_dir, PurePosixPath(holder)))
             section = re.sub(r"\]\(#", f"]({results}#", section)
-            return _LINK.sub(lambda m: repository_link(page_dir, PurePosixPath("analysis"), m), section)
+            return _LINK.sub(lambda m: repository_link(page_dir, PurePosixPath(source), m), section)
         log.warning(f"{page.file.src_uri}: unknown marker {match.group(0)}")
         return match.group(0)
 
