@@ -16,6 +16,7 @@ from graphnorm.norms.batch_norm import BatchNorm
 from graphnorm.norms.contranorm import ContraNorm, NeighborsNotExcludedWarning
 from graphnorm.norms.detach_norm import DetachNorm
 from graphnorm.norms.diff_group_norm import DiffGroupNorm
+from graphnorm.norms.granola import Granola, GranolaNoEdgesWarning
 from graphnorm.norms.graph_norm import GraphNorm
 from graphnorm.norms.hosts import (
     EdgeIndexHandoff,
@@ -45,6 +46,7 @@ __all__ = [
     "pass_edge_index",
     "untie_norms",
     "EdgeIndexHandoff",
+    "GranolaNoEdgesWarning",
     "NeighborsNotExcludedWarning",
     "SharedNormWarning",
     "UntiedAfterBackwardWarning",
@@ -54,6 +56,7 @@ __all__ = [
     "DetachNorm",
     "DiffGroupNorm",
     "GraphNorm",
+    "Granola",
     "Identity",
     "InstanceNorm",
     "LayerNorm",
