@@ -106,16 +106,16 @@ def test_page_shows_figures_and_the_tables_numbers(built):
     assert "- command: `graphnorm sweep tiny.yaml`" in page and "8 of 8 runs finished (complete)" in page
     # The sweep's own metric, mean ± std over the two seeds (three significant digits; the count once, in the title).
     runs = pd.read_csv(built["data"] / "tiny" / "runs.csv")
-    section = page.split("#### cora: test_acc_last (mean ± std over 2 seeds)")[1].split("####")[0]
+    section = page.split("#### cora: test_acc_last\n\n(mean ± std over 2 seeds)")[1].split("####")[0]
     for (norm, depth), values in runs.groupby(["norm", "num_layers"])["test_acc_last"]:
         cell = f"{values.mean():.3f} ± {values.std():.3f}"  # means in [0.1, 1): three decimals
         row = next(line for line in section.splitlines() if line.startswith(f"| {norm} |"))
         assert cell in row and "(n=" not in row, (norm, depth, row)
     assert "| none | 0.806 ± 0.009 | 0.306 ± 0.009 ≤maj |" in section
     assert "majority class (always the most frequent training class): 0.319" in section
-    assert "at the last probed layer (gcn: the classifier output" in page
-    assert "effective_rank at the last probed layer (gcn: the classifier output (logits: the last GCN conv, no " \
-        "norm)) (mean ± std over 2 seeds)" in page  # fmt: skip
+    # Short titles: the table's heading is its first clause, what it shows is the line under it.
+    assert "#### cora: effective_rank at the last probed layer\n\n(gcn: the classifier output (logits: the last GCN " \
+        "conv, no norm)) (mean ± std over 2 seeds)" in page  # fmt: skip
     # Every recorded measurement and every benchmark ratio is on the page, in the page's one number format.
     recorded = pd.read_csv(built["data"] / "recorded" / "measurements.csv", dtype=str)
     for value in recorded["value"]:
@@ -151,11 +151,16 @@ def test_page_marks_an_incomplete_study_and_collect_errors_are_one_line(tmp_path
 
 @pytest.mark.slow
 def test_committed_page_is_up_to_date(tmp_path):
-    """analysis/README.md is what the build writes from analysis/data/ (figures are compared by name only: their
+    """analysis/README.md and analysis/questions/ are what the build writes from analysis/data/ (figures are compared
+    by name only: their
     bytes depend on matplotlib's version and fonts)."""
     result = _build("--out", str(tmp_path))
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "README.md").read_text() == (REPO / "analysis" / "README.md").read_text()
+    committed = sorted((REPO / "analysis" / "questions").glob("*.md"))
+    assert [p.name for p in committed] == sorted(p.name for p in (tmp_path / "questions").glob("*.md"))
+    for page in committed:
+        assert (tmp_path / "questions" / page.name).read_text() == page.read_text(), page.name
     built = {p.name for p in (tmp_path / "figures").glob("*.png")}
     assert built == {p.name for p in (REPO / "analysis" / "figures").glob("*.png")}
 
@@ -200,9 +205,17 @@ def grouped(tmp_path: Path) -> dict[str, Path]:
 
 
 def _grouped_build(grouped: dict[str, Path], capsys) -> tuple[int, str, str]:
+    """Exit code, stderr, and the summary page followed by the question pages (in the summary's order)."""
     capsys.readouterr()
     code = _main("--data", str(grouped["data"]), "--out", str(grouped["out"]), "--questions", str(grouped["questions"]))
-    return code, capsys.readouterr().err, (grouped["out"] / "README.md").read_text()
+    return code, capsys.readouterr().err, "\n".join(_pages(grouped["out"]).values())
+
+
+def _pages(out: Path) -> dict[str, str]:
+    """The results pages under ``out``: README.md, then each question page it links, by path relative to ``out``."""
+    summary = (out / "README.md").read_text()
+    linked = dict.fromkeys(re.findall(r"\]\((questions/[\w-]+\.md)\)", summary))
+    return {"README.md": summary, **{name: (out / name).read_text() for name in linked}}
 
 
 def test_summary_numbers_are_computed_from_the_data(grouped, capsys):
@@ -216,20 +229,23 @@ def test_summary_numbers_are_computed_from_the_data(grouped, capsys):
         f"- **[Depth](#tiny)**: at 8 layers ContraNorm keeps {contranorm:.3f} (± {std:.5f}), no norm {none:.3f} "
         "(2 seeds)."
     )  # std 0.0092: three significant digits are five decimals
+    expected = expected.replace("(#tiny)", "(questions/does-a-norm-cure-depth.md#tiny)")  # on its question's page
     assert expected in page.split("## Summary")[1].split("## ")[0]
-    # The summary comes before the questions, the questions in the file's order, each study under its heading.
-    assert page.index("## Summary") < page.index("## Does a norm cure depth?") < page.index("## Scale")
-    assert "Questions: [Does a norm cure depth?](#does-a-norm-cure-depth) · [Scale](#scale)" in page
+    # The summary comes before the questions, the questions in the file's order, one page each with its studies.
+    assert page.index("## Summary") < page.index("# Does a norm cure depth?") < page.index("# Scale")
+    assert "- [Does a norm cure depth?](questions/does-a-norm-cure-depth.md)\n- [Scale](questions/scale.md)" in page
+    assert sorted(p.name for p in (grouped["out"] / "questions").iterdir()) == ["does-a-norm-cure-depth.md", "scale.md"]
     assert "Not collected yet: `not_run_yet`." in page  # listed, not collected: named, not dropped
 
 
 def test_study_notes_and_table_folders_are_shown(grouped, capsys):
     code, err, page = _grouped_build(grouped, capsys)
     assert code == 0, err
-    tiny = page.split("### tiny")[1].split("### scaling")[0]
-    assert "#### Why tiny\n\nA narrative.\n\n##### Detail" in tiny  # the notes' headings under the study's
+    tiny = page.split("## tiny")[1].split("## scaling")[0]
+    assert "### Why tiny\n\nA narrative.\n\n#### Detail" in tiny  # the notes' headings under the study's
+    assert tiny.index("<summary>Notes</summary>") < tiny.index("### Why tiny") < tiny.index("</details>")  # folded
     assert "```text\n# not a heading\n```" in tiny  # code blocks untouched
-    scaling = page.split("### scaling")[1]
+    scaling = page.split("## scaling")[1]
     assert "Epoch time grows linearly in the edges." in scaling and "From `scaling/scale.csv`:" in scaling
     assert "| 10000 | 0.0412 | 1.23 |" in scaling and "| 1000000 | 12.3 | 3 |" in scaling  # 3 significant digits
     assert "\n\n\n" not in page  # one blank line between blocks
@@ -309,17 +325,26 @@ def _anchors(page: str) -> list[str]:
 
 @pytest.mark.parametrize("which", ["committed", "grouped"])
 def test_every_link_within_the_page_finds_one_heading(which, request, capsys):
-    """The summary's and the questions' links land on a heading, and no two studies or questions share one."""
+    """The summary's and the questions' links land on a heading of their page, and no two studies or questions of
+    a page share one."""
     if which == "committed":
-        page = (REPO / "analysis" / "README.md").read_text()
+        out = REPO / "analysis"
     else:
-        code, err, page = _grouped_build(request.getfixturevalue("grouped"), capsys)
+        grouped = request.getfixturevalue("grouped")
+        code, err, _ = _grouped_build(grouped, capsys)
         assert code == 0, err
-    anchors = _anchors(page)
-    sections = _anchors("\n".join(line for line in page.splitlines() if re.match(r"#{2,3} ", line)))
-    assert len(set(sections)) == len(sections), sorted(a for a in sections if sections.count(a) > 1)
-    links = set(re.findall(r"\]\(#([^)]+)\)", page))
-    assert links and not links - set(anchors), sorted(links - set(anchors))
+        out = grouped["out"]
+    pages = _pages(out)
+    assert len(pages) > 1
+    anchors = {name: set(_anchors(text)) for name, text in pages.items()}
+    for name, text in pages.items():
+        sections = _anchors("\n".join(line for line in text.splitlines() if re.match(r"#{1,2} ", line)))
+        assert len(set(sections)) == len(sections), (name, sorted(a for a in sections if sections.count(a) > 1))
+        local = set(re.findall(r"\]\(#([^)]+)\)", text))
+        assert not local - anchors[name], (name, sorted(local - anchors[name]))
+        for target, anchor in re.findall(r"\]\((questions/[\w-]+\.md)#([^)]+)\)", text):
+            assert anchor in anchors[target], (name, target, anchor)
+    assert re.search(r"\]\(questions/[\w-]+\.md#", pages["README.md"])  # the summary links into the pages
 
 
 def test_a_large_layer_table_is_stored_compressed_and_read_back_the_same(tmp_path, monkeypatch):

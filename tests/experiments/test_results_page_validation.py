@@ -375,18 +375,22 @@ def page_numbers(page: str) -> dict:
     """The same numbers as the page shows them (depths as their column headers)."""
     cells, majority, counts, lines = {}, {}, {}, page.splitlines()
     for start, line in enumerate(lines):
-        heading = re.fullmatch(rf"#### (\S+): {METRIC} \((?:mean ± std over (\d+) seeds|(1) seed)\)", line)
-        if not heading:
+        # A summary table's heading, then its seed count on the line under it (the page's short titles).
+        title = re.fullmatch(rf"#### (\S+): {METRIC}", line)
+        caption = lines[start + 2] if title and start + 2 < len(lines) else ""
+        seeds = re.fullmatch(r"\((?:mean ± std over (\d+) seeds|(1) seed)\)", caption)
+        if not (title and seeds):
             continue
-        counts[heading.group(1)] = heading.group(2) or heading.group(3)
-        table = list(itertools.takewhile(lambda row: row.startswith("|"), lines[start + 2 :]))
+        counts[title.group(1)] = seeds.group(1) or seeds.group(2)
+        heading = title
+        table = list(itertools.takewhile(lambda row: row.startswith("|"), lines[start + 4 :]))
         depths = [c.strip() for c in table[0].strip("|").split("|")[1:]]
         for row in table[2:]:
             norm, *values = (c.strip() for c in row.strip("|").split("|"))
             for depth, value in zip(depths, values):
                 if value:
                     cells[(heading.group(1), norm, depth)] = value.removesuffix(" ≤maj")
-        after = [*lines[start + 3 + len(table) :], ""]  # the majority note follows the table and a blank line
+        after = [*lines[start + 5 + len(table) :], ""]  # the majority note follows the table and a blank line
         note = re.match(r"majority class \(always the most frequent training class\): (\S+);", after[0])
         if note:
             majority[heading.group(1)] = note.group(1)
