@@ -243,7 +243,8 @@ def test_study_notes_and_table_folders_are_shown(grouped, capsys):
     assert code == 0, err
     tiny = page.split("## tiny")[1].split("## scaling")[0]
     assert "### Why tiny\n\nA narrative.\n\n#### Detail" in tiny  # the notes' headings under the study's
-    assert tiny.index("<summary>Notes</summary>") < tiny.index("### Why tiny") < tiny.index("</details>")  # folded
+    notes = tiny.index("<summary>Notes</summary>")
+    assert notes < tiny.index("### Why tiny") < tiny.index("</details>", notes)  # folded
     assert "```text\n# not a heading\n```" in tiny  # code blocks untouched
     scaling = page.split("## scaling")[1]
     assert "Epoch time grows linearly in the edges." in scaling and "From `scaling/scale.csv`:" in scaling
