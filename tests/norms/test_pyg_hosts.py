@@ -23,6 +23,7 @@ from graphnorm.analysis import CollapseProbe
 from graphnorm.data import load_dataset
 from graphnorm.norms import (
     ContraNorm,
+    GranolaNoEdgesWarning,
     NeighborsNotExcludedWarning,
     SharedNormWarning,
     available_norms,
@@ -52,6 +53,8 @@ def expected_warnings(host: str, norm: str) -> set[type[Warning]]:
     expected: set[type[Warning]] = set()
     if norm == "contranorm":
         expected.add(NeighborsNotExcludedWarning)
+    if norm == "granola":
+        expected.add(GranolaNoEdgesWarning)
     built = build_norm(norm, HIDDEN)
     if host == "GPSConv" and (list(built.parameters()) or list(built.buffers())):
         expected.add(SharedNormWarning)
