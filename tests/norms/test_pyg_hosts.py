@@ -164,6 +164,8 @@ def test_every_norm_in_every_pyg_host_trains_and_is_probed_or_says_why(host, nor
     assert all(math.isfinite(loss) for loss in losses)
     changed = {name for name, p in model.named_parameters() if not torch.equal(p.detach(), before[name])}
     norm_parameters = {name for name, _ in model.named_parameters() if re.search(r"norms?\d*\.", name)}
+    if norm == "granola":  # no edges reach it as written (GranolaNoEdgesWarning): its neighbour weights get no gradient
+        norm_parameters = {name for name in norm_parameters if ".neighbor." not in name}
     assert norm_parameters <= changed, norm_parameters - changed  # the norms' own parameters train too
     assert len(changed) > len(norm_parameters)
     # the probe's defaults watch the norms graphnorm finds (one per position of the host; GPSConv: one per layer)
