@@ -301,6 +301,7 @@ def cora_accuracy(data, norm: str, num_layers: int = 16, epochs: int = 40) -> fl
     return best_test
 
 
+@pytest.mark.slow
 def test_a_16_layer_gcn_on_cora_trains_with_granola_and_not_without_a_norm(data_root) -> None:
     data = load_dataset("cora", root=data_root).data
     """Seed 0, 40 epochs: GRANOLA 0.371 test accuracy, no norm 0.174 (near the majority class), InstanceNorm 0.627.
