@@ -1,16 +1,14 @@
-"""Regenerate the results page (analysis/README.md and analysis/figures/*.png) from the tidy tables in analysis/data/.
+"""Regenerate the results pages (analysis/README.md, analysis/questions/*.md and analysis/figures/*.png) from the
+tidy tables in analysis/data/.
 
 Usage, from the repository root:
 
     python analysis/build.py
-        rebuild the page from analysis/data/
     python analysis/build.py --collect RUN_DIR --study NAME [--command "graphnorm sweep ..."] [--note "..."]
-        copy a finished sweep folder's tables into analysis/data/NAME/ (with provenance), then rebuild; a new
-        study must be listed under its question in analysis/questions.yaml (the build names it otherwise)
 
-``--data`` and ``--out`` move the data folder and the page (tests build into a temporary folder). The summary and
-the grouping by question come from ``analysis/questions.yaml`` (``--questions``; with another ``--data`` and no
-``--questions`` the page lists the studies under one heading).
+The second copies a finished sweep folder's tables into analysis/data/NAME/ (with provenance), then rebuilds; list a
+new study under its question in analysis/questions.yaml. ``--data``/``--out`` move the data and the pages (tests);
+``--questions`` names the structure (default analysis/questions.yaml unless ``--data`` is given: then one page).
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """Copy a finished sweep folder into small tidy tables under ``analysis/data/<study>/``, with its provenance.
 
-Written per study:
-
-* ``runs.csv``: one row per ok run: the config keys that vary across the study's runs, the identity keys
-  (dataset, model, readout) and every recorded metric (val_* / test_*, *_last, majority_acc, epochs, timings).
-* ``layers.csv``: the collapse metrics the page shows (:data:`LAYER_METRICS`), node and graph-token rows, the
-  per-graph statistic ("value" for one graph, "mean" over a sample of graphs), 6 significant digits.
-* ``steps.csv`` (only when the sweep has one: runs with ``probe_every_steps``): the same metrics, rows and statistic
-  of the collapse over training steps (step, epoch, layer), 6 significant digits.
-* ``layers.csv`` and ``steps.csv`` over 1 MiB are written gzip-compressed instead (``layers.csv.gz``: the
-  repository keeps no file over 1 MiB); the page reads either form.
-* ``sweep.yaml``: the sweep's config as it ran (the folder's own copy), so ``graphnorm sweep`` can rerun it.
-* ``provenance.json``: the command, the commit (HEAD when runs.csv was last written), the date, the machine, the
-  sweep's metric and how many of the grid's runs finished.
+Written per study: ``runs.csv`` (one row per ok run: the config keys that vary, the identity keys and every
+recorded metric); ``layers.csv`` (the collapse metrics the page shows, :data:`LAYER_METRICS`, node and graph-token
+rows, 6 significant digits); ``steps.csv`` when the sweep probed during training (the same, per step);
+``sweep.yaml`` (the config as it ran, to rerun it); ``provenance.json`` (command, commit, date, machine, metric,
+finished runs). A layer or step table over 1 MiB is written gzip-compressed (``layers.csv.gz``: the repository
+keeps no file over 1 MiB); the page reads either form.
 """
 
 from __future__ import annotations

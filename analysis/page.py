@@ -1,27 +1,13 @@
-"""The results page: a summary of the findings, then the studies under ``analysis/data/`` grouped by the question
-they answer, written as one markdown page.
+"""The results pages, written from the tidy tables of ``analysis/data/``: a summary of the findings
+(``README.md``), then one page per question of ``analysis/questions.yaml`` (``questions/<anchor>.md``) with the
+studies that answer it; without a questions file, one page with every study.
 
-The structure comes from ``analysis/questions.yaml`` (see ``questions.py``): the summary's sentences, whose numbers
-are computed here from the collected tables, and the questions with their studies. Every study that is collected
-must be listed by a question (an unlisted one is an error, so nothing leaves the page unnoticed); a listed study that
-is not collected yet is named as such under its question. Without a structure file (``--data`` elsewhere and no
-``--questions``) the page lists every study under one heading, the headline study first.
-
-Kinds of study, each a folder or file of ``analysis/data/``:
-
-* a collected sweep (``<study>/runs.csv``, ``layers.csv``, ``provenance.json``; see ``collect.py``): the sweep's
-  metric against depth (with the majority-class line when recorded), the collapse metrics against layer, with
-  ``steps.csv`` (runs with ``probe_every_steps``) the collapse over training steps, and the summary tables of
-  :func:`graphnorm.sweep.report.summary_markdown`;
-* a folder of tables (``<study>/*.csv`` without ``runs.csv``, e.g. a benchmark's tidy output): each table;
-* ``recorded/measurements.csv``: numbers recorded by hand in the presets' headers before this page existed, one
-  measured value a row, shown as tables per study (plus mean ± std over seeds where a study has several), and
-  ``recorded/notes.md``, the narrative those numbers came with;
-* ``benchmarks/ratios.csv``: speed ratios against a baseline timed in the same process, with their source.
-
-A study folder's ``notes.md`` is shown under its heading. Numbers are shown with three significant digits (whole
-numbers as written), and each table states its seed count once. Text from the data is shown as written, the notes
-and the questions' texts as Markdown without HTML (``validate.py`` says which is which).
+A study is a collected sweep (``runs.csv``, ``layers.csv``, ``provenance.json``, maybe ``steps.csv``: figures and
+summary tables), a folder of tables (each CSV), the hand-recorded ``recorded/measurements.csv`` (tables, mean ± std
+over seeds) with its ``recorded/notes.md``, or ``benchmarks/ratios.csv``. Provenance and notes are folded under the
+study's heading; a summary table's heading is its first clause, what it shows the line under it. Every collected
+study must be listed by a question. Numbers have three significant digits (``graphnorm.sweep.tables``' one format);
+text from the data is shown as written (``validate.py`` says which text is which).
 """
 
 from __future__ import annotations
@@ -53,7 +39,7 @@ from validate import (  # noqa: E402
 from graphnorm.escaping import markdown_code, markdown_prose, markdown_text  # noqa: E402
 from graphnorm.files import atomic_write_text, check_output_dir, save_figure  # noqa: E402
 from graphnorm.sweep import report  # noqa: E402
-from graphnorm.sweep.tables import decimals, markdown_table, significant  # noqa: E402
+from graphnorm.sweep.tables import format_mean_std, markdown_table, significant  # noqa: E402
 
 QUESTIONS_DIR = "questions"  # one page per question, beside README.md (the summary)
 HEADLINE_STUDY = "cora_depth_quick"  # the README's main job: first on the page when collected
@@ -264,8 +250,7 @@ def seed_summary(frame: pd.DataFrame, path: Path) -> tuple[pd.DataFrame, int]:
     stats = stats[stats["count"] >= 2].reset_index()
     usual = int(stats["count"].mode().max()) if len(stats) else 0
     stats["value"] = [
-        f"{significant(m, DIGITS)} ± {s:.{decimals(m, DIGITS)}f}" + ("" if n == usual else f" (n={n})")
-        for m, s, n in zip(stats["mean"], stats["std"], stats["count"])
+        format_mean_std(m, s, n, DIGITS, usual) for m, s, n in zip(stats["mean"], stats["std"], stats["count"])
     ]
     return stats, usual
 

@@ -1,30 +1,10 @@
-"""The results page's structure: its questions (which studies answer each) and its headline findings, read from
-``analysis/questions.yaml``.
+"""The results pages' structure, read from ``analysis/questions.yaml``: its questions (which studies answer each,
+one page per question) and its headline findings (the summary's sentences, their numbers computed from the
+collected tables; the format: :class:`Finding`).
 
-A **question** is a title, an optional sentence under it, and the studies that answer it, in page order. A study is
-named as the page knows it: a folder under ``analysis/data/`` (a collected sweep, or a folder of tables with a
-``notes.md``), ``recorded/<study>`` (a study of ``recorded/measurements.csv``), ``recorded/notes`` (the notes that
-came with those measurements) or ``benchmarks`` (``benchmarks/ratios.csv``).
-
-A **finding** is one sentence of the page's summary whose numbers are computed from the collected tables:
-
-.. code-block:: yaml
-
-    - title: Depth on Cora
-      link: cora_depth_quick_3seeds          # the study the sentence links to
-      table: cora_depth_quick_3seeds/runs.csv
-      column: test_acc_last                  # default column of every value
-      values:
-        none: {where: {norm: none, num_layers: 16}}
-        contranorm: {where: {norm: contranorm, num_layers: 16}}
-      sentence: "at 16 layers a plain GCN falls to {none}, ContraNorm keeps {contranorm} ({none.n} seeds)"
-
-Each value is the mean of ``column`` over the rows of ``table`` that match ``where`` (cells compared as text) and
-whose ``contains`` columns hold the given text; ``aggregate: only`` asks for exactly one such row, ``last`` takes the
-last one in the file (the newest entry of a table that grows by appending). A value may name its own ``table`` and
-``column``. In the sentence ``{name}`` is the value with three significant digits, ``{name.std}`` the sample std
-and ``{name.n}`` the number of rows. A value that matches no row, a name the sentence does not define, or a table
-that is not collected is a ``ValueError``: a finding never shows a number its data do not hold.
+A study is named as the pages know it: a folder under ``analysis/data/``, ``recorded/<study>`` (a study of
+``recorded/measurements.csv``), ``recorded/notes`` (the notes that came with those measurements) or ``benchmarks``
+(``benchmarks/ratios.csv``).
 """
 
 from __future__ import annotations
@@ -63,7 +43,27 @@ class Question:
 
 @dataclass
 class Finding:
-    """One sentence of the summary: its numbers come from ``values`` (see the module docstring)."""
+    """A **finding** is one sentence of the page's summary whose numbers are computed from the collected tables:
+
+    .. code-block:: yaml
+
+        - title: Depth on Cora
+          link: cora_depth_quick_3seeds          # the study the sentence links to
+          table: cora_depth_quick_3seeds/runs.csv
+          column: test_acc_last                  # default column of every value
+          values:
+            none: {where: {norm: none, num_layers: 16}}
+            contranorm: {where: {norm: contranorm, num_layers: 16}}
+          sentence: "at 16 layers a plain GCN falls to {none}, ContraNorm keeps {contranorm} ({none.n} seeds)"
+
+    Each value is the mean of ``column`` over the rows of ``table`` that match ``where`` (cells compared as text)
+    and whose ``contains`` columns hold the given text; ``aggregate: only`` asks for exactly one such row, ``last``
+    takes the last one in the file (the newest entry of a table that grows by appending). A value may name its own
+    ``table`` and ``column``. In the sentence ``{name}`` is the value with three significant digits, ``{name.std}``
+    the sample std and ``{name.n}`` the number of rows. A value that matches no row, a name the sentence does not
+    define, or a table that is not collected is a ``ValueError``: a finding never shows a number its data do not
+    hold.
+    """
 
     title: str
     link: str

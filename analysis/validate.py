@@ -1,17 +1,11 @@
 """Read a study's files and check that the page built from them can tell the truth.
 
-Every error is a ``ValueError`` of one line that names the file (and the line and column of a bad cell), so
-``build.py`` prints it as one line. A study's ``runs.csv`` must hold one row per finished run: as many rows as its
-``provenance.json`` says finished, no run twice, and the columns the page reads (run, norm, depth, seed, the
-sweep's metric) with a finite number in every metric cell.
-
-Names are checked, free text is escaped. A study's name (its folder, or its rows of ``recorded/measurements.csv``)
-and the norm, model and dataset of every run are names: :data:`graphnorm.checks.NAME_PATTERN` (a lower-case letter,
-then a-z, 0-9 and _), as the registries require, else an error naming the cell. Every other text (provenance, table
-cells, run ids, recorded measurements) is shown as written (:func:`graphnorm.escaping.markdown_text`), and a study's
-``notes.md`` and the questions' texts are Markdown written by people: kept as Markdown (code, links, emphasis,
-maths), but raw HTML, attribute lists and links to ``javascript:``-like targets show as text
-(:func:`graphnorm.escaping.markdown_prose`), since the page is published on the documentation site.
+Every error is a ``ValueError`` of one line naming the file (and the line and column of a bad cell). ``runs.csv``
+must hold one row per finished run (as many as ``provenance.json`` says, none twice) with the columns the page reads
+and a finite number in every metric cell. Names (a study's, and every run's norm, model and dataset) must match
+:data:`graphnorm.checks.NAME_PATTERN`; other text from the data is shown as written
+(:func:`graphnorm.escaping.markdown_text`); ``notes.md`` and the questions' texts stay Markdown without raw HTML or
+script links (:func:`graphnorm.escaping.markdown_prose`), since the pages are published on the documentation site.
 """
 
 from __future__ import annotations
