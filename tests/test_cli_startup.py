@@ -52,7 +52,7 @@ def test_import_graphnorm_is_light_and_its_public_names_load_on_use() -> None:
 
 def test_public_api_all_dir_and_unknown_names() -> None:
     assert set(graphnorm.__all__) == {"norms", "available_norms", "build_norm", "pass_edge_index", "__version__"}
-    assert graphnorm.pass_edge_index.__module__ == "graphnorm.norms.hosts"
+    assert graphnorm.pass_edge_index.__module__ == "graphnorm.norms.other_models"
     assert set(graphnorm.__all__) <= set(dir(graphnorm))
     assert graphnorm.build_norm("pairnorm", 4).__class__.__name__ == "PairNorm"
     with pytest.raises(AttributeError, match="has no attribute 'nosuch'"):

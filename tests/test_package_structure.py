@@ -153,7 +153,7 @@ def test_no_import_cycle_among_package_modules() -> None:
 # The package's layers, bottom first: a module may import from its own group and from lower layers only. Two groups
 # on one layer do not import each other.
 LAYERS = (
-    ("graphnorm", "graphnorm.checks", "graphnorm.compiled", "graphnorm.escaping", "graphnorm.files"),
+    ("graphnorm", "graphnorm.checks", "graphnorm.numba_kernels", "graphnorm.escaping", "graphnorm.files"),
     ("graphnorm.data", "graphnorm.norms"),
     ("graphnorm.models",),
     ("graphnorm.analysis",),
@@ -203,5 +203,5 @@ def test_layer_check_sees_an_upward_import() -> None:
 def test_package_root_keeps_only_entry_points() -> None:
     root_modules = sorted(path.stem for path in PACKAGE.glob("*.py"))
     entry_points = ["__init__", "__main__", "cli"]  # the commands' bodies live in their packages
-    foundations = ["checks", "compiled", "edges", "escaping", "files", "memory", "threads"]  # the bottom layer
+    foundations = ["checks", "edges", "escaping", "files", "memory", "numba_kernels", "threads"]  # the bottom layer
     assert root_modules == sorted(entry_points + foundations)

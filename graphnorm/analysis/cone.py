@@ -19,7 +19,7 @@ from torch import Tensor
 
 from graphnorm.analysis.magnitude import check_not_too_large, rescale_for_invariant
 from graphnorm.analysis.min_norm_point import WORKING_SIZE, wolfe_min_norm_point
-from graphnorm.compiled import kernel
+from graphnorm.numba_kernels import kernel
 
 __all__ = [
     "ConeAngle",

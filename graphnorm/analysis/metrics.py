@@ -25,7 +25,7 @@ from torch import Tensor
 from graphnorm.analysis.cone import cone_angle, cone_angle_info, robust_cone_angle
 from graphnorm.analysis.magnitude import check_not_too_large, rescale_for_invariant
 from graphnorm.checks import check_edge_index
-from graphnorm.compiled import kernel
+from graphnorm.numba_kernels import kernel
 
 __all__ = [
     "check_matrix",

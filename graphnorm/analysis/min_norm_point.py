@@ -18,7 +18,7 @@ import math
 import numba
 import numpy as np
 
-from graphnorm.compiled import kernel
+from graphnorm.numba_kernels import kernel
 
 
 @kernel()

@@ -27,7 +27,7 @@ from graphnorm.analysis.collapse import (
 from graphnorm.checks import check_choice, same_values
 from graphnorm.models.registry import forward_adapter
 from graphnorm.norms import available_norms, norm_class
-from graphnorm.norms.hosts import outermost_modules
+from graphnorm.norms.other_models import outermost_modules
 from graphnorm.threads import single_thread
 
 __all__ = [

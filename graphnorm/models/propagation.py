@@ -19,8 +19,8 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from graphnorm.compiled import kernel
 from graphnorm.edges import csr_from_edges
+from graphnorm.numba_kernels import kernel
 from graphnorm.threads import shared_pool
 
 KERNEL_DTYPES = (torch.float32, torch.float64)  # others (bfloat16, float16) are multiplied in float32

@@ -1,11 +1,11 @@
 """The forward every norm shares, :class:`NormBase`: a norm subclass holds only its math, ``_normalize``.
 
 A call ``norm(x, batch=None, batch_size=None, edge_index=None, token_mask=None)`` runs, in order: the check of the
-instance's positions in the model being run (first call only, :func:`~graphnorm.norms.hosts.warn_if_shared`); the
-host's ``edge_index`` under :func:`~graphnorm.norms.hosts.pass_edge_index` when the call has none; the input checks
-(:meth:`NormBase._check_inputs`); a copy of an empty ``x`` as the output; ``x`` in float32 when it is half precision
-(:mod:`~graphnorm.norms.ops.precision`); ``_normalize``; the result back in ``x``'s dtype. ``_normalize(x, batch,
-batch_size)`` receives ``edge_index`` and ``token_mask`` too where its signature names them.
+instance's positions in the model being run (first call only, :func:`~graphnorm.norms.other_models.warn_if_shared`);
+the host's ``edge_index`` under :func:`~graphnorm.norms.other_models.pass_edge_index` when the call has none; the input
+checks (:meth:`NormBase._check_inputs`); a copy of an empty ``x`` as the output; ``x`` in float32 when it is half
+precision (:mod:`~graphnorm.norms.ops.precision`); ``_normalize``; the result back in ``x``'s dtype.
+``_normalize(x, batch, batch_size)`` receives ``edge_index`` and ``token_mask`` too where its signature names them.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from typing import ClassVar
 
 from torch import Tensor, nn
 
-from graphnorm.norms.hosts import CHECKED_ATTRIBUTE, handed_edge_index, warn_if_shared
 from graphnorm.norms.ops.input_checks import check_norm_inputs
 from graphnorm.norms.ops.precision import upcast
+from graphnorm.norms.other_models import CHECKED_ATTRIBUTE, handed_edge_index, warn_if_shared
 
 OPTIONAL_INPUTS = ("edge_index", "token_mask")  # passed to _normalize only where its signature names them
 

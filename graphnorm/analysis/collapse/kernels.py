@@ -1,6 +1,6 @@
 """The compiled kernels of the collapse engine that work on NumPy arrays of stacked layers: rows widened with their
 norms and unit rows, Gram matrices and their spectra, and the edge metrics (Dirichlet energies, neighbour MAD) in one
-pass over every edge's two rows. Each is made by :func:`graphnorm.compiled.kernel` and cached on disk."""
+pass over every edge's two rows. Each is made by :func:`graphnorm.numba_kernels.kernel` and cached on disk."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 
 from graphnorm.analysis.magnitude import SAFE_EXPONENT
 from graphnorm.analysis.metrics import gram_matrix, spectrum_from_gram
-from graphnorm.compiled import kernel
+from graphnorm.numba_kernels import kernel
 
 
 @kernel(nogil=True, fastmath={"reassoc", "contract"})

@@ -17,7 +17,7 @@ from graphnorm.analysis.collapse.staging import _LayerStack, _StackBuffers
 from graphnorm.analysis.cone import ROBUST_CONE_LEVEL, layer_cones
 from graphnorm.analysis.magnitude import check_not_too_large
 from graphnorm.analysis.metrics import gram_matrix, spectrum_from_gram
-from graphnorm.compiled import kernel
+from graphnorm.numba_kernels import kernel
 
 # One layer's set summary and its edge metrics ({name: [1]}; None without edges).
 _LayerPart = tuple[_SetSummary, dict | None]

@@ -1,4 +1,4 @@
-"""graphnorm.compiled: every kernel shares one cache stamp, so an edit to a kernel a cached kernel of another file
+"""graphnorm.numba_kernels: every kernel shares one cache stamp, so an edit to a kernel a cached kernel of another file
 calls compiles the caller again (numba alone would keep running the old callee)."""
 
 from __future__ import annotations
@@ -14,17 +14,17 @@ from pathlib import Path
 import numba
 from numba.core.registry import CPUDispatcher
 
-from graphnorm import compiled
+from graphnorm import numba_kernels
 
 CALLEE = """
-from graphnorm.compiled import kernel
+from graphnorm.numba_kernels import kernel
 
 @kernel()
 def offset(x):
     return x + {value}
 """
 CALLER = """
-from graphnorm.compiled import kernel
+from graphnorm.numba_kernels import kernel
 from callee import offset
 
 @kernel()
@@ -35,9 +35,9 @@ def twice_offset(x):
 RUN = """
 import sys
 from pathlib import Path
-from graphnorm import compiled
-compiled.PACKAGE = Path(sys.argv[1]).resolve()
-compiled.KERNEL_MODULES = ("callee.py", "caller.py")
+from graphnorm import numba_kernels
+numba_kernels.PACKAGE = Path(sys.argv[1]).resolve()
+numba_kernels.KERNEL_MODULES = ("callee.py", "caller.py")
 sys.path.insert(0, sys.argv[1])
 from caller import twice_offset
 print(twice_offset(1.0), type(twice_offset._cache._impl._locator).__name__)
@@ -46,32 +46,33 @@ print(twice_offset(1.0), type(twice_offset._cache._impl._locator).__name__)
 
 def test_every_kernel_module_is_listed_and_uses_the_shared_stamp():
     defining = {
-        path.relative_to(compiled.PACKAGE).as_posix()
-        for path in compiled.PACKAGE.rglob("*.py")
+        path.relative_to(numba_kernels.PACKAGE).as_posix()
+        for path in numba_kernels.PACKAGE.rglob("*.py")
         if "@kernel(" in path.read_text()
     }
-    assert defining == set(compiled.KERNEL_MODULES)
-    assert "numba.njit" not in "".join((compiled.PACKAGE / module).read_text() for module in compiled.KERNEL_MODULES)
-    for module_path in compiled.KERNEL_MODULES:
+    assert defining == set(numba_kernels.KERNEL_MODULES)
+    sources = "".join((numba_kernels.PACKAGE / module).read_text() for module in numba_kernels.KERNEL_MODULES)
+    assert "numba.njit" not in sources
+    for module_path in numba_kernels.KERNEL_MODULES:
         module = importlib.import_module("graphnorm." + module_path.removesuffix(".py").replace("/", "."))
         kernels = [value for value in vars(module).values() if isinstance(value, CPUDispatcher)]
         assert kernels, module_path
         for dispatcher in kernels:
-            assert dispatcher._cache._impl._locator.get_source_stamp() == compiled.kernels_stamp()
+            assert dispatcher._cache._impl._locator.get_source_stamp() == numba_kernels.kernels_stamp()
 
 
 def test_stamp_follows_the_content_of_every_kernel_file(tmp_path: Path, monkeypatch):
     for name in ("a.py", "b.py"):
         (tmp_path / name).write_text(f"# {name}\n")
-    monkeypatch.setattr(compiled, "PACKAGE", tmp_path)
-    monkeypatch.setattr(compiled, "KERNEL_MODULES", ("a.py", "b.py"))
-    first = compiled.kernels_stamp()
-    assert compiled.kernels_stamp() == first
+    monkeypatch.setattr(numba_kernels, "PACKAGE", tmp_path)
+    monkeypatch.setattr(numba_kernels, "KERNEL_MODULES", ("a.py", "b.py"))
+    first = numba_kernels.kernels_stamp()
+    assert numba_kernels.kernels_stamp() == first
     (tmp_path / "b.py").write_text("# b.py, edited\n")
-    edited = compiled.kernels_stamp()
+    edited = numba_kernels.kernels_stamp()
     assert edited != first
     (tmp_path / "b.py").write_text("# b.py\n")  # the content back: the stamp back, whatever the file's time
-    assert compiled.kernels_stamp() == first
+    assert numba_kernels.kernels_stamp() == first
 
 
 def test_editing_a_callee_file_recompiles_its_cached_callers(tmp_path: Path):
@@ -106,13 +107,13 @@ def test_numba_cache_dir_is_honoured(tmp_path: Path):
 
 
 def test_kernel_is_njit_with_the_cache_on():
-    @compiled.kernel(nogil=True)
+    @numba_kernels.kernel(nogil=True)
     def add_one(x):
         return x + 1
 
     assert isinstance(add_one, CPUDispatcher) and add_one(1) == 2
     assert add_one.targetoptions["nogil"] and add_one._cache is not None
-    assert numba.njit is not compiled.kernel
+    assert numba.njit is not numba_kernels.kernel
 
 
 def test_numba_keeps_its_own_locators_where_the_kernel_files_are_not_on_disk(tmp_path: Path, monkeypatch):
@@ -121,10 +122,10 @@ def test_numba_keeps_its_own_locators_where_the_kernel_files_are_not_on_disk(tmp
     spec = importlib.util.spec_from_file_location("kernels_on_disk", source)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    monkeypatch.setattr(compiled, "PACKAGE", tmp_path.resolve())
-    monkeypatch.setattr(compiled, "KERNEL_MODULES", ("kernels.py",))
-    in_tree = compiled._LOCATORS[1]
+    monkeypatch.setattr(numba_kernels, "PACKAGE", tmp_path.resolve())
+    monkeypatch.setattr(numba_kernels, "KERNEL_MODULES", ("kernels.py",))
+    in_tree = numba_kernels._LOCATORS[1]
     assert in_tree.from_function(module.f, str(source)) is not None
-    monkeypatch.setattr(compiled, "KERNEL_MODULES", ("kernels.py", "gone.py"))  # e.g. a frozen application
+    monkeypatch.setattr(numba_kernels, "KERNEL_MODULES", ("kernels.py", "gone.py"))  # e.g. a frozen application
     assert in_tree.from_function(module.f, str(source)) is None
     assert in_tree.from_function(module.f, str(Path(numba.__file__))) is None  # not graphnorm's file

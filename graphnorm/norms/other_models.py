@@ -1,4 +1,4 @@
-"""graphnorm norms inside someone else's model (a *host*: PyG's ``GCN``, ``GAT``, ``GraphSAGE``, ``GIN``,
+"""graphnorm norms inside another library's model (a *host*: PyG's ``GCN``, ``GAT``, ``GraphSAGE``, ``GIN``,
 ``GPSConv``, or any ``nn.Module``): the edges a host does not hand its norms, and one instance at several positions.
 
 PyG hosts call their norms as ``norm(x, batch, batch_size)`` (``BasicGNN``) or ``norm(x, batch=batch)``
@@ -26,7 +26,7 @@ from torch import Tensor, nn
 __all__ = [
     "pass_edge_index",
     "untie_norms",
-    "EdgeIndexHandoff",
+    "EdgeIndexHooks",
     "SharedNormWarning",
     "UntiedAfterBackwardWarning",
     "handed_edge_index",
@@ -193,7 +193,7 @@ def _as_edge_index(edges: Any, module: nn.Module) -> Tensor:
     return target_source.flip(0)
 
 
-class EdgeIndexHandoff:
+class EdgeIndexHooks:
     """The handle :func:`pass_edge_index` returns: ``remove()`` takes the hooks off the host and the hand-off off
     its norms (copies made by the untying stay). Also a context manager that removes on exit."""
 
@@ -212,14 +212,17 @@ class EdgeIndexHandoff:
             if norm.__dict__.get(HANDOFF_ATTRIBUTE) is self._state:
                 del norm.__dict__[HANDOFF_ATTRIBUTE]
 
-    def __enter__(self) -> EdgeIndexHandoff:
+    def __enter__(self) -> EdgeIndexHooks:
         return self
 
     def __exit__(self, *_exc: Any) -> None:
         self.remove()
 
 
-def pass_edge_index(model: nn.Module) -> EdgeIndexHandoff:
+EdgeIndexHandoff = EdgeIndexHooks  # its name in 0.1.0, still importable
+
+
+def pass_edge_index(model: nn.Module) -> EdgeIndexHooks:
     """Let ``model``'s forward hand its ``edge_index`` to every graphnorm norm inside, and give every position of a
     repeated norm instance its own copy. Call it once, after building the model and before building the optimizer.
 
@@ -239,7 +242,7 @@ def pass_edge_index(model: nn.Module) -> EdgeIndexHandoff:
     model's hooks and norms, and is copied with ``copy.deepcopy(model)``.
 
     Returns:
-        An :class:`EdgeIndexHandoff`; its ``remove()`` undoes the hand-off (not the untying), its ``untied`` lists
+        An :class:`EdgeIndexHooks`; its ``remove()`` undoes the hand-off (not the untying), its ``untied`` lists
         the positions that got their own copy.
 
     Raises:
@@ -268,7 +271,7 @@ def pass_edge_index(model: nn.Module) -> EdgeIndexHandoff:
         model.register_forward_pre_hook(state.before_forward, with_kwargs=True),
         model.register_forward_hook(state.after_forward, with_kwargs=True, always_call=True),
     ]
-    handoff = EdgeIndexHandoff(model, norms, state, handles)
+    handoff = EdgeIndexHooks(model, norms, state, handles)
     handoff.untied = untied
     return handoff
 
