@@ -364,16 +364,26 @@ def summary_lines(items: dict, structure: Structure, data_dir: Path) -> list[str
         if finding.link not in items:
             raise ValueError(f"{structure.path}: finding {finding.title!r} links to {finding.link!r}, not collected")
         question = next(q for q in structure.questions if finding.link in q.studies)
+        page = question_page(question, structure)
         anchor = study_link(finding.link).split("](", 1)[1]  # "#study)"
         sentence = prose_line(finding_sentence(data_dir, finding))
-        parts.append(f"- **[{prose_line(finding.title)}]({question_page(question)}{anchor}**: {sentence}")
-    questions = [f"- [{prose_line(q.title)}]({question_page(q)})" for q in structure.questions]
+        parts.append(f"- **[{prose_line(finding.title)}]({page}{anchor}**: {sentence}")
+    questions = [f"- [{prose_line(q.title)}]({question_page(q, structure)})" for q in structure.questions]
     return [*parts, "", "## Questions", "", "One page per question:", "", *questions, ""]
 
 
-def question_page(question: Question) -> str:
-    """The page of ``question``, relative to the summary page: ``questions/<its heading's anchor>.md``."""
-    return f"{QUESTIONS_DIR}/{question.anchor}.md"
+def question_page(question: Question, structure: Structure) -> str:
+    """The page of ``question``, relative to the summary page: ``questions/<name>.md``, the name its heading's anchor
+    in ASCII letters, digits and ``-``, at most 60 characters, ``-2``, ``-3``... after a name an earlier question has
+    (``question-N`` when nothing is left)."""
+    taken: list[str] = []
+    for number, other in enumerate(structure.questions, 1):
+        name = re.sub(r"[^a-z0-9]+", "-", other.anchor.lower())[:60].strip("-") or f"question-{number}"
+        name = name if name not in taken else f"{name}-{number}"
+        taken.append(name)
+        if other is question:
+            return f"{QUESTIONS_DIR}/{name}.md"
+    raise ValueError(f"{question.title!r} is not a question of {structure.path}")
 
 
 def prose_line(text: str) -> str:
@@ -458,7 +468,7 @@ def build_page(data_dir: Path, out_dir: Path, command: str, structure: Structure
     if structure is not None:
         parts += summary
         for question in structure.questions:
-            write_page(out_dir / question_page(question), question_sections(items, question))
+            write_page(out_dir / question_page(question, structure), question_sections(items, question))
     else:
         if HEADLINE_STUDY not in items:
             parts += [f"The Cora depth study (`{HEADLINE_STUDY}`, the README's main job) is not collected yet.", ""]

@@ -57,7 +57,7 @@ FORMULAS = ['=HYPERLINK("http://evil.example","x")', "=1+1", "+1+1", "-2+3", "@S
 NUMBERS_AS_TEXT = ["-0.5", "+3", "-1e-3", "0.25"]
 TABLE_TAGS = {"table", "thead", "tbody", "tr", "th", "td", "a"}  # a: an http(s) address, linked (magiclink)
 MARKDOWN_TAGS = TABLE_TAGS | {"p", "code", "pre", "div", "span", "h1", "h2", "h3", "h4", "h5", "h6", "ul", "ol", "li",
-                              "em", "strong", "a", "img", "hr", "blockquote", "br"}  # fmt: skip
+                              "em", "strong", "a", "img", "hr", "blockquote", "br", "details", "summary"}  # fmt: skip
 BIDI = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
 
 
@@ -358,7 +358,8 @@ def test_hostile_questions_and_findings_show_as_text(tmp_path: Path, text: str) 
     }  # fmt: skip
     (tmp_path / "questions.yaml").write_text(yaml.safe_dump(structure))
     page = build_page(tmp_path / "data", tmp_path / "out", "build", load_structure(tmp_path / "questions.yaml"))
-    assert live_markup(render(page.read_text()), maths=True) == []
+    for written in [page, *sorted((tmp_path / "out" / "questions").glob("*.md"))]:  # the summary, the question's page
+        assert live_markup(render(written.read_text()), maths=True) == [], written.name
 
 
 def maths_elements(html: str) -> list[str]:

@@ -4,9 +4,9 @@
   ``<!-- catalogue:norms -->`` (``models``, ``datasets``) gets the table and one section per registered entry, so
   a newly registered norm appears without editing the docs (:func:`norms_catalogue`, :func:`models_catalogue`,
   :func:`datasets_catalogue`).
-* The results page ``analysis/README.md`` and its figures are added to the build as ``results/studies.md`` and
-  ``results/figures/``, read in place (nothing is copied into git); ``<!-- results:benchmarks -->`` receives the
-  results page's benchmark section.
+* The results pages, ``analysis/README.md`` (the summary) and ``analysis/questions/*.md`` (one per question, listed
+  under the nav's "Results"), and their figures are added as ``results/studies.md``, ``results/questions/`` and
+  ``results/figures/``, read in place; ``<!-- results:benchmarks -->`` receives the benchmarks question's page.
 * Every executed notebook ``notebooks/*.ipynb`` is added at its repository path (rendered by mkdocs-jupyter with its
   outputs, not executed; a page at ``notebooks/<name>/``) and listed under the nav's "Tutorials", so a new notebook
   needs no docs edit.
@@ -396,3 +396,18 @@ def on_page_markdown(markdown, page, config, files):
         return match.group(0)
 
     return _MARKER.sub(fill, markdown)
+
+
+# Results tables are wide (one column per depth, mean ± std cells): on the results pages their scroll bar stays
+# visible (Material shows it only on hover) and code names in cells break between words, never inside one.
+RESULTS_STYLE = """<style>
+.md-typeset__scrollwrap { scrollbar-width: thin; scrollbar-color: var(--md-default-fg-color--light) transparent; }
+.md-typeset__table table:not([class]) code { word-break: normal; overflow-wrap: normal; white-space: nowrap; }
+</style>"""
+
+
+def on_post_page(output, page, config):
+    """Adds :data:`RESULTS_STYLE` to the results pages."""
+    if page.file.src_uri.startswith("results/"):
+        return output.replace("</head>", f"{RESULTS_STYLE}</head>", 1)
+    return output
