@@ -1,12 +1,11 @@
 """Where datasets live: the data root, and seeding it from an offline mirror.
 
 The root comes from the ``root`` argument, else ``$GRAPHNORM_DATA``, else ``~/.cache/graphnorm/data``
-(:func:`resolve_root`). With internet, the standard loaders download into it as usual. Offline machines can point
-``$GRAPHNORM_DATA_MIRROR`` at a read-only folder laid out as the loaders expect (``Planetoid/Cora/raw``,
-``ZINC/raw``, ``ogb/ogbg_molhiv``...): missing raw files are copied from it into the writable root before loading
-(:func:`seed_from_mirror`), so the loaders' ``processed/`` files are never written into the mirror. A mirror
-variable naming no folder is ignored with a one-line warning, and the loaders download (:func:`mirror_root`), so one
-command works with internet and offline. Two processes preparing one dataset at once take turns (:func:`dataset_lock`).
+(:func:`resolve_root`); with internet, the loaders download into it. Offline machines point ``$GRAPHNORM_DATA_MIRROR``
+at a read-only folder laid out as the loaders expect (``Planetoid/Cora/raw``, ``ZINC/raw``, ``ogb/ogbg_molhiv``...):
+missing raw files are copied from it into the root before loading (:func:`seed_from_mirror`), so ``processed/`` files
+are never written into the mirror; one naming no folder is ignored with a warning line and the loaders download
+(:func:`mirror_root`). Two processes preparing one dataset at once take turns (:func:`dataset_lock`).
 
 The data root cannot reach outside itself: nothing is created, written or chmod-ed through a symbolic link
 (:func:`refuse_links`; to keep data on another disk, point ``$GRAPHNORM_DATA`` there), and in the mirror a link is
