@@ -58,7 +58,7 @@ def test_plot_sweep_script_clear_error_without_runs(tmp_path):
 
 
 def test_line_labels_name_only_keys_that_vary_within_a_norm() -> None:
-    from graphnorm.sweep.report import _with_label
+    from graphnorm.sweep.frames import with_label
 
     runs = pd.DataFrame(
         {
@@ -68,9 +68,9 @@ def test_line_labels_name_only_keys_that_vary_within_a_norm() -> None:
             "num_layers": [2, 2, 2, 2],
         }
     )
-    assert sorted(set(_with_label(runs)["label"])) == ["none", "pairnorm"]
+    assert sorted(set(with_label(runs)["label"])) == ["none", "pairnorm"]
     runs["hidden_channels"] = [32, 64, 32, 32]  # varies within pairnorm: the label must tell those lines apart
-    assert sorted(set(_with_label(runs)["label"])) == [
+    assert sorted(set(with_label(runs)["label"])) == [
         "none (hidden_channels=32)",
         "pairnorm (hidden_channels=32)",
         "pairnorm (hidden_channels=64)",
