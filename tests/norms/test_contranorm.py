@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 import graphnorm.norms.contranorm as contranorm_module
+import graphnorm.norms.ops.contranorm_exact as contranorm_exact
 import graphnorm.norms.ops.contranorm_symmetric_tiles as symmetric_module
 from graphnorm.norms import ContraNorm, build_norm
 
@@ -119,9 +120,9 @@ def test_matches_dense_reference_on_a_batch(
         # every graph with > 4 nodes goes through the streaming kernel: the 37- and 90-node graphs in several row
         # blocks (P recomputed in backward), the 6- and 12-node graphs in one block (P kept for backward)
         monkeypatch.setattr(contranorm_module, "DENSE_MAX_NODES", 4)
-        monkeypatch.setattr(contranorm_module, "SINGLE_BLOCK_ELEMENTS", 0)
-        monkeypatch.setattr(contranorm_module, "BLOCK_ELEMENTS", 1024)
-        monkeypatch.setattr(contranorm_module, "MIN_BLOCK_ROWS", 8)
+        monkeypatch.setattr(contranorm_exact, "SINGLE_BLOCK_ELEMENTS", 0)
+        monkeypatch.setattr(contranorm_exact, "BLOCK_ELEMENTS", 1024)
+        monkeypatch.setattr(contranorm_exact, "MIN_BLOCK_ROWS", 8)
     else:
         monkeypatch.setattr(contranorm_module, "DENSE_CHUNK_ELEMENTS", 2000)  # several padded chunks
     scale, tau = scale_tau
@@ -173,7 +174,7 @@ def test_dense_max_nodes_moves_graphs_between_exact_paths(monkeypatch, dense_max
     """0 streams every graph (even the 1- and 3-node ones), 10**6 computes all of them as dense n x n blocks (the
     reference's way, for comparisons); both match the reference in float64."""
     calls = {"dense": 0, "streaming": 0}
-    dense_fn, streaming_fn = contranorm_module._dense_negative_mix, contranorm_module._large_graph_mix
+    dense_fn, streaming_fn = contranorm_exact.dense_negative_mix, contranorm_module._large_graph_mix
 
     def count(name, fn):
         def wrapped(*args):
@@ -182,7 +183,7 @@ def test_dense_max_nodes_moves_graphs_between_exact_paths(monkeypatch, dense_max
 
         return wrapped
 
-    monkeypatch.setattr(contranorm_module, "_dense_negative_mix", count("dense", dense_fn))
+    monkeypatch.setattr(contranorm_exact, "dense_negative_mix", count("dense", dense_fn))
     monkeypatch.setattr(contranorm_module, "_large_graph_mix", count("streaming", streaming_fn))
     sizes = [300] if single_graph else [6, 1, 300, 3, 90]
     batch, edge_index = random_graph_batch(sizes)
@@ -208,7 +209,7 @@ def test_dense_max_nodes_moves_graphs_between_exact_paths(monkeypatch, dense_max
 def test_large_graphs_take_the_symmetric_kernel_when_it_is_exact(monkeypatch, edges, tau, dtype, expected) -> None:
     calls = []
     for name, kernel in (("symmetric", symmetric_module.SymmetricNegativeMix), ("row-block", None)):
-        kernel = kernel or contranorm_module._StreamingNegativeMix
+        kernel = kernel or contranorm_exact.StreamingNegativeMix
         original = kernel.apply
 
         def counted(*args, _name=name, _original=original):
@@ -239,14 +240,14 @@ def test_probabilities_are_kept_for_backward_only_for_small_graphs(monkeypatch, 
     """A 50-node graph is one row block either way (BLOCK_ELEMENTS is large); P [n, n] stays alive until backward
     only when n^2 <= SINGLE_BLOCK_ELEMENTS, so a deep model's memory stays linear in n (Cora-sized graphs used to
     keep it whenever they fit in one block: +29 MB per layer)."""
-    monkeypatch.setattr(contranorm_module, "BLOCK_ELEMENTS", 1 << 20)
-    monkeypatch.setattr(contranorm_module, "SINGLE_BLOCK_ELEMENTS", single_block_elements)
+    monkeypatch.setattr(contranorm_exact, "BLOCK_ELEMENTS", 1 << 20)
+    monkeypatch.setattr(contranorm_exact, "SINGLE_BLOCK_ELEMENTS", single_block_elements)
     _, edge_index = random_graph_batch([50])
     x = torch.randn(50, 8, dtype=torch.float64, requires_grad=True)
     x_hat = F.normalize(x, dim=1)
     rows, cols = edge_index[0], edge_index[1]
     order = torch.argsort(rows * 50 + cols)
-    out = contranorm_module._StreamingNegativeMix.apply(x_hat, x, 1.0, rows[order], cols[order], True)
+    out = contranorm_exact.StreamingNegativeMix.apply(x_hat, x, 1.0, rows[order], cols[order], True)
     assert out.grad_fn.keeps_probs == kept
     grad = torch.autograd.grad(out.sum(), x)[0]  # both backward paths give the reference gradient
     x_ref = x.detach().clone().requires_grad_(True)
@@ -411,7 +412,7 @@ def test_memory_is_linear_not_quadratic(monkeypatch, undirected) -> None:
 
     Row blocks of 2^19 entries (2 MB) make the O(n * block) working set small against n^2 at this n; the default
     16 MB blocks are measured at n = 20,000 in experiments/benchmarks/bench_contranorm.py."""
-    monkeypatch.setattr(contranorm_module, "BLOCK_ELEMENTS", 1 << 19)
+    monkeypatch.setattr(contranorm_exact, "BLOCK_ELEMENTS", 1 << 19)
     n, d = 6_000, 4
     x = torch.randn(n, d, requires_grad=True)
     edge_index = torch.randint(0, n, (2, 5 * n))

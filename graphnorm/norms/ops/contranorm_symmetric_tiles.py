@@ -4,8 +4,8 @@ With every row shifted by the same bound ``1/tau`` (instead of its own maximum),
 ``E = exp(S - 1/tau)`` form a symmetric matrix whenever the excluded pairs do (the node itself, and an undirected edge
 set, as for Cora and every graph PyG makes undirected), so one tile ``E[I, J]`` (``I <= J``) serves both triangles:
 :class:`SymmetricNegativeMix`. :func:`is_symmetric` (from :mod:`graphnorm.edges`) and :func:`fits` say when it
-applies; otherwise ``contranorm.py`` uses its row-block kernel. The tiles are shared among Python threads
-(:func:`_tiles_on_threads`).
+applies; otherwise ContraNorm uses the streaming kernel of ``contranorm_exact``. The tiles are shared among Python
+threads (:func:`_tiles_on_threads`).
 """
 
 from __future__ import annotations
@@ -89,8 +89,9 @@ def _tile_weights(queries_i: Tensor, keys: Tensor, bounds: list[int], i: int, j:
 
 
 class SymmetricNegativeMix(torch.autograd.Function):
-    r"""``P @ v`` for ONE graph with a symmetric exclusion mask, inputs as ``_StreamingNegativeMix`` in
-    ``contranorm.py`` (``x_hat`` row-normalized, edges numbered within the graph).
+    r"""``P @ v`` for ONE graph with a symmetric exclusion mask, inputs as
+    :class:`~graphnorm.norms.ops.contranorm_exact.StreamingNegativeMix` (``x_hat`` row-normalized, edges numbered
+    within the graph).
 
     ``P = D^-1 E`` with ``D = diag(E 1)``, and one upper tile ``E[I, J]`` serves both triangles:
 
