@@ -174,7 +174,7 @@ def study_section(study: Study, figures: Path, link_prefix: str) -> list[str]:
     parts = [f"### {study.name}", "", *provenance_lines(record)]
     if study.notes:
         parts += folded("Notes", demote(study.notes, 4))
-    datasets = report._datasets(runs)
+    datasets = report.datasets_of(runs)
     table = report.layer_table(runs, layers)
     for dataset in datasets:
         name = dataset if "dataset" in runs.columns else None

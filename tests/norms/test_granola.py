@@ -303,9 +303,10 @@ def cora_accuracy(data, norm: str, num_layers: int = 16, epochs: int = 40) -> fl
 
 @pytest.mark.slow
 def test_a_16_layer_gcn_on_cora_trains_with_granola_and_not_without_a_norm(data_root) -> None:
+    """Seed 0, 40 epochs: GRANOLA 0.371 test accuracy with AVX-512 kernels, 0.306 with the generic ones
+    (``ATEN_CPU_CAPABILITY=default``): a 16-layer run amplifies the last bits. No norm: 0.174. The bounds hold on
+    both with a margin. The paper's form (the GNN reading the raw features) diverges here: loss 1.6e11 by epoch 10."""
     data = load_dataset("cora", root=data_root).data
-    """Seed 0, 40 epochs: GRANOLA 0.371 test accuracy, no norm 0.174 (near the majority class), InstanceNorm 0.627.
-    The paper's form (the GNN reading the raw features) diverges here: training loss 1.6e11 by epoch 10."""
     granola, plain = cora_accuracy(data, "granola"), cora_accuracy(data, "none")
-    assert granola >= 0.33, granola
-    assert granola > plain + 0.15, (granola, plain)
+    assert granola >= 0.25, granola
+    assert granola > plain + 0.1, (granola, plain)
