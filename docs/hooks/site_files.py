@@ -398,8 +398,12 @@ def on_page_markdown(markdown, page, config, files):
     return _MARKER.sub(fill, markdown)
 
 
-# Results tables are wide (one column per depth, mean ± std cells): on the results pages their scroll bar stays
-# visible (Material shows it only on hover) and code names in cells break between words, never inside one.
+# A table's first column names things (a norm, a metric): its code names never break inside a word. Results tables
+# are wide (one column per depth, mean ± std cells): there every code name stays whole, and the scroll bar stays
+# visible (Material shows it only on hover).
+TABLE_STYLE = """<style>
+.md-typeset__table table:not([class]) td:first-child code { white-space: nowrap; }
+</style>"""
 RESULTS_STYLE = """<style>
 .md-typeset__scrollwrap { scrollbar-width: thin; scrollbar-color: var(--md-default-fg-color--light) transparent; }
 .md-typeset__table table:not([class]) code { word-break: normal; overflow-wrap: normal; white-space: nowrap; }
@@ -407,7 +411,6 @@ RESULTS_STYLE = """<style>
 
 
 def on_post_page(output, page, config):
-    """Adds :data:`RESULTS_STYLE` to the results pages."""
-    if page.file.src_uri.startswith("results/"):
-        return output.replace("</head>", f"{RESULTS_STYLE}</head>", 1)
-    return output
+    """Adds :data:`TABLE_STYLE` to every page, and :data:`RESULTS_STYLE` to the results pages."""
+    style = TABLE_STYLE + (RESULTS_STYLE if page.file.src_uri.startswith("results/") else "")
+    return output.replace("</head>", f"{style}</head>", 1)
