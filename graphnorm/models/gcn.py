@@ -34,7 +34,7 @@ from graphnorm.models.inputs import (
     dropout_nonzeros,
     parameter_dtype,
 )
-from graphnorm.models.propagation import SparseAdjacency
+from graphnorm.models.propagation import SparseAdjacency, auto_propagation
 from graphnorm.models.readout import graph_level_batch, pool_graphs
 from graphnorm.models.registry import register_model
 from graphnorm.norms import build_norm
@@ -43,7 +43,7 @@ ADJACENCIES = ("sym", "row")
 LAYER_ORDERS = ("conv-norm-act-dropout", "dropout-conv-norm-act")
 READOUTS = ("mean", "sum", "virtual")  # graph level; None: node level
 ACTIVATIONS = {"relu": F.relu, "elu": F.elu}
-PROPAGATIONS = ("pyg", "sparse")
+PROPAGATIONS = ("auto", "pyg", "sparse")
 
 
 class GCNBlock(nn.Module):
@@ -185,7 +185,13 @@ class DeepGCN(nn.Module):
             at 2 layers on Cora falls clearly short of the published accuracy.
         activation: the hidden blocks' ``"relu"`` (GCN) or ``"elu"`` (the GAT paper, PairNorm's and ContraNorm's
             ``DeepGAT``).
-        propagation: how each conv multiplies by the normalized adjacency. ``"pyg"``: ``GCNConv``'s gather and
+        propagation: how each conv multiplies by the normalized adjacency. ``"auto"`` (default): ``"sparse"``
+            where it gives ``"pyg"``'s outputs and gradients up to the order of the float sums, on CPU graphs of at
+            least :data:`~graphnorm.models.propagation.AUTO_SPARSE_MIN_NODES` nodes in float32 / float64 outside
+            autocast; ``"pyg"`` for everything else, so small graphs keep PyG's numbers bit for bit (the rule:
+            :func:`~graphnorm.models.propagation.auto_propagation`, per forward; :meth:`propagation_for` tells the
+            path an input gets, ``last_propagation`` the one the last forward took). The sparse product has
+            first-order gradients only: pass ``"pyg"`` for double backward. ``"pyg"``: ``GCNConv``'s gather and
             scatter over the edges. ``"sparse"``: a CSR matrix product on the CPU
             (:class:`~graphnorm.models.propagation.SparseAdjacency`), the same function up to the order of the sums
             (float32 round-off), for large graphs: no ``[E, C]`` message tensor per layer, and the adjacency (with
@@ -215,7 +221,7 @@ class DeepGCN(nn.Module):
         atom_encoder: str | None = None,
         init: str = "glorot",
         activation: str = "relu",
-        propagation: str = "pyg",
+        propagation: str = "auto",
         checkpoint_layers: bool = False,
     ) -> None:
         super().__init__()
@@ -242,6 +248,7 @@ class DeepGCN(nn.Module):
         self.num_layers = num_layers
         self.adjacency = adjacency
         self.propagation = propagation
+        self.last_propagation: str | None = None  # the path the last forward took ("pyg" or "sparse")
         self.checkpoint_layers = checkpoint_layers
         # (key, rows, adjacency, copies of the edge_index and batch they were built from): see _sparse_rows
         self._sparse_cache: tuple[tuple, GraphRows, SparseAdjacency, Tensor, Tensor | None] | None = None
@@ -336,7 +343,8 @@ class DeepGCN(nn.Module):
         dtype = parameter_dtype(self)
         self._check_input(x, dtype)
         batch = graph_level_batch(self.readout, batch, edge_index, x.size(0))
-        if self.propagation == "sparse":  # the product takes float32 entries for a half model (and rows)
+        self.last_propagation = path = self.propagation_for(x)
+        if path == "sparse":  # the product takes float32 entries for a half model (and rows)
             rows, adjacency = self._sparse_rows(edge_index, x.size(0), batch, batch_size, adjacency_dtype(dtype))
         else:
             rows, adjacency = self.graph_rows(edge_index, x.size(0), batch, batch_size, adjacency_dtype(dtype)), None
@@ -351,6 +359,18 @@ class DeepGCN(nn.Module):
         if self.readout is None:
             return h
         return self.head(self._pool(h, rows, batch, batch_size))  # [num_graphs, hidden] -> [num_graphs, out]
+
+    def propagation_for(self, x: Tensor) -> str:
+        """The path (``"pyg"`` or ``"sparse"``) a forward with node features ``x`` takes here and now: the model's
+        ``propagation``, or for ``"auto"`` :func:`~graphnorm.models.propagation.auto_propagation`'s choice."""
+        if self.propagation != "auto":
+            return self.propagation
+        return auto_propagation(x, parameter_dtype(self))
+
+    def extra_repr(self) -> str:
+        last = getattr(self, "last_propagation", None)  # absent from a model pickled before it was recorded
+        taken = f" (last forward: {last!r})" if self.propagation == "auto" and last is not None else ""
+        return f"propagation={self.propagation!r}{taken}"
 
     def _sparse_rows(
         self, edge_index: Tensor, num_nodes: int, batch: Tensor | None, batch_size: int | None, dtype: torch.dtype

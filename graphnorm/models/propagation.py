@@ -10,6 +10,7 @@ one more product, with no gradient for the weights.
 
 The product runs on torch's intra-op thread count (:func:`torch.get_num_threads`) of plain threads, each on a range
 of rows; the kernels are compiled once and cached beside this file, as the probe's kernels are.
+:func:`auto_propagation` is the rule of a model's ``propagation="auto"``: where this product replaces PyG's.
 """
 
 from __future__ import annotations
@@ -25,6 +26,10 @@ from graphnorm.threads import shared_pool
 
 KERNEL_DTYPES = (torch.float32, torch.float64)  # others (bfloat16, float16) are multiplied in float32
 SERIAL_MULTIPLY_ADDS = 1 << 18  # below this many multiply-adds a product runs on one thread
+# "auto" takes the product from this many nodes (all graphs of a batch together): over ten times the largest graph
+# or default batch of the registered datasets (Actor's 7,600 nodes), so their runs keep PyG's numbers bit for bit;
+# the graphs where an epoch's time and memory matter are far above it (docs/results/benchmarks.md).
+AUTO_SPARSE_MIN_NODES = 100_000
 
 
 @kernel(nogil=True)
@@ -180,3 +185,17 @@ class _Propagate(torch.autograd.Function):
         if not ctx.needs_input_grad[0]:
             return None, None
         return ctx.adjacency.matmul(grad_out, transpose=True), None
+
+
+def auto_propagation(x: Tensor, dtype: torch.dtype) -> str:
+    """The path ``propagation="auto"`` takes for node features ``x`` (one row per node) and a model of ``dtype``:
+    ``"sparse"`` where the product gives PyG's outputs and gradients up to the order of the float sums, else
+    ``"pyg"``. The product needs at least :data:`AUTO_SPARSE_MIN_NODES` nodes (below, PyG's numbers are kept bit for
+    bit), CPU tensors, a float32 / float64 model (a half model's products would round otherwise than PyG's: in
+    float32, cast once), no autocast (PyG's messages then mix precisions the product does not), and eager mode
+    (no tracing or compiling through the numba kernel)."""
+    if x.size(0) < AUTO_SPARSE_MIN_NODES or x.device.type != "cpu" or dtype not in KERNEL_DTYPES:
+        return "pyg"
+    if torch.is_autocast_enabled("cpu") or torch.jit.is_tracing() or torch.jit.is_scripting():
+        return "pyg"
+    return "pyg" if torch.compiler.is_compiling() else "sparse"
