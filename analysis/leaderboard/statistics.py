@@ -30,11 +30,14 @@ ALPHA = 0.05
 
 
 def check_runs(runs: pd.DataFrame) -> None:
-    """ValueError unless ``runs`` has every column of :data:`RUN_COLUMNS`, one row per (cell, seed) and one
-    ``higher_is_better`` per (graph, metric)."""
+    """ValueError unless ``runs`` has every column of :data:`RUN_COLUMNS`, a cell's keys in every row, one row per
+    (cell, seed) and one ``higher_is_better`` per (graph, metric)."""
     missing = [column for column in RUN_COLUMNS if column not in runs.columns]
     if missing:
         raise ValueError(f"runs lack the columns {missing} (expected {list(RUN_COLUMNS)})")
+    unnamed = [column for column in CELL_KEYS if runs[column].isna().any()]
+    if unnamed:
+        raise ValueError(f"runs leave {unnamed} empty in some rows: every run names its cell")
     duplicated = runs.duplicated([*CELL_KEYS, "seed"])
     if duplicated.any():
         first = runs.loc[duplicated, [*CELL_KEYS, "seed"]].iloc[0].to_dict()

@@ -165,6 +165,8 @@ def test_runs_are_checked() -> None:
     runs = runs_table({("g", 2, "a"): [0.8, 0.9]})
     with pytest.raises(ValueError, match="lack the columns"):
         cell_summary(runs.drop(columns="seed"))
+    with pytest.raises(ValueError, match="empty"):
+        cell_summary(runs.assign(host=[None, "deepgcn"]))
     with pytest.raises(ValueError, match="repeated"):
         cell_summary(pd.concat([runs, runs.iloc[:1]]))
     mixed = runs.assign(higher_is_better=[True, False])
