@@ -241,11 +241,12 @@ def average_ranks(summary: pd.DataFrame, depth: int, alpha: float = ALPHA) -> Ra
     ranks. The Friedman test needs complete blocks: a norm without a mean in every block is dropped (listed in
     ``dropped``) rather than a block, so that one norm that cannot run on one graph costs its own ranking only.
     Filter ``summary`` first (a host, a family) to rank within it."""
-    at = summary[(summary["depth"] == depth) & summary["mean"].notna()]
+    everyone = summary[summary["depth"] == depth]
+    at = everyone[everyone["mean"].notna()]
     n = at.groupby(BLOCK_KEYS).ngroups
     blocks_of_norm = at.groupby("norm").size()  # a (block, norm) pair at one depth is one cell: at most one row
     kept = sorted(blocks_of_norm.index[blocks_of_norm == n])
-    dropped = tuple(sorted(set(blocks_of_norm.index) - set(kept)))
+    dropped = tuple(sorted(set(everyone["norm"]) - set(kept)))
     ranks = rank_blocks(at[at["norm"].isin(kept)])
     average = ranks.groupby("norm")["rank"].mean().rename("avg_rank").reset_index()
     average = average.sort_values(["avg_rank", "norm"], kind="mergesort", ignore_index=True)
@@ -254,6 +255,21 @@ def average_ranks(summary: pd.DataFrame, depth: int, alpha: float = ALPHA) -> Ra
     chi2, p = friedman(matrix)
     ff, p_ff = iman_davenport(chi2, k, n)
     return RankResult(depth, ranks, average, k, n, chi2, p, ff, p_ff, nemenyi_cd(k, n, alpha), alpha, dropped)
+
+
+def ranks_by_depth(summary: pd.DataFrame, alpha: float = ALPHA) -> pd.DataFrame:
+    """:func:`average_ranks` at every depth of ``summary`` as one tidy table, one row per (depth, norm): ``avg_rank``
+    and the depth's ``k``, ``n``, ``chi2``, ``p``, ``ff``, ``p_ff``, ``cd`` (repeated on its rows); a dropped norm
+    keeps a row with a NaN rank, so that a table or heat map can say it missed a block."""
+    columns = ["depth", "norm", "avg_rank", "k", "n", "chi2", "p", "ff", "p_ff", "cd"]
+    tables = []
+    for depth in sorted(summary["depth"].unique()):
+        result = average_ranks(summary, int(depth), alpha)
+        dropped = pd.DataFrame({"norm": list(result.dropped), "avg_rank": math.nan})
+        table = pd.concat([result.average, dropped], ignore_index=True) if result.dropped else result.average
+        tests = {name: getattr(result, name) for name in columns[3:]}
+        tables.append(table.assign(depth=result.depth, **tests)[columns])
+    return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame(columns=columns)
 
 
 def rank_blocks(cells: pd.DataFrame) -> pd.DataFrame:

@@ -29,6 +29,7 @@ from leaderboard.statistics import (  # noqa: E402
     friedman_from_ranks,
     nemenyi_cd,
     nemenyi_q,
+    ranks_by_depth,
 )
 
 # Demsar 2006, Table 6: the ranks of C4.5, C4.5+m, C4.5+cf, C4.5+m+cf (AUC) on 14 data sets, ties averaged.
@@ -145,6 +146,18 @@ def test_average_ranks_ties_direction_and_missing_norms() -> None:
     assert (result.k, result.n) == (3, 2)
     empty = average_ranks(summary, depth=64)
     assert (empty.k, empty.n, len(empty.average)) == (0, 0, 0) and math.isnan(empty.cd)
+
+
+def test_ranks_by_depth_is_one_tidy_table() -> None:
+    demsar = demsar_summary()
+    summary = pd.concat([demsar, demsar.assign(depth=2, mean=demsar["mean"].where(demsar["norm"] != "C4.5"))])
+    table = ranks_by_depth(summary)
+    assert list(table.columns) == ["depth", "norm", "avg_rank", "k", "n", "chi2", "p", "ff", "p_ff", "cd"]
+    at_8 = table[table["depth"] == 8].set_index("norm")
+    assert at_8["avg_rank"].to_dict() == pytest.approx(DEMSAR_AVERAGE, abs=5e-4)
+    assert set(at_8["cd"]) == {average_ranks(demsar, 8).cd}
+    at_2 = table[table["depth"] == 2].set_index("norm")
+    assert math.isnan(at_2.loc["C4.5", "avg_rank"]) and set(at_2["k"]) == {3}  # C4.5 lacks every mean at depth 2
 
 
 # --- cell summary ---
