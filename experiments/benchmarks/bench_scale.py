@@ -1,11 +1,13 @@
 """Scaling: an 8-layer PairNorm DeepGCN trained full batch on CSBM graphs of 10^4, 10^5 and 10^6 nodes.
 
     python -m experiments.benchmarks.bench_scale [--sizes N ...] [--quick] [--epochs E] [--threads T] [--no-levers]
-        [--out DIR] [--csv PATH]
+        [--variants V ...] [--versus-gcnconv] [--out DIR] [--csv PATH]
 
 Every (size, variant) runs in a fresh Python process (this module's worker mode): ``sparse`` (the CSR product) and
 ``pyg`` (``GCNConv``) at every size, the levers ``sparse+checkpoint`` and ``sparse+bf16`` at the largest; epoch
 wall and CPU time, eval forward, probe and peak RSS, and the growth exponent of the sparse epoch in the edge count.
+``--versus-gcnconv``: DeepGCN with its default propagation (``default``) beside PyG's own GCN stack (``gcnconv``)
+at 10^6 nodes, with their ratios.
 Targets at 10^6 nodes: sparse epoch at most 15 s, peak RSS at most 4096 MB, exponent at most 1.15. Protocol:
 ``docs/results/benchmarks.md``. The table goes to stdout (and ``DIR/scale.md``), the rows to ``--csv``.
 """
@@ -21,25 +23,35 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from experiments.benchmarks import _common
 from experiments.benchmarks import run_all as common
 
+if TYPE_CHECKING:
+    from torch import nn
+
 SIZES = (10_000, 100_000, 1_000_000)
 QUICK_SIZES = (1_000,)
 LAYERS, HIDDEN, DROPOUT, DEGREE = 8, 32, 0.5, 10
-VARIANTS = {  # name -> (propagation, checkpoint_layers, bfloat16 autocast)
+VARIANTS = {  # name -> (propagation, None: DeepGCN's default; checkpoint_layers, bfloat16 autocast)
+    "default": (None, False, False),
+    "gcnconv": (None, False, False),  # PyG's GCN (GCNConv stack) with PyG's PairNorm, not a DeepGCN
     "sparse": ("sparse", False, False),
     "pyg": ("pyg", False, False),
     "sparse+checkpoint": ("sparse", True, False),
     "sparse+bf16": ("sparse", False, True),
 }
 PROBED = ("sparse", "pyg")
+PLAIN = ("sparse", "pyg")  # the variants at every size unless --variants says otherwise
+VERSUS_GCNCONV = ("default", "gcnconv")
 LEVERS = ("sparse+checkpoint", "sparse+bf16")
 EPOCH_TARGET_S, RSS_TARGET_MB, EXPONENT_TARGET = 15.0, 4096.0, 1.15
 TARGET_NODES = 1_000_000
 # Peak RSS a variant may need per million nodes (MB), to wait for free memory before a large run.
-NEEDED_MB_PER_MILLION = {"pyg": 9000, "sparse": 4500, "sparse+checkpoint": 3000, "sparse+bf16": 4500}
+NEEDED_MB_PER_MILLION = {
+    "pyg": 9000, "sparse": 4500, "sparse+checkpoint": 3000, "sparse+bf16": 4500, "default": 4500, "gcnconv": 9000,
+}  # fmt: skip
 WORKER_TIMEOUT_S = 1800
 
 
@@ -78,10 +90,12 @@ def worker(num_nodes: int, variant: str, epochs: int, probe: bool, threads: int 
     data = task.data
     graph_s, graph_rss = time.perf_counter() - start, peak_rss_mb()
     torch.manual_seed(0)
-    model = DeepGCN(
-        data.num_features, HIDDEN, task.num_outputs, LAYERS, norm="pairnorm", dropout=DROPOUT,
-        propagation=propagation, checkpoint_layers=checkpoint_layers,
-    )  # fmt: skip
+    if variant == "gcnconv":
+        model = gcnconv_stack(data.num_features, task.num_outputs)
+    else:
+        options = {} if propagation is None else {"propagation": propagation}
+        model = DeepGCN(data.num_features, HIDDEN, task.num_outputs, LAYERS, norm="pairnorm", dropout=DROPOUT,
+                        checkpoint_layers=checkpoint_layers, **options)  # fmt: skip
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=5e-4)
     train_nodes = data.train_mask.nonzero().view(-1)
     train_labels = data.y[train_nodes]
@@ -118,6 +132,7 @@ def worker(num_nodes: int, variant: str, epochs: int, probe: bool, threads: int 
     return {
         "nodes": num_nodes,
         "variant": variant,
+        "path": getattr(model, "last_propagation", None) or "GCNConv",  # the propagation the epochs took
         "directed edges": int(data.edge_index.size(1)),
         "first epoch (s)": first_epoch,
         "epoch (s)": statistics.median(epoch_times),
@@ -132,6 +147,16 @@ def worker(num_nodes: int, variant: str, epochs: int, probe: bool, threads: int 
         "torch threads": torch.get_num_threads(),
         "load average 1 min": os.getloadavg()[0],
     }
+
+
+def gcnconv_stack(in_channels: int, out_channels: int) -> nn.Module:
+    """PyG's own deep GCN at the benchmark's widths: ``torch_geometric.nn.models.GCN``, ``LAYERS`` ``GCNConv``
+    (``cached=True``: the normalized adjacency once, as PyG's full-batch GCN example does), each hidden one followed
+    by PyG's ``PairNorm`` (scale 1), ReLU and dropout, the last the classifier."""
+    from torch_geometric.nn import PairNorm
+    from torch_geometric.nn.models import GCN
+
+    return GCN(in_channels, HIDDEN, LAYERS, out_channels, dropout=DROPOUT, norm=PairNorm(), cached=True)
 
 
 def wait_for_memory(needed_mb: float, wait_s: float = 600.0, poll_s: float = 15.0) -> str | None:
@@ -163,11 +188,16 @@ def run_one(num_nodes: int, variant: str, epochs: int, threads: int | None = Non
 
 
 def measure(
-    sizes: tuple[int, ...], epochs: int, levers: bool = True, csv_path: Path | None = None, threads: int | None = None
+    sizes: tuple[int, ...],
+    epochs: int,
+    levers: bool = True,
+    csv_path: Path | None = None,
+    threads: int | None = None,
+    variants: tuple[str, ...] = PLAIN,
 ) -> list[dict]:
-    """Every size's sparse and PyG rows, then the levers at the largest size; the CSV (if given) is rewritten after
-    every row, so an interrupted run keeps what it measured."""
-    plan = [(num_nodes, variant) for num_nodes in sizes for variant in ("sparse", "pyg")]
+    """Every size's ``variants`` rows (sparse and PyG), then the levers at the largest size; the CSV (if given) is
+    rewritten after every row, so an interrupted run keeps what it measured."""
+    plan = [(num_nodes, variant) for num_nodes in sizes for variant in variants]
     plan += [(max(sizes), variant) for variant in LEVERS] if levers else []
     rows: list[dict] = []
     for num_nodes, variant in plan:
@@ -184,14 +214,16 @@ def growth_exponent(rows: list[dict], variant: str = "sparse") -> float:
 
 
 def targets(rows: list[dict]) -> list[common.Target]:
-    """Epoch time and peak RSS of the sparse path at 10^6 nodes, and the growth exponent (measured sizes only)."""
+    """Epoch time and peak RSS of the sparse path (and of the default one) at 10^6 nodes, and the growth exponent
+    (measured sizes only)."""
     found: list[common.Target] = []
     for row in rows:
-        if row["variant"] == "sparse" and row["nodes"] == TARGET_NODES and row.get("epoch (s)") is not None:
+        variant = row["variant"]
+        if variant in ("sparse", "default") and row["nodes"] == TARGET_NODES and row.get("epoch (s)") is not None:
             epoch, rss = row["epoch (s)"], row["peak RSS train (MB)"]
-            found.append(common.Target("10^6 nodes: sparse epoch (s)", f"<= {EPOCH_TARGET_S}", epoch,
+            found.append(common.Target(f"10^6 nodes: {variant} epoch (s)", f"<= {EPOCH_TARGET_S}", epoch,
                                        epoch <= EPOCH_TARGET_S))  # fmt: skip
-            found.append(common.Target("10^6 nodes: sparse peak RSS (MB)", f"<= {RSS_TARGET_MB:.0f}", rss,
+            found.append(common.Target(f"10^6 nodes: {variant} peak RSS (MB)", f"<= {RSS_TARGET_MB:.0f}", rss,
                                        rss <= RSS_TARGET_MB))  # fmt: skip
     exponent = growth_exponent(rows)
     if exponent == exponent:  # not nan
@@ -200,16 +232,25 @@ def targets(rows: list[dict]) -> list[common.Target]:
     return found
 
 
+def ratio_to(rows: list[dict], row: dict, variant: str, key: str) -> float | None:
+    """``row[key]`` over the same size's ``variant`` row's (None where either is missing)."""
+    base = next(
+        (other.get(key) for other in rows if other["variant"] == variant and other["nodes"] == row["nodes"]), None
+    )
+    return row[key] / base if base and row.get(key) else None
+
+
 def table_rows(rows: list[dict]) -> list[dict]:
-    """The rows for the markdown table: one per (size, variant), the PyG / sparse epoch ratio on the PyG rows."""
-    sparse_epoch = {row["nodes"]: row.get("epoch (s)") for row in rows if row["variant"] == "sparse"}
+    """The rows for the markdown table: one per (size, variant), with the epoch over the sparse epoch, and, where
+    PyG's own GCN stack ran at that size, the epoch and peak RSS over its."""
     shown = []
     for row in rows:
-        baseline = sparse_epoch.get(row["nodes"])
-        ratio = row.get("epoch (s)") / baseline if baseline and row.get("epoch (s)") else None
         shown.append({
-            "nodes": row["nodes"], "variant": row["variant"], "directed edges": row.get("directed edges"),
-            "epoch (s)": row.get("epoch (s)"), "epoch / sparse epoch": ratio,
+            "nodes": row["nodes"], "variant": row["variant"], "path": row.get("path"),
+            "directed edges": row.get("directed edges"), "epoch (s)": row.get("epoch (s)"),
+            "epoch / sparse epoch": ratio_to(rows, row, "sparse", "epoch (s)"),
+            "epoch / GCNConv epoch": ratio_to(rows, row, "gcnconv", "epoch (s)"),
+            "peak RSS / GCNConv": ratio_to(rows, row, "gcnconv", "peak RSS train (MB)"),
             "first epoch (s)": row.get("first epoch (s)"), "eval forward (s)": row.get("eval forward (s)"),
             "probe (s)": row.get("probe (s)"), "peak RSS train (MB)": row.get("peak RSS train (MB)"),
             "peak RSS (MB)": row.get("peak RSS (MB)"), "note": row.get("note", ""),
@@ -238,6 +279,7 @@ def run(
     csv_path: Path | None = None,
     levers: bool = True,
     threads: int | None = None,
+    variants: tuple[str, ...] = PLAIN,
 ) -> common.BenchReport:
     import torch
 
@@ -247,11 +289,12 @@ def run(
     load_before = os.getloadavg()
     if csv_path is None and out_dir is not None:
         csv_path = Path(out_dir) / "scale.csv"
-    rows = measure(sizes, epochs, levers=levers, csv_path=csv_path, threads=threads)
+    rows = measure(sizes, epochs, levers=levers, csv_path=csv_path, threads=threads, variants=variants)
     exponent = growth_exponent(rows)
     setup = (
         f"CSBM graphs (average degree {DEGREE}), DeepGCN {LAYERS} layers, hidden {HIDDEN}, PairNorm, dropout "
-        f"{DROPOUT}, Adam; full-batch epochs (median of {epochs} after the first), each (size, variant) in a fresh "
+        f"{DROPOUT}, Adam (gcnconv: PyG's GCN model, GCNConv cached, PyG's PairNorm); full-batch epochs "
+        f"(median of {epochs} after the first), each (size, variant) in a fresh "
         f"process with {threads} torch thread(s); peak RSS is the process's absolute peak (ru_maxrss). Growth "
         f"exponent (sparse epoch vs edges): "
         f"{exponent:.3f}. Load average (1/5/15 min) before: {'/'.join(f'{v:.2f}' for v in load_before)}, after: "
@@ -272,12 +315,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=None, help="folder for scale.md and scale.csv")
     parser.add_argument("--csv", type=Path, default=None, help="the CSV's path (default DIR/scale.csv)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads per run (default: torch's)")
+    parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=None, help=f"at every size {PLAIN}")
+    parser.add_argument("--versus-gcnconv", action="store_true", help="default DeepGCN vs PyG's GCN, 10^6 nodes")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)  # JSON: one measurement, in this process
     args = parser.parse_args(argv)
     if args.worker is not None:
         print(json.dumps(worker(**json.loads(args.worker))), flush=True)
         return
-    report = run(args.quick, args.out, tuple(args.sizes or ()), args.epochs, args.csv, not args.no_levers, args.threads)
+    variants = tuple(args.variants or (VERSUS_GCNCONV if args.versus_gcnconv else PLAIN))
+    sizes = tuple(args.sizes or ((TARGET_NODES,) if args.versus_gcnconv and not args.quick else ()))
+    levers = not (args.no_levers or args.versus_gcnconv)
+    report = run(args.quick, args.out, sizes, args.epochs, args.csv, levers, args.threads, variants)
     print(report.to_markdown())
 
 

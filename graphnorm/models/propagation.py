@@ -8,9 +8,8 @@ its neighbours' rows and is written once, so there are no scatter conflicts and 
 gather/scatter materializes one per layer and pass). The matrix is a constant of the autograd graph: the backward is
 one more product, with no gradient for the weights.
 
-The product runs on torch's intra-op thread count (:func:`torch.get_num_threads`) of plain threads, each on a range
-of rows; the kernels are compiled once and cached beside this file, as the probe's kernels are.
-:func:`auto_propagation` is the rule of a model's ``propagation="auto"``: where this product replaces PyG's.
+The product runs on torch's intra-op thread count of plain threads, each on a range of rows; the kernels are compiled
+once and cached beside this file. :func:`auto_propagation`: where a model's ``propagation="auto"`` takes the product.
 """
 
 from __future__ import annotations

@@ -19,10 +19,11 @@ from experiments.benchmarks import bench_scale  # noqa: E402
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-@pytest.mark.parametrize("variant", ["sparse", "pyg", "sparse+checkpoint"])
+@pytest.mark.parametrize("variant", ["sparse", "pyg", "sparse+checkpoint", "default", "gcnconv"])
 def test_worker_measures_one_size(variant: str) -> None:
     row = bench_scale.worker(1000, variant, epochs=1, probe=False)
     assert row["nodes"] == 1000 and row["variant"] == variant
+    assert row["path"] == {"default": "pyg", "gcnconv": "GCNConv"}.get(variant, variant.split("+")[0])
     assert 8000 < row["directed edges"] < 12000  # average degree 10, both directions stored
     for key in ("first epoch (s)", "epoch (s)", "epoch CPU (s)", "eval forward (s)", "peak RSS (MB)"):
         assert math.isfinite(row[key]) and row[key] > 0, key
@@ -57,3 +58,17 @@ def test_growth_exponent_and_targets_from_rows(tmp_path) -> None:
     assert read[-1]["note"].startswith("skipped") and read[0]["note"] == ""
     shown = bench_scale.table_rows(skipped)
     assert shown[1]["epoch / sparse epoch"] == pytest.approx(1.0) and shown[-1]["epoch (s)"] is None
+
+
+def test_default_and_gcnconv_rows_get_ratios_to_gcnconv() -> None:
+    rows = [
+        {"nodes": 10**6, "variant": "default", "path": "sparse", "epoch (s)": 10.0, "peak RSS train (MB)": 3000.0},
+        {"nodes": 10**6, "variant": "gcnconv", "path": "GCNConv", "epoch (s)": 25.0, "peak RSS train (MB)": 6000.0},
+    ]
+    shown = bench_scale.table_rows(rows)
+    assert shown[0]["epoch / GCNConv epoch"] == pytest.approx(0.4) and shown[0]["peak RSS / GCNConv"] == 0.5
+    assert shown[1]["epoch / GCNConv epoch"] == 1.0 and shown[0]["epoch / sparse epoch"] is None
+    assert [target.what for target in bench_scale.targets(rows)] == [
+        "10^6 nodes: default epoch (s)",
+        "10^6 nodes: default peak RSS (MB)",
+    ]
