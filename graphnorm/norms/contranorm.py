@@ -3,7 +3,8 @@
 :class:`ContraNorm` subtracts from each node a softmax-weighted mean of its graph's negatives, ``P x``, computed by one
 of the exact kernels of :mod:`graphnorm.norms.ops.contranorm_exact` (padded dense blocks for runs of small graphs,
 streaming row blocks for one large graph) or, when the excluded pairs are symmetric, the one on half of the tiles
-(:mod:`graphnorm.norms.ops.contranorm_symmetric_tiles`); this module chooses among them, graph by graph.
+(:mod:`graphnorm.norms.ops.contranorm_symmetric_tiles`); this module applies, graph by graph, the choice among them
+that :mod:`graphnorm.norms.ops.contranorm_kernel_choice` makes from the graph's size, the device and its free memory.
 """
 
 from __future__ import annotations
@@ -19,13 +20,16 @@ from torch import Tensor, nn
 from graphnorm.checks import check_count, check_edge_index, check_positive
 from graphnorm.norms.base import NormBase
 from graphnorm.norms.ops import contranorm_exact, contranorm_random_features, contranorm_symmetric_tiles
+from graphnorm.norms.ops.contranorm_kernel_choice import (
+    DENSE_MAX_NODES,
+    dense_node_limit,
+    free_device_memory,
+    large_graph_kernel,
+)
 from graphnorm.norms.ops.precision import cast
 from graphnorm.norms.registry import register_norm
 
-# Graphs with at most this many nodes go through padded dense blocks [graphs, max_nodes, max_nodes] (plain autograd,
-# a handful of batched ops for a whole mini-batch of molecules); larger ones through the streaming kernels, whose
-# per-graph Python loop would dominate for many small graphs. Both are exact; the cut only moves time.
-DENSE_MAX_NODES = 256
+# DENSE_MAX_NODES (from contranorm_kernel_choice, read here at each call): the dense limit off CUDA.
 # Padded dense chunks hold at most this many similarity entries (graphs * max_nodes^2): 16 MB per float32 tensor.
 DENSE_CHUNK_ELEMENTS = 1 << 22
 
@@ -64,9 +68,12 @@ class ContraNorm(NormBase):
         identity: the :math:`(1 + s)\,\mathbf{x}_i` term (default True); False gives :math:`\mathbf{x} - sP\mathbf{x}`.
         layer_norm: the trailing ``LayerNorm(channels)`` (default True: the official training scripts always use it,
             ``use_layer_norm``).
-        dense_max_nodes: the largest graph computed through padded dense ``n x n`` blocks (``None``:
-            ``DENSE_MAX_NODES``); larger ones go through the streaming kernels. Both are exact: a huge value gives the
-            reference's dense computation (to compare time and memory), 0 streams every graph.
+        dense_max_nodes: the largest graph computed through padded dense ``n x n`` blocks, on every device; larger
+            ones go through the tiled or streaming kernels. All are exact: a huge value gives the reference's dense
+            computation (to compare time and memory), 0 streams every graph. ``None`` (default): the rule of
+            :func:`~graphnorm.norms.ops.contranorm_kernel_choice.dense_node_limit`, ``DENSE_MAX_NODES`` (256) off
+            CUDA; on CUDA every graph whose dense blocks, with those of the call's other graphs, fit in a quarter of
+            the free device memory (Cora's 2,708 nodes in float32 take about 130 MB), the streaming kernel beyond.
         random_features: ``None`` (default) computes ``P x`` exactly; a positive int ``m`` switches every graph to
             the linear-time estimator of :mod:`~graphnorm.norms.ops.contranorm_random_features` with ``m`` positive
             random features (FAVOR+; time ``O(n m d + E m)``, memory linear in ``n``): numerator and denominator
@@ -174,21 +181,30 @@ class ContraNorm(NormBase):
         mask_self = edge_index is not None  # the transformer form keeps the node itself
         inv_tau = 1.0 / self.tau
         x_hat = F.normalize(x, dim=1)  # row L2, eps 1e-12 as in the reference
-        dense_limit = DENSE_MAX_NODES if self.dense_max_nodes is None else self.dense_max_nodes
         if self.random_features is not None:
             return self._random_feature_mix(x, x_hat, batch, edge_index, inv_tau, mask_self)
 
         if batch is None:
-            return self._single_graph_mix(x, x_hat, inv_tau, edge_index, mask_self, dense_limit)
+            return self._single_graph_mix(x, x_hat, inv_tau, edge_index, mask_self, self._dense_limit(x, [n]))
         batch, x, x_hat, edge_index, inverse = _group_nodes_by_graph(batch.long(), x, x_hat, edge_index)
         edge_rows, edge_cols = _row_sorted_edges(edge_index, batch, n)
         graph_sizes = torch.unique_consecutive(batch, return_counts=True)[1].tolist()
+        dense_limit = self._dense_limit(x, graph_sizes)
         pieces = [
             _segment_negative_mix(segment, x, x_hat, batch, inv_tau, edge_rows, edge_cols, mask_self)
             for segment in _graph_segments(graph_sizes, dense_limit)
         ]
         mixed = pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=0)  # [n, d]
         return mixed if inverse is None else mixed[inverse]
+
+    def _dense_limit(self, x: Tensor, graph_sizes: list[int]) -> int:
+        """The largest graph of this call that takes the dense kernel
+        (:func:`~graphnorm.norms.ops.contranorm_kernel_choice.dense_node_limit`)."""
+        free = free_device_memory(x.device) if self.dense_max_nodes is None else None
+        return dense_node_limit(
+            graph_sizes, x.size(1), x.device.type, free, x.dtype, dense_max_nodes=self.dense_max_nodes,
+            fixed_limit=DENSE_MAX_NODES,
+        )  # fmt: skip
 
     def _single_graph_mix(
         self, x: Tensor, x_hat: Tensor, inv_tau: float, edge_index: Tensor | None, mask_self: bool, dense_limit: int
@@ -275,10 +291,15 @@ def _large_graph_mix(
     x_hat: Tensor, values: Tensor, inv_tau: float, edge_rows: Tensor | None, edge_cols: Tensor | None, mask_self: bool
 ) -> Tensor:
     """``P @ v`` for one graph above the dense limit: from half of the tiles when the exclusion mask is symmetric
-    (undirected edges) and no weight can underflow, else through the row-block kernel. Both are exact."""
-    if contranorm_symmetric_tiles.fits(inv_tau, x_hat.dtype) and contranorm_symmetric_tiles.is_symmetric(
-        edge_rows, edge_cols, x_hat.size(0)
-    ):
+    (undirected edges) and no weight can underflow, except on CUDA, else through the row-block kernel
+    (:func:`~graphnorm.norms.ops.contranorm_kernel_choice.large_graph_kernel`). Both are exact."""
+
+    def tiles_apply() -> bool:
+        return contranorm_symmetric_tiles.fits(inv_tau, x_hat.dtype) and contranorm_symmetric_tiles.is_symmetric(
+            edge_rows, edge_cols, x_hat.size(0)
+        )
+
+    if large_graph_kernel(x_hat.device.type, tiles_apply) == "tiled":
         return contranorm_symmetric_tiles.SymmetricNegativeMix.apply(
             x_hat, values, inv_tau, edge_rows, edge_cols, mask_self
         )
