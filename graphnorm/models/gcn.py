@@ -188,7 +188,8 @@ class DeepGCN(nn.Module):
         propagation: how each conv multiplies by the normalized adjacency. ``"auto"`` (default): ``"sparse"``
             where it gives ``"pyg"``'s outputs and gradients up to the order of the float sums, on CPU graphs of at
             least :data:`~graphnorm.models.propagation.AUTO_SPARSE_MIN_NODES` nodes in float32 / float64 outside
-            autocast; ``"pyg"`` for everything else, so small graphs keep PyG's numbers bit for bit (the rule:
+            autocast; ``"pyg"`` for everything else (and in DeepGAT, whose attention has no fixed adjacency), so
+            small graphs keep PyG's numbers bit for bit (the rule:
             :func:`~graphnorm.models.propagation.auto_propagation`, per forward; :meth:`propagation_for` tells the
             path an input gets, ``last_propagation`` the one the last forward took). The sparse product has
             first-order gradients only: pass ``"pyg"`` for double backward. ``"pyg"``: ``GCNConv``'s gather and
@@ -365,6 +366,8 @@ class DeepGCN(nn.Module):
         ``propagation``, or for ``"auto"`` :func:`~graphnorm.models.propagation.auto_propagation`'s choice."""
         if self.propagation != "auto":
             return self.propagation
+        if self.adjacency is None:  # attention weighs the edges (DeepGAT): no fixed matrix for the product
+            return "pyg"
         return auto_propagation(x, parameter_dtype(self))
 
     def extra_repr(self) -> str:

@@ -125,6 +125,17 @@ def test_above_the_threshold_batches_and_half_models() -> None:
     assert half.last_propagation == "pyg"
 
 
+@pytest.mark.usefixtures("low_threshold")
+def test_attention_models_keep_pyg_above_the_threshold() -> None:
+    """DeepGAT inherits the default but has no fixed adjacency to multiply by: its edges are weighed per forward."""
+    from graphnorm.models import DeepGAT
+
+    x, edge_index = torch.randn(60, 12), undirected_graph(60, 150)
+    model = DeepGAT(12, 8, 3, 3, norm="pairnorm", dropout=0.0)
+    assert torch.equal(model(x, edge_index), pyg_twin(model)(x, edge_index))
+    assert model.last_propagation == "pyg" and model._sparse_cache is None
+
+
 def test_run_configs_and_their_ids_are_unchanged_by_the_default() -> None:
     """The run config passes no propagation unless asked (model_kwargs), so default runs get the model default
     and their ids hash nothing new; an explicit choice is still a valid model keyword."""
