@@ -7,7 +7,8 @@ GCN's hundreds of small ops per pass each pay that wait: a second thread per run
 instead of faster (``experiments/benchmarks/bench_threads.py`` measures it, and shows that subnormal floats are not
 the cause). So a sweep never starts more threads than usable cores (:func:`usable_cores`, :func:`plan_cpus`), with one
 thread per run whenever the machine already looks busy (:func:`machine_busy`); ``--threads`` or
-``$GRAPHNORM_THREADS`` set the threads per run explicitly.
+``$GRAPHNORM_THREADS`` set the threads per run explicitly. Runs on CUDA share one GPU, whose processes take turns:
+at most :data:`CUDA_RUNS_PER_GPU` of them run at once by default (:func:`plan_cpus`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +24,13 @@ ENV_THREADS = "GRAPHNORM_THREADS"  # torch threads per run, overriding the defau
 CGROUP_V2_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
 CGROUP_V1_QUOTA = Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us")
 CGROUP_V1_PERIOD = Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us")
+# Runs at once when they use CUDA, unless --workers says otherwise. Every local run's "cuda" is the same GPU (the
+# first of CUDA_VISIBLE_DEVICES), and each worker process holds its own CUDA context (hundreds of MB of device
+# memory, plus a caching allocator whose free blocks no other process can use). The GPU runs one process's kernels
+# at a time, switching by time slice, so past a few processes (enough to overlap one's Python and CPU work with
+# another's kernels) more add memory and switches, not speed; and a process waiting for its kernels spins on a
+# core, so more of them than cores starve the ones whose turn it is of the CPU they need to launch work.
+CUDA_RUNS_PER_GPU = 4
 
 
 def affinity_cores() -> int:
@@ -130,20 +138,52 @@ class CpuPlan:
         return self.workers * self.threads > self.cores
 
 
-def plan_cpus(num_runs: int, workers: int | None = None, threads: int | None = None) -> CpuPlan:
+def uses_cuda(devices: Iterable[str]) -> bool:
+    """Whether any of the runs' ``device`` values runs on CUDA: ``"cuda"``, or ``"auto"`` where CUDA is available."""
+    devices = set(devices)
+    if "cuda" in devices:
+        return True
+    if "auto" not in devices:
+        return False
+    import torch  # here: only a sweep that may use CUDA pays for the import
+
+    return torch.cuda.is_available()
+
+
+def plan_cpus(
+    num_runs: int, workers: int | None = None, threads: int | None = None, *, devices: Iterable[str] = ()
+) -> CpuPlan:
     """Workers and threads per run for ``num_runs`` runs on this machine.
 
-    ``workers`` defaults to the usable cores (at most ``num_runs``). ``threads``, else ``$GRAPHNORM_THREADS``, else
-    the cores left per worker (``cores // workers``), and 1 when the machine is busy (:func:`machine_busy`): more
-    threads than free cores make each op wait for a descheduled thread (module docstring).
+    ``workers`` defaults to the usable cores (at most ``num_runs``), and to at most :data:`CUDA_RUNS_PER_GPU` when
+    the runs' ``devices`` (their ``device`` values; none given: CPU runs) use CUDA (:func:`uses_cuda`); a
+    ``workers`` given is kept. ``threads``, else ``$GRAPHNORM_THREADS``, else the cores left per worker
+    (``cores // workers``), and 1 when the machine is busy (:func:`machine_busy`): more threads than free cores make
+    each op wait for a descheduled thread (module docstring). ``why`` says where the threads, and a CUDA cap, come
+    from.
     """
     cores = usable_cores()
+    cuda_cap = ""
+    if uses_cuda(devices) and min(workers or cores, num_runs) > CUDA_RUNS_PER_GPU:
+        if workers is None:
+            workers = CUDA_RUNS_PER_GPU
+            cuda_cap = (
+                f"; runs at once capped at {CUDA_RUNS_PER_GPU} on the one GPU the CUDA runs share (each process holds "
+                "a CUDA context and waits its turn on the GPU; --workers overrides)"
+            )
+        else:
+            cuda_cap = (
+                f"; --workers {workers} CUDA runs share one GPU, above the default cap of {CUDA_RUNS_PER_GPU} (each "
+                "process holds a CUDA context and waits its turn on the GPU: expect no speed-up, maybe a stall)"
+            )
     workers = max(1, min(workers or cores, num_runs))
     if threads is not None:
-        return CpuPlan(cores, workers, threads, "--threads")
+        return CpuPlan(cores, workers, threads, "--threads" + cuda_cap)
     from_env = env_threads()
     if from_env is not None:
-        return CpuPlan(cores, workers, from_env, f"${ENV_THREADS}")
+        return CpuPlan(cores, workers, from_env, f"${ENV_THREADS}" + cuda_cap)
     if cores // workers > 1 and machine_busy(cores):
-        return CpuPlan(cores, workers, 1, "1: the machine is busy (load average), more would wait on busy cores")
-    return CpuPlan(cores, workers, max(1, cores // workers), "usable cores / workers")
+        return CpuPlan(
+            cores, workers, 1, "1: the machine is busy (load average), more would wait on busy cores" + cuda_cap
+        )
+    return CpuPlan(cores, workers, max(1, cores // workers), "usable cores / workers" + cuda_cap)

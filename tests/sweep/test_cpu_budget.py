@@ -131,3 +131,33 @@ def test_passive_openmp_wait_only_while_inside_and_never_over_the_users_choice(m
     with cpu_budget.passive_openmp_wait():
         assert os.environ["OMP_WAIT_POLICY"] == "ACTIVE"
     assert os.environ["OMP_WAIT_POLICY"] == "ACTIVE"
+
+
+def test_cuda_runs_are_capped_per_gpu_unless_workers_are_given(machine):
+    """20 CUDA runs on a 32-core machine: 4 processes share the GPU (each with its own CUDA context, taking turns
+    on the device), not 32; the log line says why. CPU runs keep every core; --workers keeps the user's choice."""
+    machine(affinity=32)
+    cap = cpu_budget.CUDA_RUNS_PER_GPU
+    plan = plan_cpus(20, devices=["cuda"])
+    assert (plan.workers, plan.threads) == (cap, 32 // cap)
+    assert f"capped at {cap}" in plan.why and "GPU" in plan.why
+    assert plan_cpus(20, devices=["cpu"]) == plan_cpus(20) and plan_cpus(20).workers == 20
+    assert plan_cpus(20, devices=["cpu", "cuda"]).workers == cap  # one CUDA run is enough to share the GPU
+    assert plan_cpus(2, devices=["cuda"]).workers == 2  # fewer runs than the cap: no cap, no note
+    assert "GPU" not in plan_cpus(2, devices=["cuda"]).why
+    explicit = plan_cpus(20, workers=20, devices=["cuda"])
+    assert explicit.workers == 20 and "above the default cap" in explicit.why
+    assert plan_cpus(20, threads=2, devices=["cuda"]).why.startswith("--threads; runs at once capped")
+    machine(affinity=2, cpu_count=2)  # fewer cores than the cap: the cores decide, as for CPU runs
+    assert plan_cpus(20, devices=["cuda"]) == plan_cpus(20)
+
+
+@pytest.mark.parametrize("available", [True, False])
+def test_auto_device_counts_as_cuda_only_where_cuda_is_available(machine, monkeypatch, available):
+    import torch
+
+    machine(affinity=16)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: available)
+    assert cpu_budget.uses_cuda(["auto"]) is available
+    assert cpu_budget.uses_cuda(["cpu"]) is False and cpu_budget.uses_cuda([]) is False
+    assert plan_cpus(20, devices=["auto"]).workers == (cpu_budget.CUDA_RUNS_PER_GPU if available else 16)
