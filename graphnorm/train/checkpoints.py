@@ -25,6 +25,7 @@ from graphnorm.files import (
     hold_lock,
     remove_leftover_temporary_files,
 )
+from graphnorm.train.distributed import Ranks
 
 
 def checkpoint_path(config: RunConfig) -> Path | None:
@@ -73,6 +74,8 @@ class CheckpointError(RuntimeError):
 
 # What every graphnorm checkpoint holds; newer ones add "config", and "ema" when the run averages its weights.
 CHECKPOINT_KEYS = ("model", "schedule", "rng", "state")
+# Data-parallel runs add the number of processes and the random states of ranks 1.. ("rng" is rank 0's).
+WORLD_SIZE_KEY, RANK_RNG_KEY = "world_size", "rank_rng"
 
 
 def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
@@ -161,9 +164,18 @@ def config_differences(saved: dict[str, Any], config: RunConfig) -> list[str]:
 
 
 def resume_from_checkpoint(
-    path: Path, config: RunConfig, model: nn.Module, schedule: Any, ema: nn.Module | None, generator: torch.Generator
+    path: Path,
+    config: RunConfig,
+    model: nn.Module,
+    schedule: Any,
+    ema: nn.Module | None,
+    generator: torch.Generator,
+    ranks: Ranks | None = None,
 ) -> dict[str, Any]:
-    """Load the checkpoint of this very run into the model, optimizer, EMA and RNGs; return its loop state."""
+    """Load the checkpoint of this very run into the model, optimizer, EMA and RNGs; return its loop state. Under
+    data-parallel training (``ranks``) it must have been written by as many processes, and each rank takes back its
+    own random state."""
+    ranks = Ranks() if ranks is None else ranks
     saved = load_checkpoint(path)
     advice = "delete it to start the run over, or set checkpoint_dir to another folder"
     if not isinstance(saved, dict) or not all(key in saved for key in CHECKPOINT_KEYS):
@@ -174,12 +186,18 @@ def resume_from_checkpoint(
         differences = config_differences(saved["config"], config)
         if differences:
             raise CheckpointError(f"checkpoint {path} belongs to another run: {', '.join(differences)}; {advice}")
+    written_by = int(saved.get(WORLD_SIZE_KEY, 1))
+    if written_by != ranks.world_size:
+        raise CheckpointError(
+            f"checkpoint {path} was written by {written_by} training process(es), this run has {ranks.world_size}: "
+            f"resume it with {written_by} (torchrun --nproc-per-node {written_by}), or {advice}"
+        )
     try:
         model.load_state_dict(saved["model"])
         schedule.load_state_dict(saved["schedule"])
         if ema is not None:
             ema.load_state_dict(saved["ema"])
-        set_rng_state(saved["rng"], generator)
+        set_rng_state(saved["rng"] if ranks.rank == 0 else saved[RANK_RNG_KEY][ranks.rank - 1], generator)
     except (RuntimeError, KeyError, ValueError, TypeError, IndexError) as error:
         # Checkpoints written before the config was saved, or by a graphnorm version with another model.
         first_line = (str(error).splitlines() or [type(error).__name__])[0].rstrip(":")

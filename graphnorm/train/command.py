@@ -30,26 +30,49 @@ def cmd_train(args: argparse.Namespace, save_curve: CurveSaver) -> int:
     learning curve's figure (drawn by ``save_curve(history, config, path)``, the sweep report's figure, which this
     layer cannot import). Bad input, outputs that cannot be written and data that cannot be loaded are each one
     line, checked before training."""
-    from graphnorm import train
-    from graphnorm.train.record import STEPS_KEY
+    from graphnorm.train.distributed import barrier, process_group
 
     overrides = [*args.overrides, *tensorboard_override(args.tensorboard, "tensorboard_dir")]
     config = _load_run_config(Path(args.config), overrides)
     out = Path(args.out) if args.out else None
-    if out is not None:  # before training: a run whose record cannot be saved is lost
-        check_train_out(out, Path(args.config), config)
-    check_tensorboard_dir(config.tensorboard_dir, "--tensorboard" if args.tensorboard else "tensorboard_dir")
-    check_run_outputs(config)
-    load_run_data(config)
+    # Under torchrun: rank 0 checks the outputs and loads (or first prepares) the data, then the other ranks load it.
+    with process_group(config.device) as ranks:
+        if ranks.writes:
+            if out is not None:  # before training: a run whose record cannot be saved is lost
+                check_train_out(out, Path(args.config), config)
+            check_tensorboard_dir(config.tensorboard_dir, "--tensorboard" if args.tensorboard else "tensorboard_dir")
+            check_run_outputs(config)
+            load_run_data(config)
+        barrier()
+        if not ranks.writes:
+            load_run_data(config)
+        record = _run(config)
+    if not ranks.writes:
+        return 0  # rank 0 prints and saves the record
+    return _report(record, config, out, args, save_curve)
+
+
+def _run(config: RunConfig) -> dict[str, Any]:
+    """``train.run(config)``; errors of the run itself keep their traceback, but a dataset that cannot be found is the
+    user's to provide, a run that diverged the user's to configure, a run that cannot train data-parallel the
+    user's to launch otherwise: each one line."""
+    from graphnorm import train
     from graphnorm.data import DatasetNotFoundError
+    from graphnorm.train.distributed import DataParallelError
     from graphnorm.train.schedules import TrainingDivergedError
 
-    # Errors of the run itself keep their traceback; a dataset that cannot be found is the user's to provide, and a
-    # run that diverged the user's to configure.
     try:
-        record = train.run(config)
-    except (DatasetNotFoundError, TrainingDivergedError) as e:
+        return train.run(config)
+    except (DatasetNotFoundError, TrainingDivergedError, DataParallelError) as e:
         raise CommandError(str(e)) from None
+
+
+def _report(
+    record: dict[str, Any], config: RunConfig, out: Path | None, args: argparse.Namespace, save_curve: CurveSaver
+) -> int:
+    """Print the record without its long lists, and save it with its learning curve with ``--out``."""
+    from graphnorm.train.record import STEPS_KEY
+
     curve, failure = (None, None) if out is None else _save_record(record, config, out, save_curve)
     parts = (("layers", "per-layer rows"), ("history", "epochs of history"), (STEPS_KEY, "per-step rows"))
     shown = {k: v for k, v in record.items() if k not in dict(parts)}

@@ -22,9 +22,26 @@ from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 from graphnorm.config import RunConfig, config_run_id
 from graphnorm.data import GraphTask
 from graphnorm.data.scoring import score, task_loss
-from graphnorm.models import model_outputs, model_spec
-from graphnorm.train.checkpoints import prepare_checkpoint_dir, resume_from_checkpoint, rng_state, save_checkpoint
+from graphnorm.models import forward_adapter, model_outputs, model_spec
+from graphnorm.train.checkpoints import (
+    RANK_RNG_KEY,
+    WORLD_SIZE_KEY,
+    checkpoint_path,
+    prepare_checkpoint_dir,
+    resume_from_checkpoint,
+    rng_state,
+    save_checkpoint,
+)
 from graphnorm.train.collapse_steps import StepProbe, open_step_probe, step_rows_record
+from graphnorm.train.distributed import (
+    Ranks,
+    any_rank,
+    current_ranks,
+    data_parallel,
+    from_rank0,
+    gather_objects,
+    sum_across,
+)
 from graphnorm.train.loaders import graph_loaders
 from graphnorm.train.progress import EpochProgress, report_epoch
 from graphnorm.train.schedules import TrainingSchedule, clip_gradients, finite_loss, patience_exhausted
@@ -81,6 +98,12 @@ class GraphTraining:
     ema: nn.Module | None  # with ema_decay: the weight average that is evaluated, selected and returned
     budget_s: float
     step_probe: StepProbe  # probe_every_steps: collapse metrics of the trained weights every N steps
+    ranks: Ranks = field(default_factory=Ranks)  # data-parallel training: this process among the others
+    trained: nn.Module | None = None  # what the training steps call: the model, or the model in DDP
+
+    def __post_init__(self) -> None:
+        self.trained = self.model if self.trained is None else self.trained
+        self.call = forward_adapter(self.model)  # read from the model itself: DDP's forward takes anything
 
     @property
     def evaluated(self) -> nn.Module:
@@ -95,12 +118,15 @@ class GraphTraining:
         for batch in self.loaders[0]:
             # Stop before a step that would leave too little of the budget for this epoch's evaluation.
             elapsed = state.train_time_s + time.perf_counter() - epoch_start
-            if state.step > 0 and elapsed + state.eval_time_s >= self.budget_s:
+            over = state.step > 0 and elapsed + state.eval_time_s >= self.budget_s
+            if self.ranks.active and math.isfinite(self.budget_s):
+                over = any_rank(over)  # every process stops before the same step
+            if over:
                 state.stopped_by_time = True
                 break
             batch = batch.to(self.device)
             self.schedule.optimizer.zero_grad()
-            loss = task_loss(self.task, model_outputs(self.model, batch), batch.y)
+            loss = task_loss(self.task, self.call(self.trained, batch), batch.y)
             loss.backward()
             clip_gradients(self.model, self.config)
             self.schedule.optimizer.step()
@@ -111,6 +137,9 @@ class GraphTraining:
             loss_sum += finite_loss(loss.item(), state.epoch, state.step) * batch.num_graphs  # before a NaN is probed
             self.step_probe.after_step(state.step, state.epoch)
             graphs += batch.num_graphs
+        if self.ranks.active:  # the epoch's loss over every process's graphs, as one process would sum it
+            loss_sum, total = sum_across([loss_sum, graphs])
+            graphs = int(total)
         return loss_sum, graphs
 
     def evaluate_epoch(self, state: GraphTrainState, epoch: int, train_loss: float, epoch_start: float) -> None:
@@ -118,8 +147,12 @@ class GraphTraining:
         if state.first_loss is None:
             state.first_loss = train_loss
         eval_start = time.perf_counter()
-        val = evaluate_graphs(self.evaluated, self.loaders[1], self.task, self.device)
-        test = evaluate_graphs(self.evaluated, self.loaders[2], self.task, self.device)
+        val = test = math.nan
+        if self.ranks.writes:  # rank 0 evaluates the whole splits, as one process does; the others take its metrics
+            val = evaluate_graphs(self.evaluated, self.loaders[1], self.task, self.device)
+            test = evaluate_graphs(self.evaluated, self.loaders[2], self.task, self.device)
+        if self.ranks.active:
+            val, test = from_rank0([val, test])
         state.eval_time_s = time.perf_counter() - eval_start
         sign = 1.0 if self.task.higher_is_better else -1.0
         if sign * val > state.best["score"]:
@@ -142,14 +175,18 @@ class GraphTraining:
     def checkpoint(self, state: GraphTrainState, generator: torch.Generator) -> dict[str, Any]:
         """What :func:`graphnorm.train.checkpoints.save_checkpoint` writes after an epoch: the config, the model,
         the schedule, every random state, the loop state and (with ``ema_decay``) the weight average."""
-        return {
+        rng = rng_state(generator)
+        payload = {
             "config": self.config.to_dict(),
             "model": self.model.state_dict(),
             "schedule": self.schedule.state_dict(),
-            "rng": rng_state(generator),
+            "rng": rng,
             "state": state.as_dict(),
             **({"ema": self.ema.state_dict()} if self.ema is not None else {}),
         }
+        if self.ranks.active:  # every process calls this: the random states of ranks 1.. go to rank 0's file
+            payload.update({WORLD_SIZE_KEY: self.ranks.world_size, RANK_RNG_KEY: gather_objects(rng)[1:]})
+        return payload
 
 
 def graph_record(state: GraphTrainState, config: RunConfig, metric: str, resumed_at: int | None, extra: dict) -> dict:
@@ -186,10 +223,14 @@ def train_graph_level(
     checkpoint resumes it (:func:`graphnorm.train.checkpoints.resume_from_checkpoint`). ``max_train_minutes`` ends
     training before a step that would leave too little of the budget for the epoch's evaluation; the budget counts
     the training loop's time summed over resumes. With ``patience``, training ends once the best-validation epoch is
-    ``patience`` epochs old."""
-    path = prepare_checkpoint_dir(config)
+    ``patience`` epochs old.
+
+    Under torchrun (a process group running, :mod:`graphnorm.train.distributed`) each process trains on its share of
+    every batch in DistributedDataParallel; rank 0 evaluates, writes the checkpoint and shows progress."""
+    ranks = current_ranks()
+    path = prepare_checkpoint_dir(config) if ranks.writes else checkpoint_path(config)
     generator = torch.Generator().manual_seed(config.seed)  # shuffling fixed by the seed
-    *loaders, extra = graph_loaders(task, config, generator, model_spec(config.model).inputs)
+    *loaders, extra = graph_loaders(task, config, generator, model_spec(config.model).inputs, ranks)
     schedule = TrainingSchedule(config, model, len(loaders[0]), task.higher_is_better)
     # With ema_decay, an exponential moving average of the weights (buffers too: BatchNorm's running statistics)
     # is what is evaluated, selected by validation and returned; the first update copies the weights.
@@ -198,15 +239,19 @@ def train_graph_level(
         ema = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(config.ema_decay), use_buffers=True)
     budget_s = config.max_train_minutes * 60.0 if config.max_train_minutes is not None else math.inf
     state, resumed_at = GraphTrainState(), None
-    if path is not None and path.exists():
-        state = GraphTrainState(**resume_from_checkpoint(path, config, model, schedule, ema, generator))
+    if path is not None and from_rank0([path.exists()])[0]:  # rank 0's view: it alone writes the file
+        state = GraphTrainState(**resume_from_checkpoint(path, config, model, schedule, ema, generator, ranks))
         resumed_at = state.epoch
-        print(f"resuming from {path} at epoch {resumed_at} (step {state.step})", flush=True)
+        if ranks.writes:
+            print(f"resuming from {path} at epoch {resumed_at} (step {state.step})", flush=True)
     step_probe = open_step_probe(config, model, task, device, state.collapse_steps, start_step=state.step)
-    training = GraphTraining(model, task, config, device, tuple(loaders), schedule, ema, budget_s, step_probe)
+    trained = data_parallel(model, device) if ranks.active else model
+    training = GraphTraining(
+        model, task, config, device, tuple(loaders), schedule, ema, budget_s, step_probe, ranks, trained
+    )
     if state.step == 0:
         step_probe.after_step(0, 0)  # before the first update
-    progress = EpochProgress(config_run_id(config), config.epochs, start_epoch=state.epoch)
+    progress = EpochProgress(config_run_id(config), config.epochs, start_epoch=state.epoch) if ranks.writes else None
     board = open_tensorboard(config, purge_step=state.epoch)
     shown = ("train_loss", f"val_{task.metric}", f"test_{task.metric}", "lr", "step")
     for epoch in range(state.epoch, config.epochs):
@@ -224,10 +269,14 @@ def train_graph_level(
             state.done = True
         else:
             training.evaluate_epoch(state, epoch, loss_sum / graphs, epoch_start)
-            report_epoch(progress, board, state.history[-1], schedule.lr, shown)
+            if progress is not None:
+                report_epoch(progress, board, state.history[-1], schedule.lr, shown)
         if path is not None:
-            save_checkpoint(path, training.checkpoint(state, generator))
-    progress.close()
+            payload = training.checkpoint(state, generator)  # on every rank: it gathers their random states
+            if ranks.writes:
+                save_checkpoint(path, payload)
+    if progress is not None:
+        progress.close()
     if board is not None:
         board.close()
     step_probe.close()

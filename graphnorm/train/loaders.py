@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch_geometric.transforms as T
 from torch import Tensor, nn
+from torch.utils.data import RandomSampler
 from torch_geometric.data import Batch
 from torch_geometric.loader import DataLoader
 
@@ -30,6 +31,7 @@ from graphnorm.data.scoring import get_metric
 from graphnorm.data.size_buckets import SizeBucketBatchSampler
 from graphnorm.data.task import GraphTask, check_split_labels
 from graphnorm.models import model_spec
+from graphnorm.train.distributed import Ranks, ShardSampler
 
 if TYPE_CHECKING:
     from graphnorm.config import RunConfig
@@ -242,13 +244,18 @@ def size_order(graphs: list) -> list[int]:
 
 
 def graph_loaders(
-    task: GraphTask, config: RunConfig, generator: torch.Generator, inputs: str = "pyg"
+    task: GraphTask, config: RunConfig, generator: torch.Generator, inputs: str = "pyg", ranks: Ranks | None = None
 ) -> tuple[Any, Any, Any, dict[str, Any]]:
     """Train (shuffled by ``generator``), val and test loaders, plus extra record entries (Graphormer: drop counts).
     ``inputs``: the model's input kind (:data:`graphnorm.models.registry.INPUTS`): PyG batches, or Graphormer's
-    preprocessed padded batches."""
+    preprocessed padded batches. With several ``ranks`` the train loader yields this rank's share of each epoch's
+    order (:class:`graphnorm.train.distributed.ShardSampler`); val and test stay whole (rank 0 evaluates)."""
     if inputs == "pyg":
-        train_loader = DataLoader(task.train, batch_size=config.batch_size, shuffle=True, generator=generator)
+        if ranks is not None and ranks.active:
+            order = ShardSampler(RandomSampler(task.train, generator=generator), ranks)
+            train_loader = DataLoader(task.train, batch_size=config.batch_size, sampler=order, generator=generator)
+        else:
+            train_loader = DataLoader(task.train, batch_size=config.batch_size, shuffle=True, generator=generator)
         val_loader = DataLoader(task.val, batch_size=config.batch_size)
         test_loader = DataLoader(task.test, batch_size=config.batch_size)
         return train_loader, val_loader, test_loader, {}
@@ -258,6 +265,11 @@ def graph_loaders(
         sizes = [int(graph.num_nodes) for graph in splits["train"]]
         sampler = SizeBucketBatchSampler(sizes, config.batch_size, config.bucket_batches, generator)
         train_loader = torch.utils.data.DataLoader(splits["train"], batch_sampler=sampler, collate_fn=collate)
+    elif ranks is not None and ranks.active:
+        order = ShardSampler(RandomSampler(splits["train"], generator=generator), ranks)
+        train_loader = torch.utils.data.DataLoader(
+            splits["train"], batch_size=config.batch_size, sampler=order, generator=generator, collate_fn=collate
+        )
     else:
         train_loader = torch.utils.data.DataLoader(
             splits["train"], batch_size=config.batch_size, shuffle=True, generator=generator, collate_fn=collate

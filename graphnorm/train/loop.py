@@ -11,6 +11,7 @@ registered model (:func:`graphnorm.models.build_model`) and trains it with the n
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
@@ -23,10 +24,12 @@ from graphnorm.data import GraphTask
 from graphnorm.files import OutputPathError, check_output_path
 from graphnorm.models import build_model
 from graphnorm.train.checkpoints import CheckpointError, checkpoint_lock, prepare_checkpoint_dir
+from graphnorm.train.distributed import Ranks, check_data_parallel, launched_ranks, process_group, rank_device
 from graphnorm.train.graph_level import train_graph_level
 from graphnorm.train.loaders import prepare_task, probe_sample
 from graphnorm.train.model_file import model_file_path, save_model_file
 from graphnorm.train.node_level import train_node_level
+from graphnorm.train.sync_norms import synchronize_norms
 from graphnorm.train.tensorboard_log import check_tensorboard_dirs, open_tensorboard, require_tensorboard
 
 
@@ -56,31 +59,44 @@ def train(config: RunConfig) -> tuple[nn.Module, GraphTask, dict[str, Any]]:
     ``checkpoint_dir`` the model file for ``graphnorm predict`` is written as well
     (:mod:`graphnorm.train.model_file`), and no other process may run the same run meanwhile
     (:func:`graphnorm.train.checkpoints.checkpoint_lock`). Raises ``ValueError`` for an invalid config, and a one-line
-    error for an output that cannot be written (:func:`check_run_outputs`), both before any data loads."""
+    error for an output that cannot be written (:func:`check_run_outputs`), both before any data loads.
+
+    Under ``torchrun`` a graph-level run trains data-parallel (:mod:`graphnorm.train.distributed`): rank 0 checks and
+    writes every output and holds the lock, the other ranks write nothing."""
     config.validate()
     if config.tensorboard_dir is not None:
         require_tensorboard()  # before loading and preprocessing, not after
     start = time.perf_counter()
-    check_run_outputs(config)
-    with checkpoint_lock(config):
-        return _train(config, start)
+    with process_group(config.device) as ranks:
+        if not ranks.writes:
+            return _train(dataclasses.replace(config, tensorboard_dir=None), start, ranks)  # no curves from rank > 0
+        check_run_outputs(config)
+        with checkpoint_lock(config):
+            return _train(config, start, ranks)
 
 
-def _train(config: RunConfig, start: float) -> tuple[nn.Module, GraphTask, dict[str, Any]]:
+def _train(config: RunConfig, start: float, ranks: Ranks) -> tuple[nn.Module, GraphTask, dict[str, Any]]:
     """:func:`train` once its outputs are checked (``start``: its ``perf_counter`` at the start)."""
     seed_everything(config.seed)  # random, numpy, torch
-    device = resolve_device(config.device)
+    device = rank_device(resolve_device(config.device), ranks)
     task = prepare_task(config)
+    check_data_parallel(config, task.level, ranks)
     seed_everything(config.seed)  # the model's initialization must not depend on what loading consumed
     model = build_model(config.model, task, **model_keywords(config, task.level)).to(device)
+    if ranks.active:
+        synchronize_norms(model)
+        if ranks.rank > 0:  # each rank its own dropout masks; rank 0 draws on as one process does
+            seed_everything(config.seed + ranks.rank)
     if task.level == "node":
         record, best_state = train_node_level(model, task, config, device)
     else:
         record, best_state = train_graph_level(model, task, config, device)
     model.load_state_dict(best_state)
     model.eval()
-    if config.checkpoint_dir is not None:
+    if config.checkpoint_dir is not None and ranks.writes:
         save_model_file(model_file_path(config), config, task, model, record)
+    if ranks.active:
+        record["world_size"] = ranks.world_size
     record.update(
         {
             "metric": task.metric,
@@ -101,7 +117,7 @@ def run(config: RunConfig) -> dict[str, Any]:
     ``tensorboard_dir``.
     """
     model, task, record = train(config)
-    if config.probe:
+    if config.probe and launched_ranks().writes:  # the other ranks' records are not kept
         from graphnorm.analysis.probe import probe_records
 
         start = time.perf_counter()
