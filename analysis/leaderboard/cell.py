@@ -1,0 +1,68 @@
+"""Re-run one leaderboard cell (``python -m experiments.leaderboard cell``): its runs with the recorded knob
+choices, through a sweep of that cell alone into ``runs/leaderboard/<tier>/cells/``, then each seed's value beside
+the one recorded in ``analysis/leaderboard/results/<tier>.csv``."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from .protocol import load_protocol, setting_name
+from .run import RESULTS, Execution, results_paths, setting_kwargs
+from .tables import read_runs, tidy_runs
+
+
+def cell_protocol(tier: str, host: str, graph: str, seeds: list[int]):
+    """The tier's protocol narrowed to one (host, graph) setting and the given replicates."""
+    import dataclasses
+
+    protocol = load_protocol(tier)
+    for part in protocol.parts.values():
+        if host in part.hosts and graph in part.graphs:
+            chosen = part.graphs[graph]
+            replicates = [r for r in chosen.replicates if not seeds or r in seeds]
+            if not replicates:
+                raise ValueError(f"{graph} has no replicate {seeds}; its replicates: {chosen.replicates}")
+            narrowed = dataclasses.replace(
+                part, hosts={host: part.hosts[host]}, graphs={graph: dataclasses.replace(chosen, replicates=replicates)}
+            )
+            return dataclasses.replace(protocol, parts={part.name: narrowed}), narrowed
+    raise ValueError(f"tier {tier} has no host {host!r} with graph {graph!r}")
+
+
+def rerun_cell(args: argparse.Namespace, results: Path = RESULTS) -> int:
+    """Run the cell ``args`` names and print each seed's value beside the recorded one; 1 when one differs."""
+    from graphnorm.sweep import run_sweep
+
+    from .protocol import grid_sweep
+
+    table_path, knobs_path = results_paths(args.tier, results)
+    knobs = pd.read_csv(knobs_path) if knobs_path.exists() else pd.DataFrame()
+    if not knobs.empty:
+        knobs["chosen"] = knobs["chosen"].astype(str).str.lower() == "true"
+    protocol, part = cell_protocol(args.tier, args.host, args.graph, args.seed)
+    graph = part.graphs[args.graph]
+    kwargs = setting_kwargs(protocol, part, args.host, graph, knobs)
+    if args.norm not in kwargs:
+        raise ValueError(f"{args.norm} cannot run in {args.host} on {args.graph} (see the leaderboard's note)")
+    sweep = grid_sweep(part, args.host, graph, [args.norm], kwargs)
+    sweep["grid"]["num_layers"] = [args.depth]
+    root = Path(args.runs) / args.tier / "cells"
+    out = root / "grid" / setting_name(part, args.host, graph)
+    execution = Execution(args.executor, args.workers, args.threads)
+    run_sweep(sweep, out, executor=execution.executor, workers=execution.workers, threads=execution.threads,
+              make_plots=False, progress=False)  # fmt: skip
+    fresh = tidy_runs(protocol, root, knobs)
+    fresh = fresh[(fresh["norm"] == args.norm) & (fresh["depth"] == args.depth) & (fresh["status"] == "ok")]
+    recorded = read_runs(table_path) if table_path.exists() else pd.DataFrame(columns=fresh.columns)
+    keys = ["graph", "host", "depth", "norm", "seed"]
+    both = fresh[[*keys, "value"]].merge(recorded[[*keys, "value"]], on=keys, how="left", suffixes=("", "_recorded"))
+    differs = 0
+    for row in both.itertuples():
+        same = not math.isnan(row.value_recorded) and math.isclose(row.value, row.value_recorded, rel_tol=1e-6)
+        differs += not same
+        print(f"seed {row.seed}: {row.value:.6g} (recorded {row.value_recorded:.6g}) {'same' if same else 'DIFFERS'}")
+    return 1 if differs else 0

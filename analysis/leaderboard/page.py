@@ -1,0 +1,373 @@
+"""The leaderboard page, ``analysis/questions/leaderboard.md`` with its figures ``analysis/figures/leaderboard_*``,
+from a tier's tidy table (:mod:`.tables`) and knob choices: the answer per graph family in computed sentences, the
+sortable and filterable table of every cell (``docs/javascripts/leaderboard.js`` makes it so on the site), a heat map
+of ranks per depth, the critical-difference diagrams, the collapse metrics against the accuracy lost, the protocol.
+The full tier's results are shown once committed, else the quick tier's, said so at the top. Text from the data is
+escaped where it lands (:mod:`graphnorm.escaping`).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from graphnorm.escaping import markdown_code, markdown_text  # noqa: E402
+from graphnorm.files import atomic_write_text, check_output_dir, save_figure  # noqa: E402
+from graphnorm.sweep.formatting import significant  # noqa: E402
+
+from .cd_diagram import cd_diagram  # noqa: E402
+from .protocol import REPO, Protocol, load_protocol  # noqa: E402
+from .run import RESULTS, results_paths  # noqa: E402
+from .statistics import average_ranks, best_per_cell, cell_summary, collapse_predicts_accuracy  # noqa: E402
+from .tables import ok_runs, read_runs  # noqa: E402
+
+PAGE = "leaderboard.md"
+FIGURE_PREFIX = "leaderboard_"
+FAMILIES = ("homophilic", "heterophilic", "molecular")
+ANSWER_DEPTHS = (16, 64)  # the depths the answer names, where the grid has them (else its deepest)
+CELL = ["family", "graph", "host", "depth", "norm", "metric"]
+TABLE_HEADER = ["graph", "family", "host", "depth", "norm", "metric", "mean", "95% CI", "seeds", "rank", "best",
+                "CPU s", "note", "command"]  # fmt: skip
+BUILD_COMMAND = "python -m experiments.leaderboard page"
+
+
+def shown_tier(results: Path, tier: str | None) -> str:
+    """The tier to show: ``tier``, else the full tier once its table exists, else the quick tier."""
+    if tier is not None:
+        return tier
+    return "full" if results_paths("full", results)[0].exists() else "quick"
+
+
+def p_value(value: float) -> str:
+    """A test's p with two significant digits, or why there is none (a single setting, no spread)."""
+    return "n/a" if value is None or math.isnan(value) else significant(float(value), 2)
+
+
+def number(value: float, digits: int = 3) -> str:
+    """A number with three significant digits, '' for NaN or None."""
+    return (
+        "" if value is None or (isinstance(value, float) and math.isnan(value)) else significant(float(value), digits)
+    )
+
+
+def cell_command(tier: str, row: pd.Series) -> str:
+    """The command that re-runs a cell and compares it with the recorded values."""
+    return (
+        f"python -m experiments.leaderboard cell --tier {tier} --host {row['host']} --graph {row['graph']} "
+        f"--norm {row['norm']} --depth {int(row['depth'])}"
+    )
+
+
+def cell_notes(runs: pd.DataFrame) -> pd.Series:
+    """Per cell: why it has fewer results than runs (a norm the host cannot run, failed or missing runs), and the
+    norm's form where it departs from the reference one (ContraNorm's random features)."""
+
+    def note(group: pd.DataFrame) -> str:
+        parts = []
+        for status, rows in group.groupby("status", sort=True):
+            if status == "ok":
+                continue
+            reason = rows["reason"].iloc[0]
+            parts.append(f"{len(rows)} of {len(group)} runs {status}: {reason}" if status != "cannot run" else reason)
+        variants = sorted(set(group["variant"]) - {""})
+        return "; ".join([*variants, *parts])
+
+    return runs.groupby(CELL, sort=False)[["status", "reason", "variant"]].apply(note).rename("note")
+
+
+def cell_table(runs: pd.DataFrame, tier: str) -> pd.DataFrame:
+    """One row per cell: the summary statistics, its rank among the norms of its (graph, host, depth), whether it
+    is the best with a paired test's verdict, its CPU seconds, its note and command."""
+    every = runs.groupby(CELL, sort=False).agg(cpu_s=("cpu_s", "sum"), runs=("seed", "size")).join(cell_notes(runs))
+    ok = ok_runs(runs)
+    table = every.reset_index()
+    if not ok.empty:
+        table = table.merge(cell_summary(ok), on=CELL, how="left")
+        sign = np.where(table["higher_is_better"].fillna(True).astype(bool), -1.0, 1.0)
+        table["rank"] = (table.assign(key=sign * table["mean"]).groupby(CELL[:4] + ["metric"])["key"]
+                         .rank(method="average"))  # fmt: skip
+        group = ["family", "graph", "host", "depth", "metric"]
+        best = best_per_cell(ok).rename(columns={"note": "best_note"})[[*group, "best", "p", "separated", "best_note"]]
+        table = table.merge(best, on=group, how="left")
+    for column in ("mean", "ci95", "n", "rank", "best", "separated", "p"):
+        if column not in table.columns:
+            table[column] = math.nan
+    return table.assign(command=[cell_command(tier, row) for _, row in table.iterrows()])
+
+
+def verdict(row: pd.Series) -> str:
+    """The best column: on the best norm's row, whether a paired t-test separates it from the runner-up."""
+    if row.get("best") != row["norm"] or pd.isna(row.get("mean")):
+        return ""
+    p = row.get("p")
+    shown = f"p = {number(p, 2)}" if isinstance(p, float) and not math.isnan(p) else str(row.get("best_note") or "")
+    return f"best ({shown})" if bool(row.get("separated")) else f"not separated ({shown})" if shown else "tie"
+
+
+def table_lines(table: pd.DataFrame) -> list[str]:
+    """The cells as one Markdown table, every text cell escaped, inside the block the page's script sorts."""
+    lines = ["| " + " | ".join(TABLE_HEADER) + " |", "|" + "---|" * len(TABLE_HEADER)]
+    for _, row in table.sort_values(["family", "graph", "host", "depth", "rank", "norm"]).iterrows():
+        ci = number(row["ci95"])
+        cells = [
+            markdown_text(row["graph"]), markdown_text(row["family"]), markdown_text(row["host"]),
+            str(int(row["depth"])), markdown_text(row["norm"]), markdown_text(row["metric"]), number(row["mean"]),
+            f"± {ci}" if ci else "", str(int(row["n"])) if not pd.isna(row["n"]) else "0",
+            number(row["rank"], 3), markdown_text(verdict(row)), number(row["cpu_s"]), markdown_text(row["note"]),
+            markdown_code(row["command"]),
+        ]  # fmt: skip
+        lines.append("| " + " | ".join(cells) + " |")
+    return ['<div class="gn-leaderboard" markdown="1">', "", *lines, "", "</div>", ""]
+
+
+def answer_depths(depths: list[int]) -> list[int]:
+    """The depths the answer names: 16 and 64 where the grid has them, else its deepest."""
+    return [d for d in ANSWER_DEPTHS if d in depths] or [max(depths)]
+
+
+def family_answer(summary: pd.DataFrame, best: pd.DataFrame, family: str, depth: int) -> str:
+    """One sentence: the norm with the best average rank on ``family``'s settings at ``depth``, the norms Nemenyi's
+    test cannot tell from it, and in how many settings it is the best norm, separated by a paired t-test."""
+    at = summary[(summary["family"] == family) & (summary["depth"] == depth) & summary["mean"].notna()]
+    if at.empty:
+        return f"At {depth} layers on {family} graphs: no results yet."
+    result = average_ranks(summary[summary["family"] == family], depth)
+    if result.k == 0:
+        return f"At {depth} layers on {family} graphs: no norm has a result in every setting, so none is ranked."
+    top, rank = result.average.iloc[0]["norm"], float(result.average.iloc[0]["avg_rank"])
+    close = [n for n, r in zip(result.average["norm"][1:], result.average["avg_rank"][1:]) if r - rank < result.cd]
+    settings = best[(best["family"] == family) & (best["depth"] == depth)]
+    wins = settings[settings["best"] == top]
+    text = (
+        f"At {depth} layers on {family} graphs, {markdown_code(top)} has the best average rank, {number(rank)} of "
+        f"{result.k} norms over {result.n} graph-host setting{'s' * (result.n != 1)} "
+        f"(Friedman p = {p_value(result.p)})"
+    )
+    if result.n >= 2 and not math.isnan(result.cd):
+        names = ", ".join(markdown_code(n) for n in close) or "none"
+        text += f"; within Nemenyi's critical difference {number(result.cd)} of it, so not separated from it: {names}"
+    text += (
+        f". It has the best mean in {len(wins)} of these {len(settings)} settings, separated from the runner-up by a "
+        f"paired t-test over seeds (p < 0.05) in {int(wins['separated'].sum())}."
+    )
+    if result.dropped:
+        text += f" Not ranked (no result in every setting): {', '.join(markdown_code(n) for n in result.dropped)}."
+    return text
+
+
+def collapse_answer(ok: pd.DataFrame) -> list[str]:
+    """Which last-layer collapse metric best predicts the metric lost with depth: Spearman's rho per family."""
+    table = collapse_predicts_accuracy(ok, by="family")
+    lines = []
+    for family, group in table.groupby("family", sort=True):
+        top = group[group["best"]]
+        if top.empty:
+            lines.append(f"- {markdown_text(family)}: too few cells deeper than the shallowest for a correlation.")
+            continue
+        first = top.iloc[0]
+        others = "; ".join(
+            f"{markdown_code(r.collapse_metric)} {number(r.rho)}" for r in group.itertuples() if not r.best
+        )
+        lines.append(
+            f"- {markdown_text(family)}: {markdown_code(first['collapse_metric'])}, Spearman's rho = "
+            f"{number(first['rho'])} (p = {p_value(first['p'])}, {int(first['n'])} cells)"
+            + (f"; the others: {others}" if others else "")
+            + "."
+        )
+    return lines
+
+
+def save_png(figure: Figure, path: Path) -> None:
+    """PNG without a software stamp, so the same data give the same bytes."""
+    save_figure(figure, path, "a leaderboard figure", dpi=80, bbox_inches="tight", metadata={"Software": None})
+
+
+def rank_heatmap(table: pd.DataFrame, path: Path) -> bool:
+    """Norm x (graph, host) ranks, one panel per depth (1 the best; blank: no result); False when nothing to draw."""
+    ranked = table[table["rank"].notna()].assign(setting=lambda t: t["graph"] + " / " + t["host"])
+    if ranked.empty:
+        return False
+    depths = sorted(ranked["depth"].unique())
+    norms = sorted(table["norm"].unique())
+    settings = sorted(ranked["setting"].unique())
+    figure = Figure(figsize=(1.2 + len(depths) * (0.9 + 0.28 * len(settings)), 1.5 + 0.28 * len(norms)))
+    axes = figure.subplots(1, len(depths), squeeze=False)[0]
+    for axis, depth in zip(axes, depths):
+        grid = ranked[ranked["depth"] == depth].pivot_table(index="norm", columns="setting", values="rank")
+        grid = grid.reindex(index=norms, columns=settings)
+        image = axis.imshow(grid.to_numpy(float), cmap="viridis_r", vmin=1, vmax=len(norms), aspect="auto")
+        axis.set_title(f"{int(depth)} layers", fontsize=9)
+        axis.set_xticks(range(len(settings)), settings, rotation=90, fontsize=7)
+        axis.set_yticks(range(len(norms)), norms if axis is axes[0] else [""] * len(norms), fontsize=7)
+    figure.colorbar(image, ax=list(axes), label="rank (1 = best)", shrink=0.8)
+    save_png(figure, path)
+    return True
+
+
+def cd_figures(summary: pd.DataFrame, figures: Path, prefix: str) -> list[str]:
+    """One critical-difference diagram per depth over every setting, with its caption."""
+    lines = []
+    for depth in sorted(summary["depth"].unique()):
+        result = average_ranks(summary, int(depth))
+        if result.k < 2:
+            continue
+        name = f"{FIGURE_PREFIX}cd_{int(depth)}.png"
+        cd_diagram(result.average, result.cd, figures / name, title=f"{int(depth)} layers")
+        dropped = ", ".join(markdown_code(n) for n in result.dropped) or "none"
+        lines += [
+            f"![critical-difference diagram at {int(depth)} layers]({prefix}{name})",
+            "",
+            f"{int(depth)} layers: {result.k} norms over {result.n} settings; Friedman p = {p_value(result.p)}, "
+            f"Iman-Davenport p = {p_value(result.p_ff)}; Nemenyi CD = {number(result.cd)} at alpha = 0.05 (a bar "
+            f"joins norms not separated). Left out for missing a setting: {dropped}.",
+            "",
+        ]
+    return lines
+
+
+def settings_text(values: dict) -> str:
+    """A mapping of config keys as ``key: value`` code spans, comma-separated."""
+    return ", ".join(markdown_code(f"{key}: {value}") for key, value in values.items()) or "none"
+
+
+def protocol_lines(protocol: Protocol, knobs: pd.DataFrame) -> list[str]:
+    """The protocol as stated in ``experiments/leaderboard/protocol.yaml``, and the knobs chosen on validation."""
+    lines = [
+        "## Protocol",
+        "",
+        "One training recipe per task family for every norm and host; each norm's own knobs are chosen on the "
+        "validation metric at the family's reference depth, per host and graph, then fixed for every depth; the "
+        "test metric is read at the best-validation epoch; nothing is tuned on test. A seed is a run seed, or one "
+        "of the standard geom-gcn splits (run seed 0). Stated once in `experiments/leaderboard/protocol.yaml`.",
+        "",
+    ]
+    for part in protocol.parts.values():
+        graphs = "; ".join(
+            f"{markdown_text(g.name)} ({markdown_text(g.family)}, {len(g.replicates)} {g.replicate_key}s)"
+            for g in part.graphs.values()
+        )
+        hosts = "; ".join(f"{markdown_text(h)} ({settings_text(v)})" for h, v in part.hosts.items())
+        lines += [
+            f"### {markdown_text(part.name)} level",
+            "",
+            f"- training: {settings_text(part.base)}",
+            f"- hosts: {hosts}",
+            f"- graphs: {graphs}",
+            f"- depths: {', '.join(str(d) for d in part.depths)}; knobs tuned at {part.reference_depth} layers on "
+            f"the first {part.tuning_replicates} seed(s)",
+            "",
+        ]
+    grids = [f"{markdown_code(n)} ({settings_text(k)})" for n, k in protocol.knobs.items()]
+    lines += [f"Knob grids: {'; '.join(grids) or 'none'}; fixed keywords: {settings_text(protocol.norm_kwargs)}.", ""]
+    if not knobs.empty:
+        chosen = knobs[knobs["chosen"]]
+        rows = ["| part | host | graph | norm | chosen keywords | validation |", "|---|---|---|---|---|---|"]
+        rows += [
+            f"| {markdown_text(r.part)} | {markdown_text(r.host)} | {markdown_text(r.graph)} | {markdown_text(r.norm)} "
+            f"| {markdown_code(r.norm_kwargs)} | {number(r.val_mean)} |"
+            for r in chosen.itertuples()
+        ]
+        lines += ['<details class="note" markdown="1">', "<summary>Knobs chosen on validation</summary>", "", *rows,
+                  "", "</details>", ""]  # fmt: skip
+    return lines
+
+
+def intro_lines(tier: str, runs: pd.DataFrame) -> list[str]:
+    """What the page is, which tier it shows, how to rebuild and re-run it, and where the raw results are."""
+    counts = runs["status"].value_counts()
+    status = ", ".join(f"{int(n)} {markdown_text(s)}" for s, n in counts.items())
+    lines = [
+        "# Norm leaderboard",
+        "",
+        "Which norm, at which depth, on which graph: every registered norm (and none) in deep hosts under one "
+        "protocol per task family. Generated: do not edit; rebuilt from the tidy table "
+        f"`analysis/leaderboard/results/{tier}.csv` (one row per run) by `{BUILD_COMMAND}` (also run by "
+        "`python analysis/build.py`); the whole leaderboard runs or resumes with "
+        f"`python -m experiments.leaderboard run --tier {tier}`.",
+        "",
+        f"Runs in this table: {len(runs)} ({status}).",
+        "",
+    ]
+    if tier == "quick":
+        lines += [
+            '!!! warning "Quick tier"',
+            "    This page shows the quick tier: a few graphs, every norm, three depths, one seed and a few epochs, "
+            "run to check the pipeline end to end. Its numbers say nothing about the norms; the full grid's "
+            "results replace them once committed.",
+            "",
+        ]
+    return lines
+
+
+def clear_figures(figures: Path) -> None:
+    """The folder of figures, without the leaderboard's old ones (the other pages' figures stay)."""
+    check_output_dir(figures, "the results page's figures folder")
+    for old in figures.glob(f"{FIGURE_PREFIX}*.png"):
+        old.unlink()
+
+
+def page_lines(tier: str, runs: pd.DataFrame, knobs: pd.DataFrame, protocol: Protocol, figures: Path) -> list[str]:
+    """The page's Markdown, its figures written into ``figures``."""
+    ok, prefix = ok_runs(runs), "../figures/"
+    lines = intro_lines(tier, runs)
+    table = cell_table(runs, tier)
+    if ok.empty:
+        lines += ["No run has finished yet.", ""]
+    else:
+        summary, best = cell_summary(ok), best_per_cell(ok)
+        lines += ["## Which norm at depth L", ""]
+        for family in [f for f in FAMILIES if f in set(summary["family"])]:
+            family_depths = sorted(set(summary.loc[summary["family"] == family, "depth"]))
+            for depth in answer_depths([int(d) for d in family_depths]):
+                lines += [f"- {family_answer(summary, best, family, depth)}"]
+        lines += ["", "## Which collapse metric predicts the loss with depth", ""]
+        lines += ["Spearman's rho between each last-layer collapse metric and the metric lost from the shallowest "
+                  "depth, over every cell deeper than it, per family (the strongest named first):", "",
+                  *collapse_answer(ok), ""]  # fmt: skip
+        lines += ["## Ranks by depth", ""]
+        if rank_heatmap(table, figures / f"{FIGURE_PREFIX}ranks.png"):
+            lines += [f"![ranks of the norms per graph and host at every depth]({prefix}{FIGURE_PREFIX}ranks.png)",
+                      "", "Rank of each norm's mean among the norms of its graph and host at that depth (1 the best; "
+                      "blank: no result).", ""]  # fmt: skip
+        lines += ["## Critical-difference diagrams", "", *cd_figures(summary, figures, prefix)]
+    lines += [
+        "## Every cell",
+        "",
+        "Sort by a column's heading, filter by words (all must appear in a row). Mean and 95% Student-t interval "
+        "over seeds; rank among the norms of the same graph, host and depth; best: the best mean, and whether a "
+        "paired t-test over seeds separates it from the runner-up; CPU s: the cell's runs together, one torch thread "
+        "each; the command re-runs the cell and compares it with these values.",
+        "",
+        *table_lines(table),
+    ]
+    return [*lines, *protocol_lines(protocol, knobs)]
+
+
+def build_leaderboard(out_dir: Path = REPO / "analysis", results: Path = RESULTS, tier: str | None = None,
+                      protocol_path: Path | None = None) -> Path:  # fmt: skip
+    """Write ``out_dir/questions/leaderboard.md`` and its figures from the tier's committed results (the full
+    tier once committed, else the quick one); returns the page's path."""
+    from .protocol import PROTOCOL
+    from .tables import COLUMNS
+
+    tier = shown_tier(Path(results), tier)
+    table_path, knobs_path = results_paths(tier, Path(results))
+    runs = read_runs(table_path) if table_path.exists() else pd.DataFrame(columns=COLUMNS)
+    knobs = pd.read_csv(knobs_path) if knobs_path.exists() else pd.DataFrame()
+    if not knobs.empty:
+        knobs["chosen"] = knobs["chosen"].astype(str).str.lower() == "true"
+    protocol = load_protocol(tier, protocol_path or PROTOCOL)
+    figures = Path(out_dir) / "figures"
+    clear_figures(figures)
+    lines = page_lines(tier, runs, knobs, protocol, figures)
+    page = check_output_dir(Path(out_dir) / "questions", "the results' question pages") / PAGE
+    atomic_write_text(page, "\n".join(lines).rstrip() + "\n", "the leaderboard page")
+    return page

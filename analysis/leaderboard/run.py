@@ -1,0 +1,181 @@
+"""Run or resume a leaderboard tier through graphnorm's sweeps: first every tuning sweep (each norm's knob
+combinations at the reference depth), the best mean validation metric chosen per (host, graph, norm) and written to
+``<tier>_knobs.csv``; then every grid sweep with those knobs fixed; then the tidy table ``<tier>.csv``
+(:mod:`.tables`). Sweep folders live under ``runs/leaderboard/<tier>/``; re-running skips every finished run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from graphnorm.config import config_run_id
+from graphnorm.files import check_output_dir
+from graphnorm.sweep.grid import expand_grid
+from graphnorm.sweep.results import load_results
+from graphnorm.sweep.tables import atomic_write_csv
+
+from .protocol import (
+    PROTOCOL,
+    REPO,
+    Graph,
+    Part,
+    Protocol,
+    grid_sweep,
+    knob_choices,
+    load_protocol,
+    metric_of,
+    runnable_norms,
+    setting_config,
+    setting_name,
+    tuning_sweep,
+)
+
+RESULTS = REPO / "analysis" / "leaderboard" / "results"
+RUNS = Path("runs") / "leaderboard"
+KNOB_COLUMNS = ["part", "host", "graph", "norm", "norm_kwargs", "val_metric", "val_mean", "runs", "chosen"]
+
+
+@dataclass
+class Execution:
+    """How the sweeps run: ``executor`` and its options as :func:`graphnorm.sweep.run_sweep` takes them."""
+
+    executor: str = "local"
+    workers: int | None = None
+    threads: int | None = None
+    retry_failed: bool = False
+    slurm: Any = None
+    log: Callable[[str], None] = print
+    only_hosts: list[str] = field(default_factory=list)
+    only_graphs: list[str] = field(default_factory=list)
+
+    def sweep(self, sweep: dict[str, Any], out: Path) -> None:
+        from graphnorm.sweep import run_sweep
+
+        run_sweep(sweep, out, executor=self.executor, workers=self.workers, threads=self.threads,
+                  retry_failed=self.retry_failed, slurm=self.slurm, make_plots=False, progress=False,
+                  log=self.log)  # fmt: skip
+
+    def selected(self, host: str, graph: Graph) -> bool:
+        return (not self.only_hosts or host in self.only_hosts) and (
+            not self.only_graphs or graph.name in self.only_graphs
+        )
+
+
+def results_paths(tier: str, results: Path = RESULTS) -> tuple[Path, Path]:
+    """(the tidy runs table, the knob choices) of ``tier``."""
+    return results / f"{tier}.csv", results / f"{tier}_knobs.csv"
+
+
+def knob_rows(protocol: Protocol, part: Part, host: str, graph: Graph, norm: str, out: Path) -> list[dict[str, Any]]:
+    """One row per knob combination of ``norm`` on (host, graph): its mean validation metric over the tuning runs
+    found in ``out`` and whether it is chosen (the best; ties and no result at all: the first listed)."""
+    sweep = tuning_sweep(protocol, part, host, graph, norm)
+    configs = expand_grid(sweep, log=None)
+    results = load_results(out, [config_run_id(c) for c in configs]) if out.is_dir() else {}
+    _, val_metric, higher = metric_of(graph)
+    scores: dict[str, list[float]] = {json.dumps(c["norm_kwargs"], sort_keys=True): [] for c in sweep_choices(sweep)}
+    for config in configs:
+        result = results.get(config_run_id(config))
+        value = (result or {}).get("record", {}).get(val_metric) if (result or {}).get("status") == "ok" else None
+        if isinstance(value, (int, float)) and math.isfinite(value):
+            scores[json.dumps(config.norm_kwargs, sort_keys=True)].append(float(value))
+    means = {key: sum(v) / len(v) if v else math.nan for key, v in scores.items()}
+    ranked = [key for key in means if not math.isnan(means[key])]
+    best = (max if higher else min)(ranked, key=lambda k: means[k]) if ranked else next(iter(means))
+    return [
+        {"part": part.name, "host": host, "graph": graph.name, "norm": norm, "norm_kwargs": key,
+         "val_metric": val_metric, "val_mean": means[key], "runs": len(scores[key]), "chosen": key == best}
+        for key in means
+    ]  # fmt: skip
+
+
+def sweep_choices(sweep: dict[str, Any]) -> list[dict[str, Any]]:
+    """The tuning sweep's knob combinations as ``{"norm_kwargs": ...}``, in order."""
+    return [{"norm_kwargs": kwargs} for kwargs in sweep["grid"]["norm_kwargs"]]
+
+
+def chosen_kwargs(knobs: pd.DataFrame, part: str, host: str, graph: str) -> dict[str, dict[str, Any]]:
+    """norm -> its chosen keywords on (host, graph), from a knob table (:data:`KNOB_COLUMNS`)."""
+    if knobs.empty:
+        return {}
+    rows = knobs[(knobs["part"] == part) & (knobs["host"] == host) & (knobs["graph"] == graph) & knobs["chosen"]]
+    return {row.norm: json.loads(row.norm_kwargs) for row in rows.itertuples()}
+
+
+def setting_kwargs(protocol: Protocol, part: Part, host: str, graph: Graph, knobs: pd.DataFrame) -> dict[str, dict]:
+    """Every runnable norm's keywords on (host, graph): the chosen knobs where tuned, else the fixed keywords."""
+    from .protocol import fixed_kwargs
+
+    chosen = chosen_kwargs(knobs, part.name, host, graph.name)
+    norms, _ = runnable_norms(setting_config(part, host, graph))
+    return {norm: chosen.get(norm, fixed_kwargs(protocol, graph, norm)) for norm in norms}
+
+
+def tuned_norms(protocol: Protocol, part: Part, host: str, graph: Graph) -> list[str]:
+    """The runnable norms of (host, graph) with more than one knob combination."""
+    norms, _ = runnable_norms(setting_config(part, host, graph))
+    return [norm for norm in norms if len(knob_choices(protocol, norm)) > 1]
+
+
+def tune(protocol: Protocol, root: Path, execution: Execution) -> pd.DataFrame:
+    """Run every tuning sweep of the tier (resuming), then the knob table of every setting."""
+    rows = []
+    for part, host, graph in protocol.settings():
+        for norm in tuned_norms(protocol, part, host, graph):
+            out = root / "tune" / f"{setting_name(part, host, graph)}_{norm}"
+            if execution.selected(host, graph):
+                execution.sweep(tuning_sweep(protocol, part, host, graph, norm), out)
+            rows += knob_rows(protocol, part, host, graph, norm, out)
+    return pd.DataFrame(rows, columns=KNOB_COLUMNS)
+
+
+def run_grid(protocol: Protocol, root: Path, knobs: pd.DataFrame, execution: Execution) -> None:
+    """Run every grid sweep of the tier (resuming) with the chosen knobs."""
+    for part, host, graph in protocol.settings():
+        if not execution.selected(host, graph):
+            continue
+        kwargs = setting_kwargs(protocol, part, host, graph, knobs)
+        sweep = grid_sweep(part, host, graph, list(kwargs), kwargs)
+        execution.sweep(sweep, root / "grid" / setting_name(part, host, graph))
+
+
+def write_csv(frame: pd.DataFrame, path: Path) -> None:
+    """``frame`` as CSV, text cells safe for spreadsheets, atomically, into a folder checked first."""
+    check_output_dir(path.parent, "the leaderboard's results folder")
+    atomic_write_csv(path, frame)
+
+
+def run_tier(
+    tier: str = "full",
+    execution: Execution | None = None,
+    runs: Path = RUNS,
+    results: Path = RESULTS,
+    protocol_path: Path = PROTOCOL,
+) -> Path:
+    """Tune, run the grid and write the tidy table of ``tier``; returns the table's path."""
+    from .tables import tidy_runs
+
+    execution = execution or Execution()
+    protocol = load_protocol(tier, protocol_path)
+    root = Path(runs) / tier
+    table_path, knobs_path = results_paths(tier, Path(results))
+    start = time.perf_counter()
+    knobs = tune(protocol, root, execution)
+    write_csv(knobs, knobs_path)
+    execution.log(f"knobs chosen on validation -> {knobs_path}")
+    run_grid(protocol, root, knobs, execution)
+    table = tidy_runs(protocol, root, knobs)
+    write_csv(table, table_path)
+    counts = table["status"].value_counts().to_dict()
+    execution.log(
+        f"leaderboard {tier}: {len(table)} rows {counts} -> {table_path} ({time.perf_counter() - start:.0f} s)"
+    )
+    return table_path
