@@ -44,6 +44,7 @@ from graphnorm.sweep.cpu_budget import CpuPlan, env_threads, passive_openmp_wait
 from graphnorm.sweep.grid import expand_grid, grid_keys
 from graphnorm.sweep.processes import init_worker, signals_interrupt, stop_workers
 from graphnorm.sweep.results import check_history, check_layers, load_results
+from graphnorm.sweep.slurm import make_submitit_executor, run_submitit  # noqa: F401 (make_submitit_executor: importable here)
 from graphnorm.sweep.tables import (
     DEFAULT_METRICS,
     atomic_write_csv,
@@ -160,7 +161,10 @@ def failed_result(config: RunConfig, error: str) -> dict[str, Any]:
 
 @dataclass
 class SlurmOptions:
-    """Job resources for ``executor="slurm"`` (``time_min`` is also the per-run limit of ``"submitit-local"``)."""
+    """Job resources for ``executor="slurm"`` (``time_min`` is also the per-run limit of ``"submitit-local"``), and
+    how the sweep follows its jobs (:mod:`graphnorm.sweep.slurm`): it asks the scheduler every ``poll_s`` seconds,
+    and records a task that ended without a result as failed ``grace_s`` after it saw it end (its result may lag
+    on a network filesystem)."""
 
     partition: str | None = None
     time_min: int = 60
@@ -169,6 +173,8 @@ class SlurmOptions:
     gpus_per_node: int = 0
     array_parallelism: int = 256
     account: str | None = None
+    poll_s: float = 10.0
+    grace_s: float = 15.0
 
 
 def resolve_run_fn(spec: str | RunFn | None) -> RunFn:
@@ -413,7 +419,7 @@ def _execute(
     elif executor == "local":
         _run_process_pool(run_fn, todo, out, workers, threads, finished, log)
     else:
-        _run_submitit(run_fn, todo, out, executor, workers, threads, slurm, finished)
+        run_submitit(run_fn, todo, out, executor, workers, threads, slurm, finished, log)
 
 
 def _final_tables(tables: _Tables, todo: list[RunConfig], log: Callable[[str], None]) -> pd.DataFrame:
@@ -522,68 +528,4 @@ def log_cpu_plan(plan: CpuPlan, log: Callable[[str], None]) -> None:
         )
 
 
-def make_submitit_executor(
-    out: Path, executor_name: str, num_runs: int, workers: int | None, threads: int | None, slurm: SlurmOptions
-) -> tuple[Any, int, int]:
-    """The submitit executor, how many jobs may be in flight at once, and torch threads per run."""
-    import submitit
-
-    cluster = "slurm" if executor_name == "slurm" else "local"
-    ex = submitit.AutoExecutor(folder=out / "submitit" / "%j", cluster=cluster)
-    params: dict[str, Any] = {"name": f"graphnorm-{out.name}", "timeout_min": slurm.time_min}
-    if cluster == "slurm":
-        params.update(
-            cpus_per_task=slurm.cpus_per_task,
-            gpus_per_node=slurm.gpus_per_node,
-            mem_gb=slurm.mem_gb,
-            slurm_partition=slurm.partition,
-            slurm_array_parallelism=slurm.array_parallelism,
-            slurm_account=slurm.account,
-        )
-        max_in_flight = num_runs  # one job array; SLURM schedules it
-        threads = threads or env_threads() or slurm.cpus_per_task
-    else:
-        plan = plan_cpus(num_runs, workers, threads)
-        max_in_flight, threads = plan.workers, plan.threads
-    ex.update_parameters(**{k: v for k, v in params.items() if v is not None})
-    return ex, max_in_flight, threads
-
-
-def _run_submitit(
-    run_fn: RunFn,
-    todo: list[RunConfig],
-    out: Path,
-    executor_name: str,
-    workers: int | None,
-    threads: int | None,
-    slurm: SlurmOptions,
-    finished: Callable[[str], None],
-) -> None:
-    """One code path for SLURM and submitit's LocalExecutor (which runs every submitted job at once, hence the cap)."""
-    if not todo:
-        return
-    ex, max_in_flight, threads = make_submitit_executor(out, executor_name, len(todo), workers, threads, slurm)
-    pending = list(todo)
-    running: dict[Any, RunConfig] = {}
-    try:
-        while pending or running:
-            if pending and len(running) < max_in_flight:
-                batch, pending = pending[: max_in_flight - len(running)], pending[max_in_flight - len(running) :]
-                with ex.batch(), passive_openmp_wait():
-                    jobs = [ex.submit(execute_run, run_fn, c.to_dict(), str(out), threads) for c in batch]
-                running.update(zip(jobs, batch))
-            done = [job for job in running if job.done()]
-            for job in done:
-                config = running.pop(job)
-                try:
-                    finished(job.result()["run_id"])
-                except Exception as e:  # the job died (timeout, preemption, node failure) before writing a result
-                    write_result(out, failed_result(config, f"job {job.job_id} died: {type(e).__name__}: {e}"))
-                    finished(config_run_id(config))
-            if not done:
-                time.sleep(10.0 if executor_name == "slurm" else 0.2)
-    except BaseException:
-        for job in running:
-            with contextlib.suppress(Exception):
-                job.cancel(check=False)
-        raise
+_run_submitit = run_submitit  # importable under this name too

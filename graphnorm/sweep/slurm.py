@@ -1,0 +1,339 @@
+"""A sweep on SLURM (or submitit's local executor): the runs submitted through submitit, as one job array, and
+followed to their end (:func:`run_submitit`).
+
+submitit learns a job's state from ``sacct`` alone, which knows nothing on a cluster without accounting: a task
+cancelled before it wrote a result was never seen to end. Here each poll asks ``squeue`` for the sweep's tasks (it
+keeps an ended job's state for ``MinJobAge``), and ``sacct`` for those squeue no longer lists, where the cluster
+keeps accounting. A task that has left the queue without a result is recorded as failed, with its state as the
+reason, at most ``2 * poll_s + grace_s`` after it ended (:class:`graphnorm.sweep.runner.SlurmOptions`); a requeued
+task is waited for. The job ids are kept in ``submitit/jobs.json``, so that a sweep restarted after its driver died
+follows the jobs still queued or running instead of submitting their runs again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from graphnorm.config import RunConfig, config_run_id
+from graphnorm.files import atomic_write_text
+from graphnorm.sweep.cpu_budget import env_threads, passive_openmp_wait, plan_cpus
+
+if TYPE_CHECKING:
+    from graphnorm.sweep.runner import RunFn, SlurmOptions
+
+JOBS_FILE = "jobs.json"  # in <out>/submitit: run_id -> {"job_id", "submitted_at"} of the runs in the queue
+SQUEUE_TIMEOUT_S = 60.0
+# Job states in which a task may still run (and write its result); every other state is an end.
+WAITING = {
+    "PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING",
+    "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT", "SPECIAL_EXIT", "RESV_DEL_HOLD",
+}  # fmt: skip
+ENDED = {
+    "CANCELLED": "was cancelled (scancel, or an administrator)",
+    "TIMEOUT": "was killed at its time limit (--slurm-time)",
+    "PREEMPTED": "was preempted",
+    "NODE_FAIL": "lost its node",
+    "BOOT_FAIL": "could not boot its node",
+    "OUT_OF_MEMORY": "ran out of memory (--slurm-mem-gb)",
+    "DEADLINE": "passed its deadline",
+    "FAILED": "failed (non-zero exit)",
+    "COMPLETED": "ended",
+}
+GONE = "left the queue (this cluster keeps no accounting that could say how: cancelled, killed or failed)"
+
+
+def check_cluster() -> None:
+    """``RuntimeError`` in one line when no SLURM controller answers here (no ``srun``, or no cluster configured)."""
+    if shutil.which("srun") is None or shutil.which("sbatch") is None:
+        raise RuntimeError("--executor slurm: no SLURM here (srun and sbatch not found); run the sweep on a login node")
+    try:
+        ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=SQUEUE_TIMEOUT_S)
+        answer = (ping.stdout + ping.stderr).strip()
+    except (OSError, subprocess.TimeoutExpired) as e:
+        ping, answer = None, str(e)
+    if ping is None or ping.returncode != 0 or " UP" not in answer:
+        first = (answer.splitlines() or ["no answer"])[0]
+        raise RuntimeError(f"--executor slurm: srun is here but no SLURM controller answers (scontrol ping: {first})")
+
+
+def make_submitit_executor(
+    out: Path, executor_name: str, num_runs: int, workers: int | None, threads: int | None, slurm: SlurmOptions
+) -> tuple[Any, int, int]:
+    """The submitit executor, how many jobs may be in flight at once, and torch threads per run."""
+    import submitit
+
+    cluster = "slurm" if executor_name == "slurm" else "local"
+    if cluster == "slurm":
+        check_cluster()
+    ex = submitit.AutoExecutor(folder=out / "submitit" / "%j", cluster=cluster)
+    params: dict[str, Any] = {"name": f"graphnorm-{out.name}", "timeout_min": slurm.time_min}
+    if cluster == "slurm":
+        params.update(
+            cpus_per_task=slurm.cpus_per_task,
+            gpus_per_node=slurm.gpus_per_node,
+            mem_gb=slurm.mem_gb,
+            slurm_partition=slurm.partition,
+            slurm_array_parallelism=slurm.array_parallelism,
+            slurm_account=slurm.account,
+        )
+        max_in_flight = num_runs  # one job array; SLURM schedules it
+        threads = threads or env_threads() or slurm.cpus_per_task
+    else:
+        plan = plan_cpus(num_runs, workers, threads)
+        max_in_flight, threads = plan.workers, plan.threads
+    ex.update_parameters(**{k: v for k, v in params.items() if v is not None})
+    return ex, max_in_flight, threads
+
+
+def run_submitit(
+    run_fn: RunFn,
+    todo: list[RunConfig],
+    out: Path,
+    executor_name: str,
+    workers: int | None,
+    threads: int | None,
+    slurm: SlurmOptions,
+    finished: Callable[[str], None],
+    log: Callable[[str], None] = print,
+) -> None:
+    """Run ``todo`` as submitit jobs, calling ``finished(run_id)`` as each run's result is written. An interrupt
+    (Ctrl-C, SIGTERM, SIGHUP) cancels the jobs still running; they leave no result and run again on resume."""
+    if not todo:
+        return
+    ex, max_in_flight, threads = make_submitit_executor(out, executor_name, len(todo), workers, threads, slurm)
+    if executor_name == "slurm":
+        _Follower(out, slurm, finished, log).run(ex, run_fn, todo, threads)
+    else:
+        _run_local_jobs(ex, run_fn, todo, out, max_in_flight, threads, finished)
+
+
+def _run_local_jobs(
+    ex: Any,
+    run_fn: RunFn,
+    todo: list[RunConfig],
+    out: Path,
+    max_in_flight: int,
+    threads: int,
+    finished: Callable[[str], None],
+) -> None:
+    """submitit's LocalExecutor runs every submitted job at once, hence the cap; it knows its jobs' states."""
+    from graphnorm.sweep.runner import execute_run
+
+    pending = list(todo)
+    running: dict[Any, RunConfig] = {}
+    try:
+        while pending or running:
+            if pending and len(running) < max_in_flight:
+                batch, pending = pending[: max_in_flight - len(running)], pending[max_in_flight - len(running) :]
+                with ex.batch(), passive_openmp_wait():
+                    jobs = [ex.submit(execute_run, run_fn, c.to_dict(), str(out), threads) for c in batch]
+                running.update(zip(jobs, batch))
+            done = [job for job in running if job.done()]
+            for job in done:
+                _job_finished(job, running.pop(job), out, None, finished)
+            if not done:
+                time.sleep(0.2)
+    except BaseException:
+        for job in running:
+            with contextlib.suppress(Exception):
+                job.cancel(check=False)
+        raise
+
+
+def _job_finished(
+    job: Any, config: RunConfig, out: Path, submitted_at: float | None, finished: Callable[[str], None]
+) -> None:
+    """A job whose result pickle exists: its run's result, or a failed record when the job raised outside the run
+    (and the run wrote no result of this attempt)."""
+    from graphnorm.sweep.runner import failed_result, write_result
+
+    try:
+        finished(job.result()["run_id"])
+    except Exception as e:  # the job died (timeout, preemption, node failure) before writing a result
+        run_id = config_run_id(config)
+        if submitted_at is None or not _result_written_since(out, run_id, submitted_at):
+            write_result(out, failed_result(config, f"job {job.job_id} died: {type(e).__name__}: {e}"))
+        finished(run_id)
+
+
+def _result_written_since(out: Path, run_id: str, since: float) -> bool:
+    """Whether ``results/<run_id>.json`` was written at ``since`` or later (by this attempt, not an earlier one)."""
+    try:
+        return (out / "results" / f"{run_id}.json").stat().st_mtime >= since - 1.0  # coarse filesystem clocks
+    except OSError:
+        return False
+
+
+@dataclass
+class _Task:
+    """One run in the queue: its submitit job, when it was submitted, and since when it has been seen ended."""
+
+    job: Any
+    config: RunConfig
+    submitted_at: float
+    ended_since: float | None = None
+    state: str | None = None
+
+
+class _Follower:
+    """Submits the runs of a SLURM sweep and follows them to their end (see the module's docstring)."""
+
+    def __init__(self, out: Path, slurm: SlurmOptions, finished: Callable[[str], None], log: Callable[[str], None]):
+        self.out, self.slurm, self.finished, self.log = out, slurm, finished, log
+        self.jobs_file = out / "submitit" / JOBS_FILE
+        self.tasks: dict[str, _Task] = {}
+
+    def run(self, ex: Any, run_fn: RunFn, todo: list[RunConfig], threads: int) -> None:
+        try:
+            self._reattach(todo)
+            self._submit(ex, run_fn, [c for c in todo if config_run_id(c) not in self.tasks], threads)
+            while self.tasks:
+                self._poll()
+                if self.tasks:
+                    time.sleep(self.slurm.poll_s)
+        except BaseException:
+            self._cancel()
+            raise
+
+    def _reattach(self, todo: list[RunConfig]) -> None:
+        """Follow the recorded jobs of ``todo`` that are still queued or running (a driver that died left them)."""
+        import submitit
+
+        records = self._records()
+        known = {config_run_id(c): c for c in todo if config_run_id(c) in records}
+        states = queue_states([records[r]["job_id"] for r in known])
+        for run_id, config in known.items():
+            record = records[run_id]
+            job = submitit.SlurmJob(folder=self.out / "submitit" / "%j", job_id=record["job_id"])
+            if states.get(record["job_id"]) in WAITING or job.paths.result_pickle.exists():
+                self.tasks[run_id] = _Task(job, config, float(record["submitted_at"]))
+        if self.tasks:
+            self.log(f"following {len(self.tasks)} run(s) already in the SLURM queue (submitted by an earlier driver)")
+
+    def _submit(self, ex: Any, run_fn: RunFn, configs: list[RunConfig], threads: int) -> None:
+        from graphnorm.sweep.runner import execute_run
+
+        if not configs:
+            return
+        submitted_at = time.time()
+        with ex.batch(), passive_openmp_wait():
+            jobs = [ex.submit(execute_run, run_fn, c.to_dict(), str(self.out), threads) for c in configs]
+        for job, config in zip(jobs, configs):
+            self.tasks[config_run_id(config)] = _Task(job, config, submitted_at)
+        self._save()
+        self.log(f"submitted {len(jobs)} run(s) to SLURM as job {jobs[0].job_id.split('_')[0]}")
+
+    def _poll(self) -> None:
+        """One look at every task: finished ones are reported, ended ones without a result recorded as failed."""
+        states = queue_states([t.job.job_id for t in self.tasks.values()])
+        missing = [t.job.job_id for t in self.tasks.values() if t.job.job_id not in states]
+        if missing:
+            states.update(accounting_states(missing))
+        now = time.monotonic()
+        for run_id, task in list(self.tasks.items()):
+            task.state = states.get(task.job.job_id)
+            if task.job.paths.result_pickle.exists():
+                self._done(run_id)
+                _job_finished(task.job, task.config, self.out, task.submitted_at, self.finished)
+            elif task.state in WAITING:
+                task.ended_since = None
+            elif task.ended_since is None:
+                task.ended_since = now  # ended (or gone): its result pickle may still be on its way
+            elif now - task.ended_since >= self.slurm.grace_s:
+                self._done(run_id)
+                self._ended_without_result(run_id, task)
+
+    def _ended_without_result(self, run_id: str, task: _Task) -> None:
+        from graphnorm.sweep.runner import failed_result, write_result
+
+        if not _result_written_since(self.out, run_id, task.submitted_at):  # else the run wrote it, then died
+            state = task.state
+            why = ENDED.get(state, f"ended {state}") if state else GONE
+            error = f"SLURM job {task.job.job_id} {why} before its run wrote a result"
+            detail = f"{error}\nstate: {state or 'unknown'}; the job's own output: {task.job.paths.stderr}"
+            write_result(self.out, failed_result(task.config, detail))
+        self.finished(run_id)
+
+    def _done(self, run_id: str) -> None:
+        del self.tasks[run_id]
+        self._save()
+
+    def _cancel(self) -> None:
+        """Cancel every job still followed (interrupted driver); they are forgotten, their runs run on resume."""
+        ids = [t.job.job_id for t in self.tasks.values()]
+        if ids:
+            with contextlib.suppress(OSError, subprocess.SubprocessError):
+                subprocess.run(["scancel", *ids], capture_output=True, timeout=SQUEUE_TIMEOUT_S)
+        self.tasks.clear()
+        with contextlib.suppress(OSError):
+            self._save()
+
+    def _records(self) -> dict[str, dict[str, Any]]:
+        try:
+            records = json.loads(self.jobs_file.read_text())
+        except (OSError, ValueError):
+            return {}
+        ok = isinstance(records, dict) and all(
+            isinstance(r, dict) and {"job_id", "submitted_at"} <= set(r) for r in records.values()
+        )
+        return records if ok else {}
+
+    def _save(self) -> None:
+        records = {run_id: {"job_id": t.job.job_id, "submitted_at": t.submitted_at} for run_id, t in self.tasks.items()}
+        atomic_write_text(self.jobs_file, json.dumps(records, indent=1), "the sweep's SLURM job ids")
+
+
+def queue_states(job_ids: list[str]) -> dict[str, str]:
+    """``{job id: state}`` from ``squeue`` for the tasks of ``job_ids`` (``"123_4"``, or ``"123"`` for a single
+    job) that the controller still knows, ended ones included; ``{}`` when it knows none. A failing squeue (the
+    controller is down) says nothing either: every task counts as waiting, so that none is taken for gone."""
+    arrays = sorted({job_id.split("_")[0] for job_id in job_ids})
+    if not arrays:
+        return {}
+    command = ["squeue", "--noheader", "--array", "--states=all", "--format=%i|%T", f"--jobs={','.join(arrays)}"]
+    try:
+        answer = subprocess.run(command, capture_output=True, text=True, timeout=SQUEUE_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired):
+        return dict.fromkeys(job_ids, "PENDING")
+    if answer.returncode != 0:
+        if "Invalid job id" in answer.stderr:  # none of them is known any more
+            return {}
+        return dict.fromkeys(job_ids, "PENDING")
+    return _parse_states(answer.stdout)
+
+
+def accounting_states(job_ids: list[str]) -> dict[str, str]:
+    """``{job id: state}`` from ``sacct`` (``"CANCELLED by 0"`` -> ``"CANCELLED"``); ``{}`` on a cluster without
+    accounting (sacct fails) or for jobs it does not know."""
+    arrays = sorted({job_id.split("_")[0] for job_id in job_ids})
+    command = [
+        "sacct",
+        "--noheader",
+        "--parsable2",
+        "--allocations",
+        "--format=JobID,State",
+        f"--jobs={','.join(arrays)}",
+    ]
+    try:
+        answer = subprocess.run(command, capture_output=True, text=True, timeout=SQUEUE_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    return _parse_states(answer.stdout) if answer.returncode == 0 else {}
+
+
+def _parse_states(text: str) -> dict[str, str]:
+    """``id|STATE ...`` lines -> ``{id: STATE}``; lines of ranges (``123_[4-7]``, pending tasks) are skipped."""
+    states = {}
+    for line in text.splitlines():
+        job_id, _, state = line.strip().partition("|")
+        if job_id and state and "[" not in job_id:
+            states[job_id] = state.split()[0].rstrip("+")
+    return states
