@@ -141,3 +141,26 @@ def test_contranorm_on_a_cpu_passes_its_fixed_limit_and_no_memory(monkeypatch, f
         ([20], 8, "cpu", None, torch.float64, {"dense_max_nodes": None, "fixed_limit": fixed_limit}),
         ([5, 15], 8, "cpu", None, torch.float64, {"dense_max_nodes": None, "fixed_limit": fixed_limit}),
     ]
+
+
+@pytest.mark.parametrize("num_nodes", [100, DENSE_MAX_NODES + 44])
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_contranorm_on_a_cpu_runs_the_kernel_the_rule_names(monkeypatch, num_nodes, symmetric) -> None:
+    """What ContraNorm runs for one graph on a CPU is what choose_contranorm_kernel names for it."""
+    from graphnorm.norms.ops import contranorm_exact, contranorm_symmetric_tiles
+
+    ran = []
+    for module, name, kernel in [
+        (contranorm_exact, "dense_negative_mix", "dense"),
+        (contranorm_exact.StreamingNegativeMix, "apply", "streaming"),
+        (contranorm_symmetric_tiles.SymmetricNegativeMix, "apply", "tiled"),
+    ]:
+        original = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *args, _f=original, _k=kernel: ran.append(_k) or _f(*args))
+    generator = torch.Generator().manual_seed(0)
+    pairs = torch.randint(0, num_nodes, (2, 3 * num_nodes), generator=generator)
+    edge_index = torch.cat([pairs, pairs.flip(0)], dim=1) if symmetric else pairs
+    x = torch.randn(num_nodes, 8, generator=generator)
+    contranorm_module.ContraNorm(8)(x, edge_index=edge_index)
+    expected = choose_contranorm_kernel(num_nodes, 8, "cpu", None, torch.float32, tiles_apply=symmetric)
+    assert ran == [expected]
