@@ -10,16 +10,16 @@ from pathlib import Path
 
 import pandas as pd
 
-from .protocol import load_protocol, setting_name
+from .protocol import PROTOCOL, load_protocol, setting_name
 from .run import RESULTS, Execution, results_paths, setting_kwargs
 from .tables import read_runs, tidy_runs
 
 
-def cell_protocol(tier: str, host: str, graph: str, seeds: list[int]):
+def cell_protocol(tier: str, host: str, graph: str, seeds: list[int], path: Path = PROTOCOL):
     """The tier's protocol narrowed to one (host, graph) setting and the given replicates."""
     import dataclasses
 
-    protocol = load_protocol(tier)
+    protocol = load_protocol(tier, path)
     for part in protocol.parts.values():
         if host in part.hosts and graph in part.graphs:
             chosen = part.graphs[graph]
@@ -33,7 +33,7 @@ def cell_protocol(tier: str, host: str, graph: str, seeds: list[int]):
     raise ValueError(f"tier {tier} has no host {host!r} with graph {graph!r}")
 
 
-def rerun_cell(args: argparse.Namespace, results: Path = RESULTS) -> int:
+def rerun_cell(args: argparse.Namespace, results: Path = RESULTS, protocol_path: Path = PROTOCOL) -> int:
     """Run the cell ``args`` names and print each seed's value beside the recorded one; 1 when one differs."""
     from graphnorm.sweep import run_sweep
 
@@ -43,7 +43,7 @@ def rerun_cell(args: argparse.Namespace, results: Path = RESULTS) -> int:
     knobs = pd.read_csv(knobs_path) if knobs_path.exists() else pd.DataFrame()
     if not knobs.empty:
         knobs["chosen"] = knobs["chosen"].astype(str).str.lower() == "true"
-    protocol, part = cell_protocol(args.tier, args.host, args.graph, args.seed)
+    protocol, part = cell_protocol(args.tier, args.host, args.graph, args.seed, protocol_path)
     graph = part.graphs[args.graph]
     kwargs = setting_kwargs(protocol, part, args.host, graph, knobs)
     if args.norm not in kwargs:

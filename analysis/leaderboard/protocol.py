@@ -55,6 +55,7 @@ class Protocol:
     knobs: dict[str, dict[str, list[Any]]]
     norm_kwargs: dict[str, dict[str, Any]]
     source: Path = PROTOCOL
+    norms: list[str] | None = None  # None: every registered norm
 
     def settings(self) -> list[tuple[Part, str, Graph]]:
         """Every (part, host, graph) of the tier, in the protocol's order."""
@@ -91,7 +92,7 @@ def load_protocol(tier: str = "full", path: str | Path = PROTOCOL) -> Protocol:
             continue  # the tier leaves this part out
         parts[name] = read_part(name, family, override or {})
     knobs = tier_raw["knobs"] if "knobs" in tier_raw else raw.get("knobs", {})  # a tier's knob grids replace all
-    return Protocol(tier, parts, knobs, raw.get("norm_kwargs", {}), Path(path))
+    return Protocol(tier, parts, knobs, raw.get("norm_kwargs", {}), Path(path), raw.get("norms"))
 
 
 def read_part(name: str, family: dict[str, Any], override: dict[str, Any]) -> Part:
@@ -149,13 +150,14 @@ def fixed_kwargs(protocol: Protocol, graph: Graph, norm: str) -> dict[str, Any]:
     return {**protocol.norm_kwargs.get(norm, {}), **graph.norm_kwargs.get(norm, {})}
 
 
-def runnable_norms(config: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
-    """The registered norms the setting's host can run (``none`` included), and why each other one cannot."""
+def runnable_norms(config: dict[str, Any], only: list[str] | None = None) -> tuple[list[str], dict[str, str]]:
+    """The registered norms (or those of ``only``) the setting's host can run (``none`` included), and why each
+    other one cannot."""
     from graphnorm.config import RunConfig, unsupported_norm_reason
     from graphnorm.norms import available_norms
 
     runnable, reasons = [], {}
-    for norm in available_norms():
+    for norm in only or available_norms():
         reason = unsupported_norm_reason(RunConfig(**{**config, "norm": norm}))
         if reason is None:
             runnable.append(norm)

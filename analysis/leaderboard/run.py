@@ -115,13 +115,13 @@ def setting_kwargs(protocol: Protocol, part: Part, host: str, graph: Graph, knob
     from .protocol import fixed_kwargs
 
     chosen = chosen_kwargs(knobs, part.name, host, graph.name)
-    norms, _ = runnable_norms(setting_config(part, host, graph))
+    norms, _ = runnable_norms(setting_config(part, host, graph), protocol.norms)
     return {norm: chosen.get(norm, fixed_kwargs(protocol, graph, norm)) for norm in norms}
 
 
 def tuned_norms(protocol: Protocol, part: Part, host: str, graph: Graph) -> list[str]:
     """The runnable norms of (host, graph) with more than one knob combination."""
-    norms, _ = runnable_norms(setting_config(part, host, graph))
+    norms, _ = runnable_norms(setting_config(part, host, graph), protocol.norms)
     return [norm for norm in norms if len(knob_choices(protocol, norm)) > 1]
 
 

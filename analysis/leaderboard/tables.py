@@ -94,7 +94,7 @@ def tidy_runs(protocol: Protocol, root: Path, knobs: pd.DataFrame) -> pd.DataFra
         out = Path(root) / "grid" / setting_name(part, host, graph)
         results = load_results(out, [config_run_id(c) for c in configs]) if out.is_dir() else {}
         rows += [run_row(graph, host, part, c, results.get(config_run_id(c))) for c in configs]
-        for norm, reason in runnable_norms(setting_config(part, host, graph))[1].items():
+        for norm, reason in runnable_norms(setting_config(part, host, graph), protocol.norms)[1].items():
             rows += cannot_run_rows(graph, host, part, norm, reason)
     return pd.DataFrame(rows, columns=COLUMNS)
 
@@ -103,7 +103,8 @@ def read_runs(path: Path) -> pd.DataFrame:
     """A tidy table written by :func:`tidy_runs` (text cells as written, numbers as numbers)."""
     frame = pd.read_csv(path, keep_default_na=False, na_values=[""])
     for column in ("reason", "variant", "norm_kwargs", "status"):
-        frame[column] = frame[column].fillna("").astype(str).str.replace(FORMULA_GUARD, "", regex=True)
+        text = frame[column].astype(object).where(frame[column].notna(), "").astype(str)
+        frame[column] = text.str.replace(FORMULA_GUARD, "", regex=True)
     frame["higher_is_better"] = frame["higher_is_better"].astype(str).str.lower() == "true"
     return frame
 

@@ -1,0 +1,110 @@
+"""The leaderboard end to end on a tiny protocol, in seconds: tuning on validation, the grid with the chosen knobs,
+the tidy one-row-per-run table the statistics read, a resumed run that runs nothing, the page, and a cell re-run
+with its listed command giving the recorded values."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from analysis.leaderboard.cell import rerun_cell  # noqa: E402
+from analysis.leaderboard.page import build_leaderboard  # noqa: E402
+from analysis.leaderboard.run import Execution, run_tier  # noqa: E402
+from analysis.leaderboard.statistics import RUN_COLUMNS, cell_summary  # noqa: E402
+from analysis.leaderboard.tables import COLLAPSE_COLUMNS, ok_runs, read_runs  # noqa: E402
+
+TINY = """
+families:
+  node:
+    reference_depth: 2
+    tuning_replicates: 1
+    depths: [1, 2]
+    base: {hidden_channels: 8, dropout: 0.0, lr: 0.02, weight_decay: 0.0, epochs: 3, patience: 2}
+    hosts:
+      deepgcn: {model: gcn}
+    graphs:
+      tiny_csbm:
+        family: homophilic
+        dataset: csbm
+        dataset_kwargs: {num_nodes: 40, homophily: 0.9, feature_snr: 1.0, train_fraction: 0.25, val_fraction: 0.25}
+        seeds: [0, 1]
+norms: [none, pairnorm, layernorm, sepnorm]
+knobs:
+  pairnorm: {scale: [0.1, 1.0]}
+norm_kwargs:
+  pairnorm: {mode: PN}
+"""
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory, data_root, one_thread) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("leaderboard")
+    (root / "protocol.yaml").write_text(TINY)
+    paths = {"protocol": root / "protocol.yaml", "runs": root / "runs", "results": root / "results"}
+    messages: list[str] = []
+    execution = Execution("serial", threads=1, log=messages.append)
+    paths["table"] = run_tier("full", execution, paths["runs"], paths["results"], paths["protocol"])
+    paths["messages"] = messages
+    return paths
+
+
+def test_the_tidy_table_has_one_row_per_run_and_the_statistics_read_it(tiny):
+    runs = read_runs(tiny["table"])
+    assert list(runs.columns[: len(RUN_COLUMNS) + 3]) == [*RUN_COLUMNS, *COLLAPSE_COLUMNS]
+    assert len(runs) == 4 * 2 * 2  # 4 norms x 2 depths x 2 seeds
+    assert not runs.duplicated(["host", "graph", "depth", "norm", "seed"]).any()
+    ok = ok_runs(runs)
+    assert set(ok["norm"]) == {"none", "pairnorm", "layernorm"} and len(ok) == 12
+    assert ok[["value", *COLLAPSE_COLUMNS, "cpu_s"]].notna().all().all()
+    sepnorm = runs[runs["norm"] == "sepnorm"]
+    assert set(sepnorm["status"]) == {"cannot run"} and sepnorm["reason"].str.contains("graph-token rows").all()
+    summary = cell_summary(ok)
+    assert len(summary) == 3 * 2 and (summary["n"] == 2).all()
+
+
+def test_knobs_are_chosen_on_validation_once_and_used_in_the_grid(tiny):
+    knobs = pd.read_csv(tiny["results"] / "full_knobs.csv")
+    assert list(knobs["norm"]) == ["pairnorm", "pairnorm"] and knobs["chosen"].sum() == 1
+    assert set(knobs["val_metric"]) == {"val_acc"}
+    chosen = knobs.loc[knobs["chosen"], "norm_kwargs"].iloc[0]
+    runs = read_runs(tiny["table"])
+    assert set(runs.loc[runs["norm"] == "pairnorm", "norm_kwargs"]) == {chosen}
+
+
+def test_a_second_run_resumes_and_runs_nothing(tiny):
+    before = sorted(p.name for p in tiny["runs"].rglob("results/*.json"))
+    messages: list[str] = []
+    run_tier(
+        "full", Execution("serial", threads=1, log=messages.append), tiny["runs"], tiny["results"], tiny["protocol"]
+    )
+    assert sorted(p.name for p in tiny["runs"].rglob("results/*.json")) == before
+    started = [m for m in messages if " to run -> " in m]
+    assert started and all(", 0 to run -> " in m for m in started)
+
+
+def test_the_page_builds_from_the_table(tiny, tmp_path):
+    page = build_leaderboard(tmp_path, tiny["results"], tier="full", protocol_path=tiny["protocol"]).read_text()
+    assert page.startswith("# Norm leaderboard\n")
+    assert '<div class="gn-leaderboard" markdown="1">' in page
+    assert "## Which norm at depth L" in page and "At 2 layers on homophilic graphs" in page
+    rows = [line for line in page.splitlines() if line.startswith("| tiny_csbm |")]
+    assert len(rows) == 4 * 2  # one row per cell, sepnorm's with its reason
+    assert any("sepnorm needs graph-token rows" in row for row in rows if "| sepnorm |" in row)
+    assert "python -m experiments.leaderboard cell --tier full --host deepgcn --graph tiny_csbm" in page
+    assert (tmp_path / "figures" / "leaderboard_ranks.png").exists()
+    assert (tmp_path / "figures" / "leaderboard_cd_2.png").exists()
+
+
+def test_a_cell_rerun_gives_the_recorded_values(tiny, capsys):
+    args = argparse.Namespace(tier="full", host="deepgcn", graph="tiny_csbm", norm="pairnorm", depth=2, seed=[1],
+                              runs=str(tiny["runs"] / "again"), executor="serial", workers=None, threads=1)  # fmt: skip
+    assert rerun_cell(args, tiny["results"], tiny["protocol"]) == 0
+    assert "seed 1:" in capsys.readouterr().out

@@ -1,0 +1,85 @@
+"""The leaderboard's protocol (experiments/leaderboard/protocol.yaml): the grid the issue asks for, one recipe per
+task family, knobs tuned at a reference depth only, and sweep configs that graphnorm's sweeps accept."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from analysis.leaderboard.protocol import (  # noqa: E402
+    grid_sweep,
+    knob_choices,
+    load_protocol,
+    runnable_norms,
+    setting_config,
+    tuning_sweep,
+)
+from analysis.leaderboard.run import tuned_norms  # noqa: E402
+from graphnorm.norms import available_norms  # noqa: E402
+from graphnorm.sweep.grid import expand_grid  # noqa: E402
+
+
+def test_the_full_grid_is_the_issue_grid():
+    protocol = load_protocol("full")
+    node, molecular = protocol.parts["node"], protocol.parts["molecular"]
+    assert node.depths == [2, 4, 8, 16, 32, 64] and molecular.depths == [2, 4, 8, 16]
+    assert set(node.hosts) == {"deepgcn", "deepgat", "gcnii"}
+    assert {node.hosts[h]["model"] for h in node.hosts} == {"gcn", "gat", "gcnii"}
+    datasets = {g.config["dataset"] for g in node.graphs.values()}
+    assert datasets == {"cora", "citeseer", "actor", "cornell", "texas", "wisconsin", "csbm"}
+    csbm = [g for g in node.graphs.values() if g.config["dataset"] == "csbm"]
+    assert sorted(g.family for g in csbm) == ["heterophilic", "homophilic"]
+    assert all(len(g.replicates) >= 5 for g in node.graphs.values())
+    assert {g.config["dataset"] for g in molecular.graphs.values()} == {"zinc", "molhiv"}
+    assert all(len(g.replicates) >= 3 for g in molecular.graphs.values())
+    assert "gin" in {h.get("model") for h in molecular.hosts.values()}
+    assert molecular.base["virtual_node"] is True
+
+
+def test_one_recipe_per_family_and_the_knobs_only_per_norm():
+    """Every host and graph of a family shares the family's training keys; only a norm's keywords vary by norm."""
+    protocol = load_protocol("full")
+    for part, host, graph in protocol.settings():
+        config = setting_config(part, host, graph)
+        for key in ("hidden_channels", "optimizer", "lr", "epochs", "patience", "dropout"):
+            assert config[key] == part.base[key], (part.name, host, graph.name, key)
+    for grid in protocol.knobs.values():
+        assert set(grid) and all(isinstance(values, list) and values for values in grid.values())
+
+
+def test_sweeps_expand_and_tune_at_the_reference_depth_only(data_root):
+    protocol = load_protocol("quick")
+    for part, host, graph in protocol.settings():
+        norms, reasons = runnable_norms(setting_config(part, host, graph))
+        assert "none" in norms and set(norms) | set(reasons) == set(available_norms())
+        for norm in tuned_norms(protocol, part, host, graph):
+            configs = expand_grid(tuning_sweep(protocol, part, host, graph, norm), log=None)
+            assert {c.num_layers for c in configs} == {part.reference_depth}
+            assert len(configs) == len(knob_choices(protocol, norm)) * min(
+                part.tuning_replicates, len(graph.replicates)
+            )
+        configs = expand_grid(grid_sweep(part, host, graph, norms, {}), log=None)
+        assert len(configs) == len(norms) * len(part.depths) * len(graph.replicates)
+
+
+def test_the_quick_tier_runs_every_norm_somewhere():
+    protocol = load_protocol("quick")
+    ran = {n for part, host, graph in protocol.settings() for n in runnable_norms(setting_config(part, host, graph))[0]}
+    assert ran == set(available_norms())
+    assert {graph.family for _, _, graph in protocol.settings()} == {"homophilic", "heterophilic", "molecular"}
+    assert all(len(part.depths) == 3 for part in protocol.parts.values())
+
+
+def test_an_unknown_tier_or_graph_is_one_line(tmp_path):
+    with pytest.raises(ValueError, match="unknown tier"):
+        load_protocol("huge")
+    text = (REPO / "experiments" / "leaderboard" / "protocol.yaml").read_text()
+    (tmp_path / "p.yaml").write_text(text.replace("          texas: {splits: [0]}", "          nowhere: {}"))
+    with pytest.raises(ValueError, match="unknown graph 'nowhere'"):
+        load_protocol("quick", tmp_path / "p.yaml")
