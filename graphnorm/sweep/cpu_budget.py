@@ -168,13 +168,13 @@ def plan_cpus(
         if workers is None:
             workers = CUDA_RUNS_PER_GPU
             cuda_cap = (
-                f"; runs at once capped at {CUDA_RUNS_PER_GPU} on the one GPU the CUDA runs share (each process holds "
-                "a CUDA context and waits its turn on the GPU; --workers overrides)"
+                f"; at most {CUDA_RUNS_PER_GPU} runs at once, as CUDA runs share one GPU: each process holds a CUDA "
+                "context and waits its turn on the device; --workers overrides"
             )
         else:
             cuda_cap = (
-                f"; --workers {workers} CUDA runs share one GPU, above the default cap of {CUDA_RUNS_PER_GPU} (each "
-                "process holds a CUDA context and waits its turn on the GPU: expect no speed-up, maybe a stall)"
+                f"; {workers} CUDA runs at once share one GPU, above the default cap of {CUDA_RUNS_PER_GPU}: each "
+                "holds a CUDA context and waits its turn on the device, so more add memory and waiting, not speed"
             )
     workers = max(1, min(workers or cores, num_runs))
     if threads is not None:

@@ -140,14 +140,14 @@ def test_cuda_runs_are_capped_per_gpu_unless_workers_are_given(machine):
     cap = cpu_budget.CUDA_RUNS_PER_GPU
     plan = plan_cpus(20, devices=["cuda"])
     assert (plan.workers, plan.threads) == (cap, 32 // cap)
-    assert f"capped at {cap}" in plan.why and "GPU" in plan.why
+    assert f"at most {cap} runs at once" in plan.why and "GPU" in plan.why
     assert plan_cpus(20, devices=["cpu"]) == plan_cpus(20) and plan_cpus(20).workers == 20
     assert plan_cpus(20, devices=["cpu", "cuda"]).workers == cap  # one CUDA run is enough to share the GPU
     assert plan_cpus(2, devices=["cuda"]).workers == 2  # fewer runs than the cap: no cap, no note
     assert "GPU" not in plan_cpus(2, devices=["cuda"]).why
     explicit = plan_cpus(20, workers=20, devices=["cuda"])
     assert explicit.workers == 20 and "above the default cap" in explicit.why
-    assert plan_cpus(20, threads=2, devices=["cuda"]).why.startswith("--threads; runs at once capped")
+    assert plan_cpus(20, threads=2, devices=["cuda"]).why.startswith(f"--threads; at most {cap} runs")
     machine(affinity=2, cpu_count=2)  # fewer cores than the cap: the cores decide, as for CPU runs
     assert plan_cpus(20, devices=["cuda"]) == plan_cpus(20)
 
