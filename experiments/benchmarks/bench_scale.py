@@ -250,6 +250,8 @@ def table_rows(rows: list[dict]) -> list[dict]:
             "directed edges": row.get("directed edges"), "epoch (s)": row.get("epoch (s)"),
             "epoch / sparse epoch": ratio_to(rows, row, "sparse", "epoch (s)"),
             "epoch / GCNConv epoch": ratio_to(rows, row, "gcnconv", "epoch (s)"),
+            "epoch CPU (s)": row.get("epoch CPU (s)"),
+            "epoch CPU / GCNConv": ratio_to(rows, row, "gcnconv", "epoch CPU (s)"),
             "peak RSS / GCNConv": ratio_to(rows, row, "gcnconv", "peak RSS train (MB)"),
             "first epoch (s)": row.get("first epoch (s)"), "eval forward (s)": row.get("eval forward (s)"),
             "probe (s)": row.get("probe (s)"), "peak RSS train (MB)": row.get("peak RSS train (MB)"),
