@@ -60,8 +60,8 @@ def check_cluster() -> None:
     except (OSError, subprocess.TimeoutExpired) as e:
         ping, answer = None, str(e)
     if ping is None or ping.returncode != 0 or " UP" not in answer:
-        first = (answer.splitlines() or ["no answer"])[0]
-        raise RuntimeError(f"--executor slurm: srun is here but no SLURM controller answers (scontrol ping: {first})")
+        last = (answer.splitlines() or ["no answer"])[-1]  # scontrol's fatal error comes last
+        raise RuntimeError(f"--executor slurm: srun is here but no SLURM controller answers (scontrol ping: {last})")
 
 
 def make_submitit_executor(
@@ -190,6 +190,7 @@ class _Follower:
         self.out, self.slurm, self.finished, self.log = out, slurm, finished, log
         self.jobs_file = out / "submitit" / JOBS_FILE
         self.tasks: dict[str, _Task] = {}
+        self.changed = False  # tasks left since jobs.json was last written
 
     def run(self, ex: Any, run_fn: RunFn, todo: list[RunConfig], threads: int) -> None:
         try:
@@ -250,6 +251,8 @@ class _Follower:
             elif now - task.ended_since >= self.slurm.grace_s:
                 self._done(run_id)
                 self._ended_without_result(run_id, task)
+        if self.changed:  # once a poll: a large array would otherwise rewrite the file once per finished task
+            self._save()
 
     def _ended_without_result(self, run_id: str, task: _Task) -> None:
         from graphnorm.sweep.runner import failed_result, write_result
@@ -264,7 +267,7 @@ class _Follower:
 
     def _done(self, run_id: str) -> None:
         del self.tasks[run_id]
-        self._save()
+        self.changed = True
 
     def _cancel(self) -> None:
         """Cancel every job still followed (interrupted driver); they are forgotten, their runs run on resume."""
@@ -289,6 +292,7 @@ class _Follower:
     def _save(self) -> None:
         records = {run_id: {"job_id": t.job.job_id, "submitted_at": t.submitted_at} for run_id, t in self.tasks.items()}
         atomic_write_text(self.jobs_file, json.dumps(records, indent=1), "the sweep's SLURM job ids")
+        self.changed = False
 
 
 def queue_states(job_ids: list[str]) -> dict[str, str]:

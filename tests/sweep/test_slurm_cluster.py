@@ -253,3 +253,33 @@ def test_a_killed_sweep_restarted_follows_its_jobs_and_runs_nothing_twice(slurm:
     assert any("following 2 run(s) already in the SLURM queue" in line for line in logs), logs
     assert len(executions(slurm)) == 2  # nothing ran twice
     assert [attempts(out, run_id) for run_id in runs.run_id] == [1, 1]
+
+
+def test_a_task_gone_from_the_queue_without_accounting_is_a_failed_run(tmp_path: Path, monkeypatch):
+    # Past MinJobAge squeue forgets an ended task, and without accounting sacct knows nothing either.
+    from types import SimpleNamespace
+
+    from graphnorm.sweep import slurm as slurm_module
+
+    monkeypatch.setattr(slurm_module, "queue_states", lambda job_ids: {})
+    monkeypatch.setattr(slurm_module, "accounting_states", lambda job_ids: {})
+    (config,) = expand_grid(grid(["none"], [0]))
+    finished: list[str] = []
+    follower = slurm_module._Follower(tmp_path, SlurmOptions(poll_s=0.0, grace_s=0.0), finished.append, print)
+    job = SimpleNamespace(job_id="7_0", paths=SimpleNamespace(result_pickle=tmp_path / "none.pkl", stderr="x.err"))
+    follower.tasks[config_run_id(config)] = slurm_module._Task(job, config, time.time())
+    (tmp_path / "submitit").mkdir()
+    follower._poll()  # seen gone: its result may still be on its way
+    assert finished == []
+    follower._poll()
+    assert finished == [config_run_id(config)] and not follower.tasks
+    result = result_of(tmp_path, config_run_id(config))
+    assert result["status"] == "failed" and "left the queue" in result["error"] and "no accounting" in result["error"]
+    assert json.loads((tmp_path / "submitit" / "jobs.json").read_text()) == {}
+
+
+def test_scheduler_states_are_read_per_task():
+    lines = "12_0|RUNNING\n12_[3-5%2]|PENDING\n13|CANCELLED by 0\n12_1|COMPLETED+\n"
+    from graphnorm.sweep.slurm import _parse_states
+
+    assert _parse_states(lines) == {"12_0": "RUNNING", "13": "CANCELLED", "12_1": "COMPLETED"}
