@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import io
 import json
 import os
+import pickle
 import re
 import subprocess
 import sys
@@ -264,6 +266,23 @@ def test_shards_cover_the_one_process_order_batch_by_batch(size: int) -> None:
     for step in range(0, len(shards[0]), B):  # step k: the union of the ranks' batches is one process's batch 2B
         union = shards[0][step : step + B] + shards[1][step : step + B]
         assert sorted(union) == sorted(padded[2 * step : 2 * step + 2 * B])
+
+
+def test_a_sweep_run_function_trains_each_run_in_two_processes(data_root: Path) -> None:
+    """``run_fn: graphnorm.train.launch:processes_2``: the sweep's call starts torchrun as a child; no config key."""
+    import importlib
+
+    launch = importlib.import_module("graphnorm.train.launch")
+    run = launch.processes_2  # what the sweep's resolve_run_fn looks up
+    assert pickle.loads(pickle.dumps(run)) is run  # the sweep pickles it for its worker processes
+    output = io.StringIO()
+    with contextlib.redirect_stdout(output):  # a sweep's run log
+        record = run(tiny_config(str(data_root), "graphnorm", B))
+    assert record["world_size"] == 2 and "epoch 3/3" in output.getvalue()
+    one = one_process(data_root, "graphnorm")["record"]["history"]
+    assert [r["train_loss"] for r in record["history"]] == pytest.approx([r["train_loss"] for r in one], rel=LOSS_RTOL)
+    with pytest.raises(AttributeError):
+        launch.processes_0  # noqa: B018
 
 
 if __name__ == "__main__":
