@@ -5,7 +5,7 @@
 * :mod:`~graphnorm.train.loop`: ``run`` and ``train``; :mod:`~graphnorm.train.record`: the record's keys;
   :mod:`~graphnorm.train.node_level`, :mod:`~graphnorm.train.graph_level`: the two training loops;
 * :mod:`~graphnorm.train.schedules`: optimizer, schedules, clipping, early stopping; :mod:`~graphnorm.train.loaders`:
-  the run's task, its mini-batches and the probe's sample;
+  the run's task, its mini-batches and the probe's sample; :mod:`~graphnorm.train.distributed`: under torchrun;
 * :mod:`~graphnorm.train.checkpoints`, :mod:`~graphnorm.train.model_file`: resuming, and the saved model;
   :mod:`~graphnorm.train.progress`, :mod:`~graphnorm.train.tensorboard_log`: progress lines and curves;
 * collapse metrics while training: :mod:`~graphnorm.train.collapse_steps`, :mod:`~graphnorm.train.monitor` (your own

@@ -7,6 +7,8 @@ The seed fixes the run for a given W. Every rank builds the same initial model a
 training graphs, the one a single process draws from the seed; step k's global batch is the next ``W * batch_size``
 graphs of it, and rank r takes every W-th of them (:class:`ShardSampler`). So W processes of ``batch_size`` B see
 the batches of one process of ``batch_size`` W*B. Randomness inside the model (dropout) draws from ``seed + rank``.
+Norms under several processes: :mod:`graphnorm.train.sync_norms`; a run in W processes from one call (sweeps):
+:mod:`graphnorm.train.launch`.
 """
 
 from __future__ import annotations
