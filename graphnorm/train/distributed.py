@@ -19,12 +19,15 @@ import math
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
 from torch.utils.data import Sampler
+
+if TYPE_CHECKING:
+    from graphnorm.config import RunConfig
 
 
 class DataParallelError(ValueError):
@@ -95,7 +98,7 @@ def rank_device(device: torch.device, ranks: Ranks) -> torch.device:
     return device
 
 
-def check_data_parallel(config: Any, level: str, ranks: Ranks) -> None:
+def check_data_parallel(config: RunConfig, level: str, ranks: Ranks) -> None:
     """:class:`DataParallelError` for a run that several processes cannot train: a node-level task (one graph), or
     Graphormer's size-bucketed batches (whole batches drawn at once)."""
     if not ranks.active:
