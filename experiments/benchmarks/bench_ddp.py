@@ -5,8 +5,8 @@ Each configuration runs ``graphnorm train`` under ``torchrun --nproc-per-node N`
 epoch, no probe, no time budget, no checkpoint, ``--threads`` torch threads per process (default 1: on a shared
 machine a second OpenMP thread waits on busy cores, docs/how-to/shared-machines.md). Reported from the record: the
 epoch's training loop (graphs / ``train_graphs_per_s``: steps, no evaluation), the epoch with rank 0's evaluation
-(the history's ``train_time_s``) and the command's wall time (start, data, training, evaluation), the ratios, and the
-load average before and after each configuration: on a shared machine other processes take cores too.
+(the history's ``train_time_s``), the command's wall and CPU time (start, data, training, evaluation), the ratios,
+and the load average before and after each configuration: on a shared machine other processes take cores too.
 
     python -m experiments.benchmarks.bench_ddp [--limit-graphs N] [--processes 1 2] [--threads 1]
 """
@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -40,6 +41,13 @@ def busiest_processes(count: int = 6) -> list[str]:
     return [" ".join(line.split()) for line in listing.splitlines()[1 : count + 1]]
 
 
+def children_cpu_s() -> float:
+    """User and system CPU seconds of this process's finished children and their descendants: on a loaded machine
+    the work a configuration took, whatever share of the cores it got."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def train_graphs(limit_graphs: int | None) -> int:
     """The number of training graphs of the preset (with ``limit_graphs``)."""
     from graphnorm.config import RunConfig
@@ -58,9 +66,9 @@ def run_epoch(processes: int, threads: int, limit_graphs: int | None, folder: Pa
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "GRAPHNORM_THREADS": str(threads)}
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}"]
     command += ["-m", "graphnorm.cli", "train", str(PRESET), *overrides, "--out", str(out)]
-    load_before, start = os.getloadavg()[0], time.perf_counter()
+    load_before, start, cpu_before = os.getloadavg()[0], time.perf_counter(), children_cpu_s()
     done = subprocess.run(command, env=env, capture_output=True, text=True)
-    wall = time.perf_counter() - start
+    wall, cpu = time.perf_counter() - start, children_cpu_s() - cpu_before
     if done.returncode != 0:
         raise RuntimeError(f"{processes} process(es) failed:\n{done.stderr[-4000:]}")
     record = json.loads(out.read_text())
@@ -73,6 +81,7 @@ def run_epoch(processes: int, threads: int, limit_graphs: int | None, folder: Pa
         "training loop s": loop_s,
         "epoch with eval s": record["history"][0]["train_time_s"],
         "command wall s": wall,
+        "command CPU s": cpu,
         "load before": load_before,
         "load after": os.getloadavg()[0],
         "train_graphs_per_s": record["train_graphs_per_s"],
@@ -92,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(run_epoch(processes, args.threads, args.limit_graphs, Path(folder)))
             print(json.dumps(rows[-1]), flush=True)
     print(f"busiest processes after: {busiest_processes()}")
-    keys = ("training loop s", "epoch with eval s", "command wall s")
+    keys = ("training loop s", "epoch with eval s", "command wall s", "command CPU s")
     print("| processes x threads | steps | " + " | ".join(keys) + " | load before / after |")
     print("|---|---|" + "---|" * len(keys) + "---|")
     for row in rows:
@@ -103,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         first, last = rows[0], rows[-1]
         ratios = {k: first[k] / last[k] for k in keys if first[k] and last[k]}
         named = ", ".join(f"{k} {v:.2f}x" for k, v in ratios.items())
-        print(f"time ratio {first['processes']} / {last['processes']} processes (above 1: more are faster): {named}")
+        print(f"ratio {first['processes']} / {last['processes']} processes (above 1: less with more): {named}")
     return 0
 
 
