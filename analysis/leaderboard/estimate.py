@@ -1,9 +1,10 @@
 """CPU-hours of a leaderboard tier before running it (``python -m experiments.leaderboard estimate``). The cost
-model: a run costs ``epochs x (a + b x depth) x norm factor + probe``. ``a``, ``b`` and the probe's cost come from
-short timed runs of each (host, graph) without a norm at two depths (``--time``: written to ``<tier>_timings.csv``,
-read back after), ContraNorm and GRANOLA (the norms whose cost differs by more than a constant) are timed at the upper
-depth, every other norm is charged :data:`OTHER_NORM_FACTOR` times no norm. A node-level run is charged
-:data:`EPOCHS_FRACTION` of its epochs (early stopping; the remainder assumed), a molecular one its epochs up to
+model: a run costs ``fixed + epochs x (a + b x depth) x norm factor + probe`` CPU seconds (one torch thread). Short
+runs of each (host, graph) measure it in process CPU time, not wall time (so other work on the machine does not
+count): no norm at the lower depth for one epoch and for a few (``fixed`` and the epoch), at the upper depth (``b``),
+ContraNorm and GRANOLA at the upper depth (their factors; every other norm is charged :data:`OTHER_NORM_FACTOR`).
+``--time`` writes them to ``<tier>_timings.csv``, read back after. A node-level run is charged
+:data:`EPOCHS_FRACTION` of its epochs (early stopping: an assumption), a molecular one its epochs up to
 ``max_train_minutes``; graph-level timings run on :data:`TIMING_GRAPHS` graphs and scale with the training set.
 """
 
@@ -30,19 +31,21 @@ from .protocol import (
 from .run import RESULTS, tuned_norms, write_csv
 
 TIMED_DEPTHS = (2, 8)
-TIMED_NORMS = ("none", "contranorm", "granola")
-TIMING_EPOCHS = {"node": 5, "molecular": 1}
+TIMED_NORMS = ("contranorm", "granola")
+TIMING_EPOCHS = {"node": 5, "molecular": 2}
 TIMING_GRAPHS = 512  # graph level: graphs per split in a timing run
 OTHER_NORM_FACTOR = 1.3  # an elementwise or per-graph norm next to the convolution's cost
 EPOCHS_FRACTION = 0.6  # node level: patience stops most runs well before the last epoch
 TRAIN_SPLIT = {"zinc": 10_000, "molhiv": 32_901}  # training graphs of the molecular datasets' standard splits
-TIMING_COLUMNS = ["part", "host", "graph", "norm", "depth", "epochs", "train_s", "probe_s", "train_graphs"]
+TIMING_COLUMNS = ["part", "host", "graph", "norm", "depth", "epochs", "cpu_s", "wall_s", "probe_cpu_s", "train_graphs"]
 
 
-def timing_config(part: Part, host: str, graph: Graph, norm: str, depth: int, protocol: Protocol) -> dict[str, Any]:
-    """The config of one timing run: the setting's, a few epochs, no early stop or time cap."""
+def timing_config(
+    part: Part, host: str, graph: Graph, norm: str, depth: int, protocol: Protocol, epochs: int
+) -> dict[str, Any]:
+    """The config of one timing run: the setting's, ``epochs`` epochs, no early stop or time cap."""
     config = setting_config(part, host, graph)
-    config.update(norm=norm, num_layers=depth, epochs=TIMING_EPOCHS.get(part.name, 1), patience=None)
+    config.update(norm=norm, num_layers=depth, epochs=epochs, patience=None)
     config.update(norm_kwargs={**fixed_kwargs(protocol, graph, norm), **knob_choices(protocol, norm)[-1]})
     if part.name != "node":
         config.update(limit_graphs=TIMING_GRAPHS, max_train_minutes=None)
@@ -68,53 +71,63 @@ def time_runs(protocol: Protocol, log=print) -> pd.DataFrame:
     rows = []
     for part, host, graph in protocol.settings():
         norms = runnable_norms(setting_config(part, host, graph), protocol.norms)[0]
-        for norm, depth in [("none", d) for d in TIMED_DEPTHS] + [(n, TIMED_DEPTHS[-1]) for n in TIMED_NORMS[1:]]:
-            if norm not in norms:
-                continue
-            config = timing_config(part, host, graph, norm, depth, protocol)
-            start = time.perf_counter()
+        low, high = TIMED_DEPTHS
+        epochs = TIMING_EPOCHS.get(part.name, 2)
+        plan = [("none", low, 1), ("none", low, epochs), ("none", high, epochs)]
+        plan += [(norm, high, epochs) for norm in TIMED_NORMS if norm in norms]
+        for norm, depth, count in plan:
+            config = timing_config(part, host, graph, norm, depth, protocol, count)
+            wall, cpu = time.perf_counter(), time.process_time()
             record = run(RunConfig.from_dict(config))
-            elapsed = time.perf_counter() - start
-            probe = float(record.get("probe_time_s") or 0.0)
+            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+            # the probe's share of the CPU time, as its share of the wall time
+            probe = float(record.get("probe_time_s") or 0.0) * cpu / max(wall, 1e-9)
             rows.append({"part": part.name, "host": host, "graph": graph.name, "norm": norm, "depth": depth,
-                         "epochs": record.get("epochs_run") or config["epochs"], "train_s": elapsed - probe,
-                         "probe_s": probe, "train_graphs": training_graphs(graph, config)})  # fmt: skip
-            log(f"timed {setting_name(part, host, graph)} {norm} L{depth}: {elapsed:.1f} s")
+                         "epochs": count, "cpu_s": cpu - probe, "wall_s": wall, "probe_cpu_s": probe,
+                         "train_graphs": training_graphs(graph, config)})  # fmt: skip
+            log(f"timed {setting_name(part, host, graph)} {norm} L{depth} x{count}: {cpu:.1f} CPU s ({wall:.1f} s)")
     return pd.DataFrame(rows, columns=TIMING_COLUMNS)
 
 
-def per_epoch(rows: pd.DataFrame, norm: str, depth: int) -> float:
-    """Seconds per epoch of ``norm`` at ``depth`` from one setting's timings: no norm's two depths fit a line in
-    depth; a timed norm scales it by its own time at the upper depth, another norm by :data:`OTHER_NORM_FACTOR`."""
-    none = rows[rows["norm"] == "none"].set_index("depth")
-    seconds = none["train_s"] / none["epochs"]
+def fitted(rows: pd.DataFrame) -> dict[str, float]:
+    """One setting's cost model from its timings: ``fixed`` seconds per run, seconds per epoch at the two depths,
+    and each timed norm's factor over no norm at the upper depth."""
     low, high = TIMED_DEPTHS
-    slope = max(0.0, (seconds[high] - seconds[low]) / (high - low))
-    base = max(0.0, seconds[low] - slope * low) + slope * depth
-    timed = rows[(rows["norm"] == norm) & (rows["depth"] == high)]
-    factor = (timed["train_s"].iloc[0] / timed["epochs"].iloc[0]) / seconds[high] if len(timed) else OTHER_NORM_FACTOR
-    return base * (1.0 if norm == "none" else factor)
+    none = rows[rows["norm"] == "none"]
+    one = none[(none["depth"] == low) & (none["epochs"] == 1)]["cpu_s"].iloc[0]
+    many = none[(none["depth"] == low) & (none["epochs"] > 1)].iloc[0]
+    epoch_low = max(1e-6, (many["cpu_s"] - one) / (many["epochs"] - 1))
+    fixed = max(0.0, one - epoch_low)
+    deep = none[none["depth"] == high].iloc[0]
+    epoch_high = max(epoch_low, (deep["cpu_s"] - fixed) / deep["epochs"])
+    model = {"fixed": fixed, "epoch_low": epoch_low, "epoch_high": epoch_high}
+    for norm in TIMED_NORMS:
+        timed = rows[(rows["norm"] == norm) & (rows["depth"] == high)]
+        if len(timed):
+            model[norm] = max(1.0, (timed["cpu_s"].iloc[0] - fixed) / timed["epochs"].iloc[0] / epoch_high)
+    probes = none[none["epochs"] > 1].set_index("depth")["probe_cpu_s"]
+    model.update(probe_low=float(probes[low]), probe_high=float(probes[high]))
+    return model
 
 
-def probe_seconds(rows: pd.DataFrame, depth: int) -> float:
-    """The probe's seconds at ``depth``: linear in depth through no norm's two timings."""
-    none = rows[rows["norm"] == "none"].set_index("depth")["probe_s"]
-    low, high = TIMED_DEPTHS
-    slope = max(0.0, (none[high] - none[low]) / (high - low))
-    return max(0.0, none[low] + slope * (depth - low))
+def linear(low: float, high: float, depth: int) -> float:
+    """The line through ``low`` at the lower timed depth and ``high`` at the upper one, at ``depth`` (>= 0)."""
+    a, b = TIMED_DEPTHS
+    return max(0.0, low + (high - low) * (depth - a) / (b - a))
 
 
-def run_seconds(part: Part, graph: Graph, rows: pd.DataFrame, norm: str, depth: int, config: dict) -> float:
+def run_seconds(part: Part, graph: Graph, model: dict[str, float], norm: str, depth: int, config: dict) -> float:
     """One run's estimated CPU seconds (one thread)."""
-    epoch = per_epoch(rows, norm, depth)
+    epoch = linear(model["epoch_low"], model["epoch_high"], depth) * model.get(
+        norm, 1.0 if norm == "none" else OTHER_NORM_FACTOR
+    )
     if part.name == "node":
         train = EPOCHS_FRACTION * config["epochs"] * epoch
     else:
-        timed = float(rows["train_graphs"].iloc[0]) or 1.0
-        epoch *= training_graphs(graph, config) / timed
+        epoch *= training_graphs(graph, config) / TIMING_GRAPHS
         cap = 60.0 * config["max_train_minutes"] if config.get("max_train_minutes") else math.inf
         train = min(config["epochs"] * epoch, cap + epoch)
-    return train + probe_seconds(rows, depth)
+    return model["fixed"] + train + linear(model["probe_low"], model["probe_high"], depth)
 
 
 def estimate(protocol: Protocol, timings: pd.DataFrame) -> pd.DataFrame:
@@ -125,6 +138,7 @@ def estimate(protocol: Protocol, timings: pd.DataFrame) -> pd.DataFrame:
         mine = timings[(timings["part"] == part.name) & (timings["host"] == host) & (timings["graph"] == graph.name)]
         if mine.empty:
             raise ValueError(f"no timings of {setting_name(part, host, graph)}: run the estimate with --time")
+        mine = fitted(mine)
         norms = runnable_norms(config, protocol.norms)[0]
         grid = sum(run_seconds(part, graph, mine, n, d, config) for n in norms for d in part.depths)
         grid *= len(graph.replicates)

@@ -34,8 +34,8 @@ FIGURE_PREFIX = "leaderboard_"
 FAMILIES = ("homophilic", "heterophilic", "molecular")
 ANSWER_DEPTHS = (16, 64)  # the depths the answer names, where the grid has them (else its deepest)
 CELL = ["family", "graph", "host", "depth", "norm", "metric"]
-TABLE_HEADER = ["graph", "family", "host", "depth", "norm", "metric", "mean", "95% CI", "seeds", "rank", "best",
-                "CPU s", "note", "command"]  # fmt: skip
+TABLE_HEADER = ["graph", "family", "host", "depth", "norm", "metric", "mean", "95% CI", "seeds", "rank",
+                "best: separated?", "CPU s", "note", "command"]  # fmt: skip
 BUILD_COMMAND = "python -m experiments.leaderboard page"
 
 
@@ -108,20 +108,22 @@ def verdict(row: pd.Series) -> str:
     if row.get("best") != row["norm"] or pd.isna(row.get("mean")):
         return ""
     p = row.get("p")
-    shown = f"p = {number(p, 2)}" if isinstance(p, float) and not math.isnan(p) else str(row.get("best_note") or "")
-    return f"best ({shown})" if bool(row.get("separated")) else f"not separated ({shown})" if shown else "tie"
+    if not isinstance(p, float) or math.isnan(p):
+        return str(row.get("best_note") or "no test")
+    return f"{'yes' if bool(row.get('separated')) else 'no'}, p = {p_value(p)}"
 
 
 def table_lines(table: pd.DataFrame) -> list[str]:
     """The cells as one Markdown table, every text cell escaped, inside the block the page's script sorts."""
     lines = ["| " + " | ".join(TABLE_HEADER) + " |", "|" + "---|" * len(TABLE_HEADER)]
     for _, row in table.sort_values(["family", "graph", "host", "depth", "rank", "norm"]).iterrows():
-        ci = number(row["ci95"])
+        ci = number(row["ci95"])  # below: a rank is 1, or 1.5 for a tie
         cells = [
             markdown_text(row["graph"]), markdown_text(row["family"]), markdown_text(row["host"]),
             str(int(row["depth"])), markdown_text(row["norm"]), markdown_text(row["metric"]), number(row["mean"]),
             f"± {ci}" if ci else "", str(int(row["n"])) if not pd.isna(row["n"]) else "0",
-            number(row["rank"], 3), markdown_text(verdict(row)), number(row["cpu_s"]), markdown_text(row["note"]),
+            "" if pd.isna(row["rank"]) else f"{float(row['rank']):g}", markdown_text(verdict(row)),
+            number(row["cpu_s"]), markdown_text(row["note"]),
             markdown_code(row["command"]),
         ]  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")
@@ -133,9 +135,10 @@ def answer_depths(depths: list[int]) -> list[int]:
     return [d for d in ANSWER_DEPTHS if d in depths] or [max(depths)]
 
 
-def family_answer(summary: pd.DataFrame, best: pd.DataFrame, family: str, depth: int) -> str:
+def family_answer(summary: pd.DataFrame, best: pd.DataFrame, family: str, depth: int, norms: set[str]) -> str:
     """One sentence: the norm with the best average rank on ``family``'s settings at ``depth``, the norms Nemenyi's
-    test cannot tell from it, and in how many settings it is the best norm, separated by a paired t-test."""
+    test cannot tell from it, and in how many settings it is the best norm, separated by a paired t-test; ``norms``:
+    every norm of the table there, so that those without a result are named too."""
     at = summary[(summary["family"] == family) & (summary["depth"] == depth) & summary["mean"].notna()]
     if at.empty:
         return f"At {depth} layers on {family} graphs: no results yet."
@@ -158,8 +161,9 @@ def family_answer(summary: pd.DataFrame, best: pd.DataFrame, family: str, depth:
         f". It has the best mean in {len(wins)} of these {len(settings)} settings, separated from the runner-up by a "
         f"paired t-test over seeds (p < 0.05) in {int(wins['separated'].sum())}."
     )
-    if result.dropped:
-        text += f" Not ranked (no result in every setting): {', '.join(markdown_code(n) for n in result.dropped)}."
+    unranked = sorted(set(norms) - set(result.average["norm"]))
+    if unranked:
+        text += f" Not ranked (no result in every setting): {', '.join(markdown_code(n) for n in unranked)}."
     return text
 
 
@@ -212,8 +216,9 @@ def rank_heatmap(table: pd.DataFrame, path: Path) -> bool:
     return True
 
 
-def cd_figures(summary: pd.DataFrame, figures: Path, prefix: str) -> list[str]:
-    """One critical-difference diagram per depth over every setting, with its caption."""
+def cd_figures(summary: pd.DataFrame, figures: Path, prefix: str, runs: pd.DataFrame) -> list[str]:
+    """One critical-difference diagram per depth over every setting, with its caption (``runs``: the whole table,
+    whose norms without a result there are named as left out)."""
     lines = []
     for depth in sorted(summary["depth"].unique()):
         result = average_ranks(summary, int(depth))
@@ -221,7 +226,8 @@ def cd_figures(summary: pd.DataFrame, figures: Path, prefix: str) -> list[str]:
             continue
         name = f"{FIGURE_PREFIX}cd_{int(depth)}.png"
         cd_diagram(result.average, result.cd, figures / name, title=f"{int(depth)} layers")
-        dropped = ", ".join(markdown_code(n) for n in result.dropped) or "none"
+        left_out = sorted(set(runs.loc[runs["depth"] == depth, "norm"]) - set(result.average["norm"]))
+        dropped = ", ".join(markdown_code(n) for n in left_out) or "none"
         lines += [
             f"![critical-difference diagram at {int(depth)} layers]({prefix}{name})",
             "",
@@ -327,7 +333,8 @@ def page_lines(tier: str, runs: pd.DataFrame, knobs: pd.DataFrame, protocol: Pro
         for family in [f for f in FAMILIES if f in set(summary["family"])]:
             family_depths = sorted(set(summary.loc[summary["family"] == family, "depth"]))
             for depth in answer_depths([int(d) for d in family_depths]):
-                lines += [f"- {family_answer(summary, best, family, depth)}"]
+                there = runs[(runs["family"] == family) & (runs["depth"] == depth)]
+                lines += [f"- {family_answer(summary, best, family, depth, set(there['norm']))}"]
         lines += ["", "## Which collapse metric predicts the loss with depth", ""]
         lines += ["Spearman's rho between each last-layer collapse metric and the metric lost from the shallowest "
                   "depth, over every cell deeper than it, per family (the strongest named first):", "",
@@ -337,14 +344,15 @@ def page_lines(tier: str, runs: pd.DataFrame, knobs: pd.DataFrame, protocol: Pro
             lines += [f"![ranks of the norms per graph and host at every depth]({prefix}{FIGURE_PREFIX}ranks.png)",
                       "", "Rank of each norm's mean among the norms of its graph and host at that depth (1 the best; "
                       "blank: no result).", ""]  # fmt: skip
-        lines += ["## Critical-difference diagrams", "", *cd_figures(summary, figures, prefix)]
+        lines += ["## Critical-difference diagrams", "", *cd_figures(summary, figures, prefix, runs)]
     lines += [
         "## Every cell",
         "",
         "Sort by a column's heading, filter by words (all must appear in a row). Mean and 95% Student-t interval "
-        "over seeds; rank among the norms of the same graph, host and depth; best: the best mean, and whether a "
-        "paired t-test over seeds separates it from the runner-up; CPU s: the cell's runs together, one torch thread "
-        "each; the command re-runs the cell and compares it with these values.",
+        "over seeds; rank among the norms of the same graph, host and depth; best: on the row of the best mean, "
+        "whether a paired t-test over seeds separates it from the runner-up (p < 0.05); CPU s: the CPU seconds of "
+        "the cell's runs together, one torch thread each; the command re-runs the cell and compares it with these "
+        "values.",
         "",
         *table_lines(table),
     ]

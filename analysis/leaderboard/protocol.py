@@ -17,6 +17,7 @@ REPO = Path(__file__).resolve().parents[2]
 PROTOCOL = REPO / "experiments" / "leaderboard" / "protocol.yaml"
 TIERS = ("quick", "full")
 GRAPH_KEYS = ("family", "seeds", "splits", "norm_kwargs")  # a graph's keys that are not RunConfig keys
+RUN_FN = "analysis.leaderboard.timed:run"  # graphnorm.train.run, with the run's CPU seconds in its record
 METRIC_DIRECTION = {"acc": True, "rocauc": True, "mae": False}  # higher is better
 
 
@@ -180,6 +181,7 @@ def tuning_sweep(protocol: Protocol, part: Part, host: str, graph: Graph, norm: 
     return {
         "name": f"tune_{setting_name(part, host, graph)}_{norm}",
         "metric": metric_of(graph)[1],
+        "run_fn": RUN_FN,
         "base": base,
         "grid": {
             graph.replicate_key: replicates,
@@ -194,6 +196,7 @@ def grid_sweep(part: Part, host: str, graph: Graph, norms: list[str], kwargs: di
     return {
         "name": f"grid_{setting_name(part, host, graph)}",
         "metric": metric_of(graph)[0],
+        "run_fn": RUN_FN,
         "base": setting_config(part, host, graph),
         "grid": {graph.replicate_key: graph.replicates, "norm": norms, "num_layers": sorted(part.depths, reverse=True)},
         "norm_settings": {norm: {"norm_kwargs": kwargs[norm]} for norm in norms if kwargs.get(norm)},

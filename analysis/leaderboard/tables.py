@@ -1,8 +1,9 @@
 """The leaderboard's tidy table, one row per run (like timm's results CSVs), read from a tier's grid sweep folders:
 the statistics' columns (``family, graph, host, depth, norm, seed, metric, value, higher_is_better``), the last
 probed layer's ``effective_rank, cone_angle, dirichlet_energy``, then what the page shows beside them: ``status``
-(ok, failed, not run, cannot run) with its ``reason``, the validation value, the run's CPU seconds (one torch thread
-per run), its keywords and id. A norm the host cannot run keeps one row per would-be run, with the reason.
+(ok, failed, not run, cannot run) with its ``reason``, the validation value, the run's CPU seconds (one torch
+thread; its wall seconds where the record has no CPU time), its keywords and id. A norm the host cannot run keeps
+one row per would-be run, with the reason.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ def run_row(graph: Graph, host: str, part: Part, config: Any, result: dict[str, 
         "value": float(value) if isinstance(value, (int, float)) else math.nan, "higher_is_better": higher,
         **last_layer((result or {}).get("layers") or []),
         "status": status, "reason": " ".join(reason.split()), "val_value": record.get(val_metric, math.nan),
-        "cpu_s": (result or {}).get("elapsed_s"), "epochs_run": record.get("epochs_run"),
+        "cpu_s": record.get("cpu_s", (result or {}).get("elapsed_s")), "epochs_run": record.get("epochs_run"),
         "norm_kwargs": json.dumps(config.norm_kwargs, sort_keys=True),
         "variant": variant(config.norm, config.norm_kwargs),
         "part": part.name, "run_id": config_run_id(config),

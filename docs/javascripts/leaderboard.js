@@ -7,7 +7,7 @@
   function cellKey(row, column) {
     var cell = row.cells[column];
     var text = cell ? cell.textContent.trim() : "";
-    var bare = text.replace(/^±\s*/, ""); // a CI cell sorts by its half-width
+    var bare = text.replace(/^\u00b1\s*/, ""); // a CI cell sorts by its half-width
     var numeric = /^[+\-]?(\d+\.?\d*|\.\d+)(e[+\-]?\d+)?$/i.test(bare);
     var number = numeric ? parseFloat(bare) : NaN;
     return { empty: text === "", numeric: numeric, number: number, text: text.toLowerCase() };
@@ -53,10 +53,32 @@
     counter.textContent = shown + " of " + table.tBodies[0].rows.length + " cells";
   }
 
+  // The table is wide (one column per fact, the command last): smaller type, notes wide enough to read, commands on
+  // one line, the rows scrolling sideways inside the page rather than wrapping into tall cells.
+  var STYLE =
+    ".gn-leaderboard table { font-size: .68rem; }" +
+    ".gn-leaderboard td:nth-last-child(2) { min-width: 22em; }" +
+    ".gn-leaderboard td:nth-last-child(4) { white-space: nowrap; }" +
+    ".gn-leaderboard td:last-child code { white-space: nowrap; }" +
+    ".gn-leaderboard th[aria-sort=ascending]::after { content: ' \\25B2'; }" +
+    ".gn-leaderboard th[aria-sort=descending]::after { content: ' \\25BC'; }" +
+    ".gn-leaderboard-filter { width: 60%; padding: .3em .5em; margin-right: 1em; font: inherit;" +
+    " border: 1px solid var(--md-default-fg-color--lighter, #999); border-radius: .2em;" +
+    " color: inherit; background: transparent; }";
+
+  function addStyle() {
+    if (document.getElementById("gn-leaderboard-style")) return;
+    var style = document.createElement("style");
+    style.id = "gn-leaderboard-style";
+    style.textContent = STYLE;
+    document.head.appendChild(style);
+  }
+
   function enhance(block) {
     var table = block.querySelector("table");
     if (!table || !table.tHead || !table.tBodies.length || block.dataset.ready) return;
     block.dataset.ready = "true";
+    addStyle();
     var box = document.createElement("input");
     box.type = "search";
     box.placeholder = "Filter: e.g. cora gcnii 64";

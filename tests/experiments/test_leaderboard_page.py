@@ -1,0 +1,93 @@
+"""The leaderboard page from a tidy table: the numbers are the table's (means, 95% intervals, seed counts, ranks),
+the answer names the norm the statistics rank first, a cell that cannot run or whose runs failed says why, the text
+from the data shows as text, and the page is the same for the same table."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from analysis.leaderboard.page import build_leaderboard  # noqa: E402
+from analysis.leaderboard.run import write_csv  # noqa: E402
+from analysis.leaderboard.tables import COLUMNS  # noqa: E402
+
+HOSTILE = "<script>alert(1)</script> | [x](javascript:alert(1)) =cmd"
+VALUES = {"good": (0.80, 0.60), "bad": (0.70, 0.20)}  # norm -> (mean at depth 2, at depth 8)
+
+
+def tidy_table() -> pd.DataFrame:
+    rows = []
+    for graph in ("texas", "csbm_homophilic"):
+        family = "heterophilic" if graph == "texas" else "homophilic"
+        for norm, (shallow, deep) in VALUES.items():
+            for depth, mean in ((2, shallow), (8, deep)):
+                for seed in (0, 1, 2):
+                    value = mean + 0.01 * (seed - 1)
+                    rows.append({"family": family, "graph": graph, "host": "deepgcn", "depth": depth, "norm": norm,
+                                 "seed": seed, "metric": "test_acc", "value": value, "higher_is_better": True,
+                                 "effective_rank": 10 * value, "cone_angle": 90 * value, "dirichlet_energy": value,
+                                 "status": "ok", "reason": "", "cpu_s": 2.0, "norm_kwargs": "{}", "variant": "",
+                                 "part": "node", "run_id": f"{norm}-L{depth}-s{seed}"})  # fmt: skip
+        rows.append({**rows[-1], "norm": "sepnorm", "value": float("nan"), "status": "cannot run",
+                     "reason": "sepnorm needs graph-token rows", "run_id": ""})  # fmt: skip
+    failed = {**rows[0], "norm": "fragile", "value": float("nan"), "status": "failed", "reason": HOSTILE}
+    return pd.DataFrame([*rows, failed], columns=COLUMNS)
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory) -> tuple[str, Path]:
+    root = tmp_path_factory.mktemp("page")
+    write_csv(tidy_table(), root / "results" / "quick.csv")
+    return build_leaderboard(root / "out", root / "results", tier="quick").read_text(), root
+
+
+def row(text: str, graph: str, depth: int, norm: str) -> list[str]:
+    line = next(ln for ln in text.splitlines() if ln.startswith(f"| {graph} |") and f"| {depth} | {norm} |" in ln)
+    return [cell.strip() for cell in line.strip("|").split(" | ")]
+
+
+def test_cells_show_the_tables_numbers(page):
+    text, _ = page
+    cells = row(text, "texas", 8, "good")
+    assert (
+        cells[6] == "0.600" and cells[7] == "± 0.0248" and cells[8] == "3" and cells[9] == "1"
+    )  # t(2) * 0.01 / sqrt 3
+    assert cells[10].startswith("yes, p = ")  # 0.60 vs 0.20 on every seed: separated
+    assert row(text, "texas", 8, "bad")[9] == "2" and row(text, "texas", 8, "bad")[10] == ""
+    assert cells[11] == "6.00"  # three runs of 2 CPU seconds
+
+
+def test_the_answer_names_the_norm_ranked_first(page):
+    text, _ = page
+    assert "At 8 layers on heterophilic graphs, `good` has the best average rank, 1.00 of 2 norms" in text
+    assert "8 layers on heterophilic graphs" in text and "Not ranked (no result in every setting): `sepnorm`." in text
+    assert "Left out for missing a setting: `fragile`." in text  # the CD diagrams at 2 and 8 layers
+    assert "Left out for missing a setting: `sepnorm`." in text
+
+
+def test_cells_without_results_say_why(page):
+    text, _ = page
+    assert "sepnorm needs graph-token rows" in row(text, "texas", 8, "sepnorm")[12]
+    fragile = row(text, "texas", 2, "fragile")
+    assert fragile[6] == "" and fragile[12].startswith("1 of 1 runs failed: ")
+
+
+def test_text_from_the_data_shows_as_text(page):
+    text, _ = page
+    assert "<script>" not in text and "&lt;script>alert(1)&lt;/script> \\| [x\\](javascript:" in text
+
+
+def test_the_page_is_the_same_for_the_same_table(page):
+    text, root = page
+    again = build_leaderboard(root / "again", root / "results", tier="quick").read_text()
+    assert again == text
+    figures = sorted(p.name for p in (root / "out" / "figures").glob("leaderboard_*.png"))
+    assert figures == ["leaderboard_cd_2.png", "leaderboard_cd_8.png", "leaderboard_ranks.png"]
+    assert text.count('!!! warning "Quick tier"') == 1
