@@ -22,7 +22,6 @@ import sys
 import time
 import traceback
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +43,12 @@ from graphnorm.sweep.cpu_budget import CpuPlan, env_threads, passive_openmp_wait
 from graphnorm.sweep.grid import expand_grid, grid_keys
 from graphnorm.sweep.processes import init_worker, signals_interrupt, stop_workers
 from graphnorm.sweep.results import check_history, check_layers, load_results
-from graphnorm.sweep.slurm import make_submitit_executor, run_submitit  # noqa: F401 (make_submitit_executor: importable here)
+from graphnorm.sweep.slurm import (  # noqa: F401 (make_submitit_executor, SlurmOptions: importable from here too)
+    JobHooks,
+    SlurmOptions,
+    make_submitit_executor,
+    run_submitit,
+)
 from graphnorm.sweep.tables import (
     DEFAULT_METRICS,
     atomic_write_csv,
@@ -157,24 +161,6 @@ def failed_result(config: RunConfig, error: str) -> dict[str, Any]:
 
 # ----------------------------------------------------------------------------------------------------------------
 # The sweep
-
-
-@dataclass
-class SlurmOptions:
-    """Job resources for ``executor="slurm"`` (``time_min`` is also the per-run limit of ``"submitit-local"``), and
-    how the sweep follows its jobs (:mod:`graphnorm.sweep.slurm`): it asks the scheduler every ``poll_s`` seconds,
-    and records a task that ended without a result as failed ``grace_s`` after it saw it end (its result may lag
-    on a network filesystem)."""
-
-    partition: str | None = None
-    time_min: int = 60
-    cpus_per_task: int = 1
-    mem_gb: float | None = None
-    gpus_per_node: int = 0
-    array_parallelism: int = 256
-    account: str | None = None
-    poll_s: float = 10.0
-    grace_s: float = 15.0
 
 
 def resolve_run_fn(spec: str | RunFn | None) -> RunFn:
@@ -419,7 +405,7 @@ def _execute(
     elif executor == "local":
         _run_process_pool(run_fn, todo, out, workers, threads, finished, log)
     else:
-        run_submitit(run_fn, todo, out, executor, workers, threads, slurm, finished, log)
+        _run_submitit(run_fn, todo, out, executor, workers, threads, slurm, finished, log)
 
 
 def _final_tables(tables: _Tables, todo: list[RunConfig], log: Callable[[str], None]) -> pd.DataFrame:
@@ -528,4 +514,21 @@ def log_cpu_plan(plan: CpuPlan, log: Callable[[str], None]) -> None:
         )
 
 
-_run_submitit = run_submitit  # importable under this name too
+def _run_submitit(
+    run_fn: RunFn,
+    todo: list[RunConfig],
+    out: Path,
+    executor_name: str,
+    workers: int | None,
+    threads: int | None,
+    slurm: SlurmOptions,
+    finished: Callable[[str], None],
+    log: Callable[[str], None] = print,
+) -> None:
+    """``todo`` as submitit jobs (:func:`graphnorm.sweep.slurm.run_submitit`), each one :func:`execute_run`."""
+    hooks = JobHooks(execute=execute_run, record_failed=_record_failed)
+    run_submitit(run_fn, todo, out, executor_name, workers, threads, slurm, finished, hooks, log)
+
+
+def _record_failed(out: Path, config: RunConfig, error: str) -> None:
+    write_result(out, failed_result(config, error))

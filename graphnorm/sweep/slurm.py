@@ -5,7 +5,7 @@ submitit learns a job's state from ``sacct`` alone, which knows nothing on a clu
 cancelled before it wrote a result was never seen to end. Here each poll asks ``squeue`` for the sweep's tasks (it
 keeps an ended job's state for ``MinJobAge``), and ``sacct`` for those squeue no longer lists, where the cluster
 keeps accounting. A task that has left the queue without a result is recorded as failed, with its state as the
-reason, at most ``2 * poll_s + grace_s`` after it ended (:class:`graphnorm.sweep.runner.SlurmOptions`); a requeued
+reason, at most ``2 * poll_s + grace_s`` after it ended (:class:`SlurmOptions`); a requeued
 task is waited for. The job ids are kept in ``submitit/jobs.json``, so that a sweep restarted after its driver died
 follows the jobs still queued or running instead of submitting their runs again.
 """
@@ -20,15 +20,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from graphnorm.config import RunConfig, config_run_id
 from graphnorm.files import atomic_write_text
 from graphnorm.sweep.cpu_budget import env_threads, passive_openmp_wait, plan_cpus
 
-if TYPE_CHECKING:
-    from graphnorm.sweep.runner import RunFn, SlurmOptions
-
+RunFn = Callable[[RunConfig], dict[str, Any]]
 JOBS_FILE = "jobs.json"  # in <out>/submitit: run_id -> {"job_id", "submitted_at"} of the runs in the queue
 SQUEUE_TIMEOUT_S = 60.0
 # Job states in which a task may still run (and write its result); every other state is an end.
@@ -48,6 +46,33 @@ ENDED = {
     "COMPLETED": "ended",
 }
 GONE = "left the queue (this cluster keeps no accounting that could say how: cancelled, killed or failed)"
+
+
+@dataclass
+class SlurmOptions:
+    """Job resources for ``executor="slurm"`` (``time_min`` is also the per-run limit of ``"submitit-local"``), and
+    how the sweep follows its jobs: it asks the scheduler every ``poll_s`` seconds, and records a task that ended
+    without a result as failed ``grace_s`` after it saw it end (its result may lag on a network filesystem)."""
+
+    partition: str | None = None
+    time_min: int = 60
+    cpus_per_task: int = 1
+    mem_gb: float | None = None
+    gpus_per_node: int = 0
+    array_parallelism: int = 256
+    account: str | None = None
+    poll_s: float = 10.0
+    grace_s: float = 15.0
+
+
+@dataclass
+class JobHooks:
+    """What the jobs run and how a dead job's run is recorded (:mod:`graphnorm.sweep.runner` provides both):
+    ``execute(run_fn, config_values, out_dir, threads)`` in the job, writing the run's result and returning
+    ``{"run_id", "status"}``; ``record_failed(out, config, error)`` in the driver, for a run whose job died."""
+
+    execute: Callable[..., dict[str, Any]]
+    record_failed: Callable[[Path, RunConfig, str], None]
 
 
 def check_cluster() -> None:
@@ -102,6 +127,7 @@ def run_submitit(
     threads: int | None,
     slurm: SlurmOptions,
     finished: Callable[[str], None],
+    hooks: JobHooks,
     log: Callable[[str], None] = print,
 ) -> None:
     """Run ``todo`` as submitit jobs, calling ``finished(run_id)`` as each run's result is written. An interrupt
@@ -110,9 +136,9 @@ def run_submitit(
         return
     ex, max_in_flight, threads = make_submitit_executor(out, executor_name, len(todo), workers, threads, slurm)
     if executor_name == "slurm":
-        _Follower(out, slurm, finished, log).run(ex, run_fn, todo, threads)
+        _Follower(out, slurm, finished, hooks, log).run(ex, run_fn, todo, threads)
     else:
-        _run_local_jobs(ex, run_fn, todo, out, max_in_flight, threads, finished)
+        _run_local_jobs(ex, run_fn, todo, out, max_in_flight, threads, finished, hooks)
 
 
 def _run_local_jobs(
@@ -123,10 +149,9 @@ def _run_local_jobs(
     max_in_flight: int,
     threads: int,
     finished: Callable[[str], None],
+    hooks: JobHooks,
 ) -> None:
     """submitit's LocalExecutor runs every submitted job at once, hence the cap; it knows its jobs' states."""
-    from graphnorm.sweep.runner import execute_run
-
     pending = list(todo)
     running: dict[Any, RunConfig] = {}
     try:
@@ -134,11 +159,11 @@ def _run_local_jobs(
             if pending and len(running) < max_in_flight:
                 batch, pending = pending[: max_in_flight - len(running)], pending[max_in_flight - len(running) :]
                 with ex.batch(), passive_openmp_wait():
-                    jobs = [ex.submit(execute_run, run_fn, c.to_dict(), str(out), threads) for c in batch]
+                    jobs = [ex.submit(hooks.execute, run_fn, c.to_dict(), str(out), threads) for c in batch]
                 running.update(zip(jobs, batch))
             done = [job for job in running if job.done()]
             for job in done:
-                _job_finished(job, running.pop(job), out, None, finished)
+                _job_finished(job, running.pop(job), out, None, finished, hooks)
             if not done:
                 time.sleep(0.2)
     except BaseException:
@@ -149,18 +174,21 @@ def _run_local_jobs(
 
 
 def _job_finished(
-    job: Any, config: RunConfig, out: Path, submitted_at: float | None, finished: Callable[[str], None]
+    job: Any,
+    config: RunConfig,
+    out: Path,
+    submitted_at: float | None,
+    finished: Callable[[str], None],
+    hooks: JobHooks,
 ) -> None:
     """A job whose result pickle exists: its run's result, or a failed record when the job raised outside the run
     (and the run wrote no result of this attempt)."""
-    from graphnorm.sweep.runner import failed_result, write_result
-
     try:
         finished(job.result()["run_id"])
     except Exception as e:  # the job died (timeout, preemption, node failure) before writing a result
         run_id = config_run_id(config)
         if submitted_at is None or not _result_written_since(out, run_id, submitted_at):
-            write_result(out, failed_result(config, f"job {job.job_id} died: {type(e).__name__}: {e}"))
+            hooks.record_failed(out, config, f"job {job.job_id} died: {type(e).__name__}: {e}")
         finished(run_id)
 
 
@@ -186,8 +214,15 @@ class _Task:
 class _Follower:
     """Submits the runs of a SLURM sweep and follows them to their end (see the module's docstring)."""
 
-    def __init__(self, out: Path, slurm: SlurmOptions, finished: Callable[[str], None], log: Callable[[str], None]):
-        self.out, self.slurm, self.finished, self.log = out, slurm, finished, log
+    def __init__(
+        self,
+        out: Path,
+        slurm: SlurmOptions,
+        finished: Callable[[str], None],
+        hooks: JobHooks,
+        log: Callable[[str], None],
+    ):
+        self.out, self.slurm, self.finished, self.hooks, self.log = out, slurm, finished, hooks, log
         self.jobs_file = out / "submitit" / JOBS_FILE
         self.tasks: dict[str, _Task] = {}
         self.changed = False  # tasks left since jobs.json was last written
@@ -220,13 +255,11 @@ class _Follower:
             self.log(f"following {len(self.tasks)} run(s) already in the SLURM queue (submitted by an earlier driver)")
 
     def _submit(self, ex: Any, run_fn: RunFn, configs: list[RunConfig], threads: int) -> None:
-        from graphnorm.sweep.runner import execute_run
-
         if not configs:
             return
         submitted_at = time.time()
         with ex.batch(), passive_openmp_wait():
-            jobs = [ex.submit(execute_run, run_fn, c.to_dict(), str(self.out), threads) for c in configs]
+            jobs = [ex.submit(self.hooks.execute, run_fn, c.to_dict(), str(self.out), threads) for c in configs]
         for job, config in zip(jobs, configs):
             self.tasks[config_run_id(config)] = _Task(job, config, submitted_at)
         self._save()
@@ -243,7 +276,7 @@ class _Follower:
             task.state = states.get(task.job.job_id)
             if task.job.paths.result_pickle.exists():
                 self._done(run_id)
-                _job_finished(task.job, task.config, self.out, task.submitted_at, self.finished)
+                _job_finished(task.job, task.config, self.out, task.submitted_at, self.finished, self.hooks)
             elif task.state in WAITING:
                 task.ended_since = None
             elif task.ended_since is None:
@@ -255,14 +288,12 @@ class _Follower:
             self._save()
 
     def _ended_without_result(self, run_id: str, task: _Task) -> None:
-        from graphnorm.sweep.runner import failed_result, write_result
-
         if not _result_written_since(self.out, run_id, task.submitted_at):  # else the run wrote it, then died
             state = task.state
             why = ENDED.get(state, f"ended {state}") if state else GONE
             error = f"SLURM job {task.job.job_id} {why} before its run wrote a result"
             detail = f"{error}\nstate: {state or 'unknown'}; the job's own output: {task.job.paths.stderr}"
-            write_result(self.out, failed_result(task.config, detail))
+            self.hooks.record_failed(self.out, task.config, detail)
         self.finished(run_id)
 
     def _done(self, run_id: str) -> None:

@@ -25,6 +25,7 @@ from sweep_run_fns import FAKE_SLEEP_ENV, LOG_ENV, SWEEP, executions, fake_run
 
 from graphnorm.config import config_run_id
 from graphnorm.sweep import SlurmOptions, expand_grid, run_sweep
+from graphnorm.sweep.runner import execute_run, failed_result, write_result
 
 TESTS = Path(__file__).resolve().parents[1]
 CLUSTER_SH = TESTS.parent / "experiments" / "slurm" / "cluster.sh"
@@ -265,7 +266,10 @@ def test_a_task_gone_from_the_queue_without_accounting_is_a_failed_run(tmp_path:
     monkeypatch.setattr(slurm_module, "accounting_states", lambda job_ids: {})
     (config,) = expand_grid(grid(["none"], [0]))
     finished: list[str] = []
-    follower = slurm_module._Follower(tmp_path, SlurmOptions(poll_s=0.0, grace_s=0.0), finished.append, print)
+    hooks = slurm_module.JobHooks(
+        execute=execute_run, record_failed=lambda out, c, e: write_result(out, failed_result(c, e))
+    )
+    follower = slurm_module._Follower(tmp_path, SlurmOptions(poll_s=0.0, grace_s=0.0), finished.append, hooks, print)
     job = SimpleNamespace(job_id="7_0", paths=SimpleNamespace(result_pickle=tmp_path / "none.pkl", stderr="x.err"))
     follower.tasks[config_run_id(config)] = slurm_module._Task(job, config, time.time())
     (tmp_path / "submitit").mkdir()
