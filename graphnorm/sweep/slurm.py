@@ -108,6 +108,9 @@ def make_submitit_executor(
             slurm_partition=slurm.partition,
             slurm_array_parallelism=slurm.array_parallelism,
             slurm_account=slurm.account,
+            # submitit's warning signal before the time limit (a run still going then is recorded as timed out):
+            # its default delay, or a tenth of a short limit, so that a run of a few minutes is not cut at once.
+            slurm_signal_delay_s=min(90, slurm.time_min * 6),
         )
         max_in_flight = num_runs  # one job array; SLURM schedules it
         threads = threads or env_threads() or slurm.cpus_per_task
