@@ -154,7 +154,7 @@ SlurmdTimeout=10
 MessageTimeout=5
 InactiveLimit=0
 KillWait=2
-MinJobAge=5
+MinJobAge=30
 NodeName=$HOST NodeAddr=127.0.0.1 CPUs=$CPUS State=UNKNOWN
 PartitionName=debug Nodes=$HOST Default=YES MaxTime=INFINITE State=UP
 EOF

@@ -201,9 +201,7 @@ def test_scancel_of_a_running_task_is_a_failed_run_within_the_bound(accounting, 
         f"{recorded - ended:.2f} s later (bound {BOUND_S} s + the commands' own time)"
     )
     assert result["status"] == "failed", result
-    # With accounting, sacct names the state even once squeue has forgotten the task; without, squeue may have.
-    reasons = ["was cancelled"] if accounting else ["was cancelled", "left the queue"]
-    assert any(reason in result["error"] for reason in reasons), result["error"]
+    assert "was cancelled" in result["error"], result["error"]  # squeue keeps its state for MinJobAge; sacct too
     assert recorded - ended <= BOUND_S + COMMANDS_S
     assert sorted(runs.status) == ["failed", "ok"]  # the other one finishes
 
