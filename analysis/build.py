@@ -22,6 +22,7 @@ if str(HERE) not in sys.path:  # collect.py and page.py sit beside this script (
     sys.path.insert(0, str(HERE))
 
 from collect import collect_sweep  # noqa: E402
+from leaderboard.page import build_leaderboard  # noqa: E402
 from page import build_page  # noqa: E402
 from questions import load_structure  # noqa: E402
 
@@ -54,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
             raise FileNotFoundError(f"{data} is not a folder of tidy tables (see --data)")
         structure = load_structure(questions) if questions else None
         print(build_page(data, out, PAGE_COMMAND, structure))
+        if not args.data:  # the leaderboard's page, from its own results (analysis/leaderboard/results/)
+            print(build_leaderboard(out))
     except (FileNotFoundError, ValueError) as error:
         print("error: " + " ".join(str(error).splitlines()), file=sys.stderr)  # one line, whatever the error holds
         return 2

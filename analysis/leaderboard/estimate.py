@@ -169,7 +169,7 @@ def print_estimate(tier: str, calibrate: bool = False, results: Path = RESULTS, 
         log(table.round(3).to_string(index=False))
         parts = table.groupby("part")[["tuning_runs", "grid_runs", "tuning_cpu_h", "grid_cpu_h", "cpu_h"]].sum()
         log(f"\nestimated CPU-hours per part (tier {tier}, one torch thread per run; timings: {path}):")
-        log(parts.round(2).to_string())
+        log(parts.round(3).to_string())
     runs_path = results / f"{tier}.csv"
     if runs_path.exists():
         spent = pd.read_csv(runs_path).groupby("part")["cpu_s"].sum() / 3600
