@@ -4,10 +4,10 @@ followed to their end (:func:`run_submitit`).
 submitit learns a job's state from ``sacct`` alone, which knows nothing on a cluster without accounting: a task
 cancelled before it wrote a result was never seen to end. Here each poll asks ``squeue`` for the sweep's tasks (it
 keeps an ended job's state for ``MinJobAge``), and ``sacct`` for those squeue no longer lists, where the cluster
-keeps accounting. A task that has left the queue without a result is recorded as failed, with its state as the
-reason, at most ``2 * poll_s + grace_s`` after it ended (:class:`SlurmOptions`); a requeued
-task is waited for. The job ids are kept in ``submitit/jobs.json``, so that a sweep restarted after its driver died
-follows the jobs still queued or running instead of submitting their runs again.
+keeps accounting. A task that has ended without a result is recorded as failed, with its state as the reason, at
+most ``2 * poll_s + grace_s`` after it ended (:class:`SlurmOptions`); a requeued task is waited for. The job ids
+are kept in ``submitit/jobs.json``, so that a sweep restarted after its driver died follows the jobs still queued
+or running instead of submitting their runs again.
 """
 
 from __future__ import annotations
