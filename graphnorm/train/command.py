@@ -30,24 +30,30 @@ def cmd_train(args: argparse.Namespace, save_curve: CurveSaver) -> int:
     learning curve's figure (drawn by ``save_curve(history, config, path)``, the sweep report's figure, which this
     layer cannot import). Bad input, outputs that cannot be written and data that cannot be loaded are each one
     line, checked before training."""
-    from graphnorm.train.distributed import barrier, process_group
+    from graphnorm.train.ranks import DataParallelError, launched_ranks
 
     overrides = [*args.overrides, *tensorboard_override(args.tensorboard, "tensorboard_dir")]
     config = _load_run_config(Path(args.config), overrides)
     out = Path(args.out) if args.out else None
-    # Under torchrun: rank 0 checks the outputs and loads (or first prepares) the data, then the other ranks load it.
-    with process_group(config.device) as ranks:
-        if ranks.writes:
-            if out is not None:  # before training: a run whose record cannot be saved is lost
-                check_train_out(out, Path(args.config), config)
-            check_tensorboard_dir(config.tensorboard_dir, "--tensorboard" if args.tensorboard else "tensorboard_dir")
-            check_run_outputs(config)
+    try:
+        writes = launched_ranks().writes  # under torchrun: rank 0 alone checks and writes the outputs
+    except DataParallelError as e:
+        raise CommandError(str(e)) from None
+    if writes:
+        if out is not None:  # before training: a run whose record cannot be saved is lost
+            check_train_out(out, Path(args.config), config)
+        check_tensorboard_dir(config.tensorboard_dir, "--tensorboard" if args.tensorboard else "tensorboard_dir")
+        check_run_outputs(config)
+    from graphnorm.train.distributed import barrier, process_group
+
+    with process_group(config.device):
+        if writes:
             load_run_data(config)
-        barrier()
-        if not ranks.writes:
+        barrier()  # the other ranks load the data once rank 0 has prepared it (processed files, caches)
+        if not writes:
             load_run_data(config)
         record = _run(config)
-    if not ranks.writes:
+    if not writes:
         return 0  # rank 0 prints and saves the record
     return _report(record, config, out, args, save_curve)
 
@@ -58,7 +64,7 @@ def _run(config: RunConfig) -> dict[str, Any]:
     user's to launch otherwise: each one line."""
     from graphnorm import train
     from graphnorm.data import DatasetNotFoundError
-    from graphnorm.train.distributed import DataParallelError
+    from graphnorm.train.ranks import DataParallelError
     from graphnorm.train.schedules import TrainingDivergedError
 
     try:

@@ -16,9 +16,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import math
-import os
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -26,44 +24,10 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.data import Sampler
 
+from graphnorm.train.ranks import DataParallelError, Ranks, launched_ranks
+
 if TYPE_CHECKING:
     from graphnorm.config import RunConfig
-
-
-class DataParallelError(ValueError):
-    """A run that cannot train data-parallel as configured; the one-line message says why and what to do."""
-
-
-@dataclass(frozen=True)
-class Ranks:
-    """This process's place among the training processes (one process: rank 0 of 1)."""
-
-    rank: int = 0
-    world_size: int = 1
-    local_rank: int = 0
-
-    @property
-    def active(self) -> bool:
-        """Whether several processes train together."""
-        return self.world_size > 1
-
-    @property
-    def writes(self) -> bool:
-        """Whether this process writes the run's files (records, checkpoints, progress): rank 0 only."""
-        return self.rank == 0
-
-
-def launched_ranks() -> Ranks:
-    """The ranks torchrun hands this process in ``RANK``, ``WORLD_SIZE`` and ``LOCAL_RANK`` (one process without)."""
-    try:
-        world = int(os.environ.get("WORLD_SIZE", "1"))
-        rank = int(os.environ.get("RANK", "0"))
-        local = int(os.environ.get("LOCAL_RANK", str(rank)))
-    except ValueError as error:
-        raise DataParallelError(f"torchrun's RANK / WORLD_SIZE / LOCAL_RANK are not integers ({error})") from None
-    if world < 1 or not 0 <= rank < world:
-        raise DataParallelError(f"RANK={rank} is not a rank of WORLD_SIZE={world}")
-    return Ranks(rank, world, local)
 
 
 def current_ranks() -> Ranks:

@@ -69,8 +69,8 @@ def __getattr__(name: str) -> Any:
 def _child(config_path: str, out: str) -> None:
     """One of torchrun's processes: train the config; rank 0 writes the record."""
     from graphnorm.files import atomic_write_text
-    from graphnorm.train.distributed import launched_ranks
     from graphnorm.train.loop import run
+    from graphnorm.train.ranks import launched_ranks
 
     record = run(RunConfig.from_dict(json.loads(Path(config_path).read_text())))
     if launched_ranks().writes:

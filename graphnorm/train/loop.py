@@ -24,11 +24,12 @@ from graphnorm.data import GraphTask
 from graphnorm.files import OutputPathError, check_output_path
 from graphnorm.models import build_model
 from graphnorm.train.checkpoints import CheckpointError, checkpoint_lock, prepare_checkpoint_dir
-from graphnorm.train.distributed import Ranks, check_data_parallel, launched_ranks, process_group, rank_device
+from graphnorm.train.distributed import check_data_parallel, process_group, rank_device
 from graphnorm.train.graph_level import train_graph_level
 from graphnorm.train.loaders import prepare_task, probe_sample
 from graphnorm.train.model_file import model_file_path, save_model_file
 from graphnorm.train.node_level import train_node_level
+from graphnorm.train.ranks import Ranks, launched_ranks
 from graphnorm.train.sync_norms import synchronize_norms
 from graphnorm.train.tensorboard_log import check_tensorboard_dirs, open_tensorboard, require_tensorboard
 

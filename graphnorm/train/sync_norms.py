@@ -21,7 +21,7 @@ from torch_geometric.nn.norm import BatchNorm as PyGBatchNorm
 
 from graphnorm import norms
 from graphnorm.norms.base import NormBase
-from graphnorm.train.distributed import DataParallelError
+from graphnorm.train.ranks import DataParallelError
 
 # Norms whose statistics are each node's own (over its channels), or none: nothing to share between processes.
 WITHIN_NODE = (
