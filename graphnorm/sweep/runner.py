@@ -448,7 +448,7 @@ def _run_process_pool(
     is unknown)."""
     if not todo:
         return
-    plan = plan_cpus(len(todo), workers, threads)
+    plan = plan_cpus(len(todo), workers, threads, devices={c.device for c in todo})
     log_cpu_plan(plan, log)
     workers, threads = plan.workers, plan.threads
     context = multiprocessing.get_context(pool_start_method(todo))

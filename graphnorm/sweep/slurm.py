@@ -17,7 +17,7 @@ import json
 import shutil
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -90,9 +90,17 @@ def check_cluster() -> None:
 
 
 def make_submitit_executor(
-    out: Path, executor_name: str, num_runs: int, workers: int | None, threads: int | None, slurm: SlurmOptions
+    out: Path,
+    executor_name: str,
+    num_runs: int,
+    workers: int | None,
+    threads: int | None,
+    slurm: SlurmOptions,
+    devices: Iterable[str] = (),
 ) -> tuple[Any, int, int]:
-    """The submitit executor, how many jobs may be in flight at once, and torch threads per run."""
+    """The submitit executor, how many jobs may be in flight at once, and torch threads per run (``devices``: the
+    runs' ``device`` values, which cap submitit-local's CUDA runs as :func:`~graphnorm.sweep.cpu_budget.plan_cpus`
+    does)."""
     import submitit
 
     cluster = "slurm" if executor_name == "slurm" else "local"
@@ -115,7 +123,7 @@ def make_submitit_executor(
         max_in_flight = num_runs  # one job array; SLURM schedules it
         threads = threads or env_threads() or slurm.cpus_per_task
     else:
-        plan = plan_cpus(num_runs, workers, threads)
+        plan = plan_cpus(num_runs, workers, threads, devices=devices)
         max_in_flight, threads = plan.workers, plan.threads
     ex.update_parameters(**{k: v for k, v in params.items() if v is not None})
     return ex, max_in_flight, threads
@@ -137,7 +145,8 @@ def run_submitit(
     (Ctrl-C, SIGTERM, SIGHUP) cancels the jobs still running; they leave no result and run again on resume."""
     if not todo:
         return
-    ex, max_in_flight, threads = make_submitit_executor(out, executor_name, len(todo), workers, threads, slurm)
+    devices = {c.device for c in todo}
+    ex, max_in_flight, threads = make_submitit_executor(out, executor_name, len(todo), workers, threads, slurm, devices)
     if executor_name == "slurm":
         _Follower(out, slurm, finished, hooks, log).run(ex, run_fn, todo, threads)
     else:

@@ -161,3 +161,27 @@ def test_auto_device_counts_as_cuda_only_where_cuda_is_available(machine, monkey
     assert cpu_budget.uses_cuda(["auto"]) is available
     assert cpu_budget.uses_cuda(["cpu"]) is False and cpu_budget.uses_cuda([]) is False
     assert plan_cpus(20, devices=["auto"]).workers == (cpu_budget.CUDA_RUNS_PER_GPU if available else 16)
+
+
+@pytest.mark.parametrize("executor", ["local", "submitit-local"])
+def test_sweeps_plan_their_workers_from_the_runs_devices(executor, monkeypatch, tmp_path):
+    """The local pool and submitit-local hand every run's device to plan_cpus, so CUDA runs get the per-GPU cap."""
+    from graphnorm.config import RunConfig
+    from graphnorm.sweep import runner, slurm
+    from graphnorm.sweep.slurm import SlurmOptions
+
+    seen: list[set[str]] = []
+
+    def spy(num_runs, workers=None, threads=None, *, devices=()):
+        seen.append(set(devices))
+        raise RuntimeError("planned")
+
+    monkeypatch.setattr(runner, "plan_cpus", spy)
+    monkeypatch.setattr(slurm, "plan_cpus", spy)
+    todo = [RunConfig(device="cuda", seed=0), RunConfig(device="cpu", seed=1)]
+    with pytest.raises(RuntimeError, match="planned"):
+        if executor == "local":
+            runner._run_process_pool(print, todo, tmp_path, None, None, lambda run_id: None)
+        else:
+            slurm.make_submitit_executor(tmp_path, executor, 2, None, None, SlurmOptions(), {c.device for c in todo})
+    assert seen == [{"cuda", "cpu"}]
