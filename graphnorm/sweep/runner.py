@@ -460,6 +460,10 @@ def _run_process_pool(
     with passive_openmp_wait():
         environment = dict(os.environ)  # the workers' (see init_worker)
     warm = context.get_start_method() == "spawn"  # a spawned worker loads the probe's kernels itself
+    if warm:  # compiled once here, so that the workers load them from numba's cache rather than each compile them
+        from graphnorm.analysis.collapse import warm_kernels
+
+        warm_kernels()
     pool = concurrent.futures.ProcessPoolExecutor(
         workers, mp_context=context, initializer=init_worker, initargs=(os.getpid(), environment, warm)
     )
