@@ -247,7 +247,7 @@ def settings_text(values: dict) -> str:
 def protocol_lines(protocol: Protocol, knobs: pd.DataFrame) -> list[str]:
     """The protocol as stated in ``experiments/leaderboard/protocol.yaml``, and the knobs chosen on validation."""
     lines = [
-        "## Protocol",
+        "## Protocol" if protocol.tier == "full" else f"## The {protocol.tier} tier's protocol",
         "",
         "One training recipe per task family for every norm and host; each norm's own knobs are chosen on the "
         "validation metric at the family's reference depth, per host and graph, then fixed for every depth; the "
@@ -255,6 +255,8 @@ def protocol_lines(protocol: Protocol, knobs: pd.DataFrame) -> list[str]:
         "of the standard geom-gcn splits (run seed 0). Stated once in `experiments/leaderboard/protocol.yaml`.",
         "",
     ]
+    if protocol.tier != "full":
+        lines[2:] = ["The full protocol above, changed as follows (the numbers on this page come from it):", ""]
     for part in protocol.parts.values():
         graphs = "; ".join(
             f"{markdown_text(g.name)} ({markdown_text(g.family)}, {len(g.replicates)} {g.replicate_key}s)"
@@ -262,7 +264,7 @@ def protocol_lines(protocol: Protocol, knobs: pd.DataFrame) -> list[str]:
         )
         hosts = "; ".join(f"{markdown_text(h)} ({settings_text(v)})" for h, v in part.hosts.items())
         lines += [
-            f"### {markdown_text(part.name)} level",
+            f"### {markdown_text(part.name)} level{'' if protocol.tier == 'full' else f' ({protocol.tier} tier)'}",
             "",
             f"- training: {settings_text(part.base)}",
             f"- hosts: {hosts}",
@@ -356,7 +358,10 @@ def page_lines(tier: str, runs: pd.DataFrame, knobs: pd.DataFrame, protocol: Pro
         "",
         *table_lines(table),
     ]
-    return [*lines, *protocol_lines(protocol, knobs)]
+    if protocol.tier == "full":
+        return [*lines, *protocol_lines(protocol, knobs)]
+    full = load_protocol("full", protocol.source)
+    return [*lines, *protocol_lines(full, pd.DataFrame()), *protocol_lines(protocol, knobs)]
 
 
 def build_leaderboard(out_dir: Path = REPO / "analysis", results: Path = RESULTS, tier: str | None = None,
