@@ -156,6 +156,26 @@ def estimate(protocol: Protocol, timings: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
+def spent_lines(protocol: Protocol, timings: pd.DataFrame, runs: pd.DataFrame, path: Path) -> str:
+    """The recorded grid runs' CPU-hours per part beside the model's estimate of those same runs: the check of the
+    cost model on this machine (a ratio above 1: the estimate is low by that factor)."""
+    models = {}
+    lines = [f"recorded grid runs in {path} (finished ones), CPU-hours:"]
+    for part, host, graph in protocol.settings():
+        mine = timings[(timings["part"] == part.name) & (timings["host"] == host) & (timings["graph"] == graph.name)]
+        models[(part.name, host, graph.name)] = (part, graph, fitted(mine), setting_config(part, host, graph))
+    done = runs[(runs["status"] == "ok") & runs["cpu_s"].notna()]
+    for name, rows in done.groupby("part", sort=True):
+        estimated = 0.0
+        for row in rows.itertuples():
+            part, graph, model, config = models[(row.part, row.host, row.graph)]
+            estimated += run_seconds(part, graph, model, row.norm, int(row.depth), config)
+        spent = rows["cpu_s"].sum()
+        lines.append(f"  {name}: {len(rows)} runs, recorded {spent / 3600:.3f}, estimated {estimated / 3600:.3f} "
+                     f"(recorded / estimated = {spent / max(estimated, 1e-9):.2f})")  # fmt: skip
+    return "\n".join(lines)
+
+
 def print_estimate(tier: str, calibrate: bool = False, results: Path = RESULTS, log=print) -> pd.DataFrame:
     """Print the tier's estimate per setting and per part (timing first with ``calibrate``)."""
     protocol = load_protocol(tier)
@@ -172,6 +192,5 @@ def print_estimate(tier: str, calibrate: bool = False, results: Path = RESULTS, 
         log(parts.round(3).to_string())
     runs_path = results / f"{tier}.csv"
     if runs_path.exists():
-        spent = pd.read_csv(runs_path).groupby("part")["cpu_s"].sum() / 3600
-        log("recorded grid runs' CPU-hours in " + str(runs_path) + ": " + spent.round(3).to_string())
+        log(spent_lines(protocol, pd.read_csv(path), pd.read_csv(runs_path), runs_path))
     return table
