@@ -105,6 +105,26 @@ def _sweep_parser(sub: argparse._SubParsersAction) -> None:
     slurm.add_argument("--slurm-gpus", type=int, default=0, help="GPUs per run (default: 0)")
     slurm.add_argument("--slurm-array-parallelism", type=int, default=256, help="max runs at once (default: 256)")
     slurm.add_argument("--slurm-account", help="account to charge")
+    slurm.add_argument(
+        "--slurm-poll", type=_positive_seconds, default=10.0, help="seconds between asks of the scheduler (default: 10)"
+    )
+    slurm.add_argument(
+        "--slurm-grace",
+        type=_positive_seconds,
+        default=15.0,
+        help="seconds a task that ended without a result is given before its run is recorded failed (default: 15)",
+    )
+
+
+def _positive_seconds(text: str) -> float:
+    """A number of seconds above 0 (argparse's ``type``: a bad value is a one-line usage error)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a finite number of seconds above 0")
+    return value
 
 
 TRAIN_HELP = "one run from a YAML of RunConfig keys; prints its record"

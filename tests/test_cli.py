@@ -271,3 +271,24 @@ def test_train_with_a_missing_dataset_is_one_line(tmp_path, monkeypatch, capsys)
     config.write_text("dataset: cora\nepochs: 1\n")
     assert main(["train", str(config)]) == 2
     assert "dataset 'cora' not found: set $GRAPHNORM_DATA_MIRROR" in capsys.readouterr().err
+
+
+def test_slurm_poll_and_grace_reach_the_sweep_and_bad_ones_are_usage_errors(sweep_file, tmp_path, capsys, monkeypatch):
+    from graphnorm import sweep as sweeps
+
+    seen = {}
+
+    def fake_run_sweep(sweep, out, *, slurm, **kwargs):
+        seen["slurm"] = slurm
+        raise KeyboardInterrupt  # stop before anything runs
+
+    monkeypatch.setattr(sweeps, "run_sweep", fake_run_sweep)
+    args = ["sweep", str(sweep_file), "--out", str(tmp_path / "out"), "--executor", "slurm"]
+    main([*args, "--slurm-poll", "2.5", "--slurm-grace", "4"])
+    assert (seen["slurm"].poll_s, seen["slurm"].grace_s) == (2.5, 4.0)
+    capsys.readouterr()
+    for flag, value in [("--slurm-poll", "0"), ("--slurm-grace", "-1"), ("--slurm-poll", "soon")]:
+        with pytest.raises(SystemExit) as exit_info:
+            main([*args, flag, value])
+        assert exit_info.value.code == 2
+        assert f"argument {flag}" in capsys.readouterr().err

@@ -58,6 +58,8 @@ def _sweep(args: argparse.Namespace) -> int:
         gpus_per_node=args.slurm_gpus,
         array_parallelism=args.slurm_array_parallelism,
         account=args.slurm_account,
+        poll_s=args.slurm_poll,
+        grace_s=args.slurm_grace,
     )
     default_sigterm()  # `kill PID` stops this sweep, whatever started the command
     try:
