@@ -8,6 +8,8 @@
     grid: {norm: [none, pairnorm], num_layers: [2, 8, 32], seed: [0, 1, 2]}   # norm: all = every registered norm
     norm_settings:                                           # per-norm overrides of base keys
       pairnorm: {norm_kwargs: {scale: 1.0}}
+    exclude:                                                 # grid points left out: every key of an entry matches
+      - {num_layers: [32], seed: [2]}
 
 Executing the grid: :mod:`graphnorm.sweep.runner`.
 """
@@ -25,7 +27,7 @@ from typing import Any
 from graphnorm.config import RunConfig, apply_overrides, config_run_id
 from graphnorm.files import load_yaml_file
 
-SWEEP_KEYS = ("name", "description", "metric", "run_fn", "base", "grid", "norm_settings")
+SWEEP_KEYS = ("name", "description", "metric", "run_fn", "base", "grid", "norm_settings", "exclude")
 MAX_GRID_RUNS = 100_000  # a grid beyond this is a typo, and its configs alone would fill the memory
 
 
@@ -91,6 +93,30 @@ def check_sweep_config(sweep: dict[str, Any]) -> None:
             raise ValueError(f"norm_settings.{norm} sets {clash}, which the grid varies; remove one of them")
         if "norm" in settings:
             raise ValueError(f"norm_settings.{norm} may not set 'norm' itself")
+    check_exclude(sweep.get("exclude"), grid_keys)
+
+
+def check_exclude(exclude: Any, keys: set[str]) -> None:
+    """``exclude`` is a list of mappings from grid keys to a value or a list of values (one-line ``ValueError``
+    otherwise): an entry naming a key the grid does not vary would never match, so it is refused."""
+    if exclude is None:
+        return
+    if not isinstance(exclude, list):
+        raise ValueError(f"sweep 'exclude' must be a list of mappings, got {type(exclude).__name__}")
+    for i, entry in enumerate(exclude):
+        if not isinstance(entry, dict) or not entry:
+            raise ValueError(f"exclude[{i}] must be a non-empty mapping of grid keys to values, got {entry!r}")
+        unknown = sorted(set(entry) - keys)
+        if unknown:
+            raise ValueError(f"exclude[{i}] names {unknown}, which the grid does not vary; grid keys: {sorted(keys)}")
+
+
+def excluded(point: dict[str, Any], exclude: list[dict[str, Any]] | None) -> bool:
+    """Whether a grid point matches an ``exclude`` entry: each of the entry's keys takes one of its values."""
+    return any(
+        all(point[key] in (values if isinstance(values, list) else [values]) for key, values in entry.items())
+        for entry in exclude or []
+    )
 
 
 def _grid_values(key: str, values: Any) -> list[Any]:
@@ -106,7 +132,8 @@ def _grid_values(key: str, values: Any) -> list[Any]:
 def expand_grid(sweep: dict[str, Any], log: Callable[[str], None] | None = print) -> list[RunConfig]:
     """Every grid point as a validated RunConfig, in grid order (last grid key varies fastest).
 
-    Raises ``ValueError`` naming the grid point for the first invalid config, and for duplicate points,
+    Points matching an ``exclude`` entry are left out. Raises ``ValueError`` naming the grid point for the first
+    invalid config, and for duplicate points,
     so nothing starts unless every run is valid. ``norm: all`` leaves out the norms that cannot run on the
     config's model (:func:`graphnorm.config.unsupported_norm_reason`), saying which and why in one ``log`` line;
     a norm listed by name is checked like any other value.
@@ -135,6 +162,8 @@ def expand_grid(sweep: dict[str, Any], log: Callable[[str], None] | None = print
     left_out: dict[str, str] = {}  # norm -> why, for norm: all
     for values in itertools.product(*(_grid_values(k, grid[k]) for k in keys)):
         point = dict(zip(keys, values))
+        if excluded(point, sweep.get("exclude")):
+            continue
         merged = {**copy.deepcopy(base), **copy.deepcopy(point)}
         norm = str(merged.get("norm", RunConfig.norm)).lower()
         merged.update(copy.deepcopy(norm_settings.get(norm, {})))
@@ -148,6 +177,8 @@ def expand_grid(sweep: dict[str, Any], log: Callable[[str], None] | None = print
             raise ValueError(f"grid point {point} duplicates {seen[run_id]}: the grid lists a value twice")
         seen[run_id] = point
         configs.append(config)
+    if not configs and sweep.get("exclude"):
+        raise ValueError("sweep 'exclude' leaves out every grid point; nothing would run")
     if left_out and log is not None:
         log("norm: all leaves out " + "; ".join(f"{norm} ({why})" for norm, why in left_out.items()))
     return configs

@@ -48,6 +48,19 @@ def test_expand_grid_order_norm_settings_and_stable_ids():
     assert config_run_id(RunConfig(data_root="/elsewhere")) == config_run_id(RunConfig())
 
 
+def test_exclude_leaves_out_the_matching_points_and_keeps_the_others_ids():
+    full = {(c.norm, c.num_layers, c.seed): config_run_id(c) for c in expand_grid(SWEEP)}
+    # the deep layer's second seed, for every norm; a single value is a list of one
+    kept = expand_grid({**SWEEP, "exclude": [{"num_layers": [4], "seed": 1}]})
+    points = {(c.norm, c.num_layers, c.seed): config_run_id(c) for c in kept}
+    assert set(full) - set(points) == {("none", 4, 1), ("pairnorm", 4, 1)}
+    assert all(full[point] == run_id for point, run_id in points.items())  # the other runs' ids do not change
+    # entries are alternatives: a point matching either one is left out
+    kept = expand_grid({**SWEEP, "exclude": [{"norm": "none", "num_layers": [2]}, {"norm": ["pairnorm"], "seed": 0}]})
+    assert sorted((c.norm, c.num_layers, c.seed) for c in kept) == [("none", 4, 0), ("none", 4, 1),
+                                                                     ("pairnorm", 2, 1), ("pairnorm", 4, 1)]
+
+
 def test_overrides_from_yaml(tmp_path: Path):
     path = tmp_path / "s.yaml"
     path.write_text(json.dumps(SWEEP))  # JSON is YAML
@@ -76,6 +89,10 @@ def test_overrides_from_yaml(tmp_path: Path):
         ({"norm_settings": {"pairnrom": {"lr": 0.1}}}, "unknown norm 'pairnrom'"),
         ({"norm_settings": {"pairnorm": {"seed": 3}}}, "which the grid varies"),
         ({"norm_settings": {"pairnorm": {"norm_kwargs": {"scael": 1}}}}, r"unknown norm_kwargs \['scael'\]"),
+        ({"exclude": {"seed": [1]}}, "'exclude' must be a list of mappings"),
+        ({"exclude": [{}]}, r"exclude\[0\] must be a non-empty mapping"),
+        ({"exclude": [{"lr": [0.1]}]}, r"exclude\[0\] names \['lr'\], which the grid does not vary"),
+        ({"exclude": [{"seed": [0, 1]}]}, "leaves out every grid point"),
     ],
 )
 def test_invalid_sweeps_fail_before_any_run(tmp_path: Path, run_log: Path, change: dict, message: str):
