@@ -57,8 +57,12 @@ def test_exclude_leaves_out_the_matching_points_and_keeps_the_others_ids():
     assert all(full[point] == run_id for point, run_id in points.items())  # the other runs' ids do not change
     # entries are alternatives: a point matching either one is left out
     kept = expand_grid({**SWEEP, "exclude": [{"norm": "none", "num_layers": [2]}, {"norm": ["pairnorm"], "seed": 0}]})
-    assert sorted((c.norm, c.num_layers, c.seed) for c in kept) == [("none", 4, 0), ("none", 4, 1),
-                                                                     ("pairnorm", 2, 1), ("pairnorm", 4, 1)]
+    assert sorted((c.norm, c.num_layers, c.seed) for c in kept) == [
+        ("none", 4, 0),
+        ("none", 4, 1),
+        ("pairnorm", 2, 1),
+        ("pairnorm", 4, 1),
+    ]
 
 
 def test_overrides_from_yaml(tmp_path: Path):
