@@ -140,13 +140,16 @@ def estimate(protocol: Protocol, timings: pd.DataFrame) -> pd.DataFrame:
             raise ValueError(f"no timings of {setting_name(part, host, graph)}: run the estimate with --time")
         mine = fitted(mine)
         norms = runnable_norms(config, protocol.norms)[0]
-        grid = sum(run_seconds(part, graph, mine, n, d, config) for n in norms for d in part.depths)
-        grid *= len(graph.replicates)
+        grid = sum(
+            run_seconds(part, graph, mine, n, d, config) * len(part.replicates_at(graph, d))
+            for n in norms
+            for d in part.depths
+        )
         tuning = sum(
             len(knob_choices(protocol, n)) * run_seconds(part, graph, mine, n, part.reference_depth, config)
             for n in tuned_norms(protocol, part, host, graph)
         ) * min(part.tuning_replicates, len(graph.replicates))
-        runs_grid = len(norms) * len(part.depths) * len(graph.replicates)
+        runs_grid = len(norms) * sum(len(part.replicates_at(graph, d)) for d in part.depths)
         runs_tuning = sum(len(knob_choices(protocol, n)) for n in tuned_norms(protocol, part, host, graph))
         runs_tuning *= min(part.tuning_replicates, len(graph.replicates))
         rows.append({"part": part.name, "host": host, "graph": graph.name, "tuning_runs": runs_tuning,

@@ -24,7 +24,7 @@ from graphnorm.files import atomic_write_text, check_output_dir, save_figure  # 
 from graphnorm.sweep.formatting import significant  # noqa: E402
 
 from .cd_diagram import cd_diagram  # noqa: E402
-from .protocol import REPO, Protocol, load_protocol  # noqa: E402
+from .protocol import REPO, Part, Protocol, load_protocol  # noqa: E402
 from .run import RESULTS, results_paths  # noqa: E402
 from .statistics import average_ranks, best_per_cell, cell_summary, collapse_predicts_accuracy  # noqa: E402
 from .tables import ok_runs, read_runs  # noqa: E402
@@ -269,8 +269,8 @@ def protocol_lines(protocol: Protocol, knobs: pd.DataFrame) -> list[str]:
             f"- training: {settings_text(part.base)}",
             f"- hosts: {hosts}",
             f"- graphs: {graphs}",
-            f"- depths: {', '.join(str(d) for d in part.depths)}; knobs tuned at {part.reference_depth} layers on "
-            f"the first {part.tuning_replicates} seed(s)",
+            f"- depths: {', '.join(str(d) for d in part.depths)}{deep_text(part)}; knobs tuned at "
+            f"{part.reference_depth} layers on the first {part.tuning_replicates} seed(s)",
             "",
         ]
     grids = [f"{markdown_code(n)} ({settings_text(k)})" for n, k in protocol.knobs.items()]
@@ -286,6 +286,14 @@ def protocol_lines(protocol: Protocol, knobs: pd.DataFrame) -> list[str]:
         lines += ['<details class="note" markdown="1">', "<summary>Knobs chosen on validation</summary>", "", *rows,
                   "", "</details>", ""]  # fmt: skip
     return lines
+
+
+def deep_text(part: Part) -> str:
+    """The budget's cut in words: which depths run only the first replicates, or ''."""
+    deep = [d for d in part.deep_depths if d in part.depths]
+    if not deep or part.deep_replicates is None:
+        return ""
+    return f" (at {', '.join(str(d) for d in deep)} layers only the first {part.deep_replicates} replicates)"
 
 
 def intro_lines(tier: str, runs: pd.DataFrame) -> list[str]:

@@ -45,6 +45,14 @@ class Part:
     depths: list[int]
     reference_depth: int
     tuning_replicates: int
+    deep_depths: list[int] = field(default_factory=list)  # these depths run only the first deep_replicates
+    deep_replicates: int | None = None
+
+    def replicates_at(self, graph: Graph, depth: int) -> list[int]:
+        """The replicates ``graph`` runs at ``depth``: all, or the first ``deep_replicates`` at a deep depth."""
+        if depth in self.deep_depths and self.deep_replicates is not None:
+            return graph.replicates[: self.deep_replicates]
+        return graph.replicates
 
 
 @dataclass(frozen=True)
@@ -100,6 +108,9 @@ def read_part(name: str, family: dict[str, Any], override: dict[str, Any]) -> Pa
     """One part of the protocol with a tier's ``override`` (its ``hosts`` and ``graphs`` select and change)."""
     keys = ("reference_depth", "tuning_replicates", "depths")
     values = {key: override.get(key, family[key]) for key in keys}
+    deep = override.get("deep_replicates", family.get("deep_replicates")) or {}
+    if deep and (set(deep) != {"depths", "replicates"} or not isinstance(deep["depths"], list)):
+        raise ValueError(f"part {name}: deep_replicates needs a list of depths and a count of replicates; got {deep}")
     base = merged(family.get("base", {}), override.get("base", {}))
     hosts = {host: family["hosts"][host] for host in override.get("hosts", family["hosts"])}
     graph_overrides = override.get("graphs") or dict.fromkeys(family["graphs"], {})
@@ -116,7 +127,8 @@ def read_part(name: str, family: dict[str, Any], override: dict[str, Any]) -> Pa
     if values["reference_depth"] not in values["depths"]:
         raise ValueError(f"part {name}: reference_depth {values['reference_depth']} is not one of {values['depths']}")
     return Part(name, base, hosts, graphs, list(values["depths"]), int(values["reference_depth"]),
-                int(values["tuning_replicates"]))  # fmt: skip
+                int(values["tuning_replicates"]), list(deep.get("depths", [])),
+                int(deep["replicates"]) if deep else None)  # fmt: skip
 
 
 def read_graph(name: str, raw: dict[str, Any]) -> Graph:
@@ -192,7 +204,10 @@ def tuning_sweep(protocol: Protocol, part: Part, host: str, graph: Graph, norm: 
 
 def grid_sweep(part: Part, host: str, graph: Graph, norms: list[str], kwargs: dict[str, dict]) -> dict[str, Any]:
     """The sweep of every norm in ``norms`` at every depth and replicate, ``kwargs[norm]`` its chosen keywords.
-    Replicates vary slowest, so a stopped sweep has whole replicates done; the deepest depths first."""
+    Replicates vary slowest, so a stopped sweep has whole replicates done; the deepest depths first. The replicates
+    beyond ``deep_replicates`` at the deep depths are excluded."""
+    skipped = graph.replicates[part.deep_replicates :] if part.deep_replicates is not None else []
+    exclude = [{"num_layers": part.deep_depths, graph.replicate_key: skipped}] if part.deep_depths and skipped else []
     return {
         "name": f"grid_{setting_name(part, host, graph)}",
         "metric": metric_of(graph)[0],
@@ -200,4 +215,5 @@ def grid_sweep(part: Part, host: str, graph: Graph, norms: list[str], kwargs: di
         "base": setting_config(part, host, graph),
         "grid": {graph.replicate_key: graph.replicates, "norm": norms, "num_layers": sorted(part.depths, reverse=True)},
         "norm_settings": {norm: {"norm_kwargs": kwargs[norm]} for norm in norms if kwargs.get(norm)},
+        **({"exclude": exclude} if exclude else {}),
     }

@@ -81,6 +81,7 @@ def cannot_run_rows(graph: Graph, host: str, part: Part, norm: str, reason: str)
          "status": "cannot run", "reason": reason, "part": part.name}
         for seed in graph.replicates
         for depth in sorted(part.depths, reverse=True)
+        if seed in part.replicates_at(graph, depth)
     ]  # fmt: skip
 
 

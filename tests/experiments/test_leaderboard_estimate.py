@@ -15,8 +15,15 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from analysis.leaderboard import estimate as est  # noqa: E402
-from analysis.leaderboard.protocol import knob_choices, load_protocol, runnable_norms, setting_config  # noqa: E402
+from analysis.leaderboard.protocol import (  # noqa: E402
+    grid_sweep,
+    knob_choices,
+    load_protocol,
+    runnable_norms,
+    setting_config,
+)
 from analysis.leaderboard.run import tuned_norms  # noqa: E402
+from graphnorm.sweep.grid import expand_grid  # noqa: E402
 
 FIXED, EPOCH_A, EPOCH_B, PROBE_B = 0.5, 0.01, 0.002, 0.01
 FACTORS = {"none": 1.0, "contranorm": 5.0, "granola": 2.0}
@@ -79,7 +86,7 @@ def test_the_estimate_counts_the_runs_the_runner_makes():
         part = protocol.parts[row.part]
         graph = part.graphs[row.graph]
         norms = runnable_norms(setting_config(part, row.host, graph), protocol.norms)[0]
-        assert row.grid_runs == len(norms) * len(part.depths) * len(graph.replicates)
+        assert row.grid_runs == len(expand_grid(grid_sweep(part, row.host, graph, norms, {}), log=None))
         tuning = sum(len(knob_choices(protocol, n)) for n in tuned_norms(protocol, part, row.host, graph))
         assert row.tuning_runs == tuning * min(part.tuning_replicates, len(graph.replicates))
         assert math.isfinite(row.cpu_h) and row.cpu_h > 0

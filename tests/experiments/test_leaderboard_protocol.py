@@ -21,6 +21,7 @@ from analysis.leaderboard.protocol import (  # noqa: E402
     tuning_sweep,
 )
 from analysis.leaderboard.run import tuned_norms  # noqa: E402
+from graphnorm.config import config_run_id  # noqa: E402
 from graphnorm.norms import available_norms  # noqa: E402
 from graphnorm.sweep.grid import expand_grid  # noqa: E402
 
@@ -66,6 +67,25 @@ def test_sweeps_expand_and_tune_at_the_reference_depth_only(data_root):
             )
         configs = expand_grid(grid_sweep(part, host, graph, norms, {}), log=None)
         assert len(configs) == len(norms) * len(part.depths) * len(graph.replicates)
+
+
+def test_the_deepest_depths_run_the_first_replicates_and_keep_their_ids():
+    protocol = load_protocol("full")
+    part = protocol.parts["node"]
+    assert part.deep_depths == [32, 64] and part.deep_replicates == 3
+    graph = part.graphs["texas"]
+    sweep = grid_sweep(part, "deepgcn", graph, ["none", "pairnorm"], {})
+    points = {(c.norm, c.num_layers, c.split) for c in expand_grid(sweep, log=None)}
+    assert points == {
+        (norm, depth, split)
+        for norm in ("none", "pairnorm")
+        for depth in part.depths
+        for split in (graph.replicates[:3] if depth >= 32 else graph.replicates)
+    }
+    every = expand_grid({key: value for key, value in sweep.items() if key != "exclude"}, log=None)
+    kept = {config_run_id(c) for c in expand_grid(sweep, log=None)}
+    assert kept < {config_run_id(c) for c in every}  # the same runs as without the cut, fewer of them
+    assert part.replicates_at(graph, 16) == graph.replicates and part.replicates_at(graph, 64) == graph.replicates[:3]
 
 
 def test_the_quick_tier_runs_every_norm_somewhere():
