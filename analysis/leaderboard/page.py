@@ -27,7 +27,7 @@ from .cd_diagram import cd_diagram  # noqa: E402
 from .protocol import REPO, Part, Protocol, load_protocol  # noqa: E402
 from .run import RESULTS, results_paths  # noqa: E402
 from .statistics import average_ranks, best_per_cell, cell_summary, collapse_predicts_accuracy  # noqa: E402
-from .tables import ok_runs, read_runs  # noqa: E402
+from .tables import finished_settings, ok_runs, read_runs  # noqa: E402
 
 PAGE = "leaderboard.md"
 FIGURE_PREFIX = "leaderboard_"
@@ -312,6 +312,17 @@ def intro_lines(tier: str, runs: pd.DataFrame) -> list[str]:
         f"Runs in this table: {len(runs)} ({status}).",
         "",
     ]
+    pending = runs[runs["status"] == "not run"]
+    if len(pending):
+        groups = runs.groupby(["graph", "host"], sort=False)["status"].apply(lambda s: bool((s != "not run").all()))
+        done = [f"{markdown_text(g)}/{markdown_text(h)}" for (g, h), finished in groups.items() if finished]
+        lines += [
+            '!!! note "Under way"',
+            f"    {len(runs) - len(pending)} of {len(runs)} runs of this tier have ended; the rest are marked "
+            "*not run yet*. The answers, ranks and diagrams below compare norms only at the (graph, host, depth) "
+            "groups whose runs have all ended. Finished graph/host settings: " + (", ".join(done) or "none") + ".",
+            "",
+        ]
     if tier == "quick":
         lines += [
             '!!! warning "Quick tier"',
@@ -332,7 +343,7 @@ def clear_figures(figures: Path) -> None:
 
 def page_lines(tier: str, runs: pd.DataFrame, knobs: pd.DataFrame, protocol: Protocol, figures: Path) -> list[str]:
     """The page's Markdown, its figures written into ``figures``."""
-    ok, prefix = ok_runs(runs), "../figures/"
+    ok, prefix = finished_settings(runs), "../figures/"
     lines = intro_lines(tier, runs)
     table = cell_table(runs, tier)
     if ok.empty:
@@ -340,8 +351,8 @@ def page_lines(tier: str, runs: pd.DataFrame, knobs: pd.DataFrame, protocol: Pro
     else:
         summary, best = cell_summary(ok), best_per_cell(ok)
         lines += ["## Which norm at depth L", ""]
-        for family in [f for f in FAMILIES if f in set(summary["family"])]:
-            family_depths = sorted(set(summary.loc[summary["family"] == family, "depth"]))
+        for family in [f for f in FAMILIES if f in set(runs["family"])]:
+            family_depths = sorted(set(runs.loc[runs["family"] == family, "depth"]))
             for depth in answer_depths([int(d) for d in family_depths]):
                 there = runs[(runs["family"] == family) & (runs["depth"] == depth)]
                 lines += [f"- {family_answer(summary, best, family, depth, set(there['norm']))}"]

@@ -114,3 +114,11 @@ def read_runs(path: Path) -> pd.DataFrame:
 def ok_runs(frame: pd.DataFrame) -> pd.DataFrame:
     """The rows the statistics read: runs that finished (a failed run has no value; it is shown, not averaged)."""
     return frame[frame["status"] == "ok"].reset_index(drop=True)
+
+
+def finished_settings(frame: pd.DataFrame) -> pd.DataFrame:
+    """The finished runs of every (graph, host, depth) whose runs have all ended (none ``not run``): while the grid
+    is under way, its statistics compare norms only where every norm has all its seeds."""
+    pending = frame.loc[frame["status"] == "not run", ["graph", "host", "depth"]].drop_duplicates()
+    done = ok_runs(frame).merge(pending, on=["graph", "host", "depth"], how="left", indicator=True)
+    return done[done["_merge"] == "left_only"].drop(columns="_merge").reset_index(drop=True)

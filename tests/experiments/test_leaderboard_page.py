@@ -91,3 +91,19 @@ def test_the_page_is_the_same_for_the_same_table(page):
     figures = sorted(p.name for p in (root / "out" / "figures").glob("leaderboard_*.png"))
     assert figures == ["leaderboard_cd_2.png", "leaderboard_cd_8.png", "leaderboard_ranks.png"]
     assert text.count('!!! warning "Quick tier"') == 1
+
+
+def test_a_grid_under_way_is_compared_only_where_every_run_has_ended(tmp_path):
+    """csbm_homophilic at 8 layers still waits for one run of ``bad``: that group leaves the answers, the other
+    groups keep them, and the page says how far the grid has come."""
+    table = tidy_table()
+    waiting = (table["graph"] == "csbm_homophilic") & (table["depth"] == 8) & (table["norm"] == "bad")
+    table.loc[waiting & (table["seed"] == 2), ["value", "status", "reason"]] = [float("nan"), "not run", "not run yet"]
+    write_csv(table, tmp_path / "results" / "quick.csv")
+    text = build_leaderboard(tmp_path / "out", tmp_path / "results", tier="quick").read_text()
+    assert '!!! note "Under way"' in text and f"{len(table) - 1} of {len(table)} runs of this tier have ended" in text
+    assert "Finished graph/host settings: texas/deepgcn." in text
+    # at 8 layers (the deepest, so the answer's depth) only texas counts
+    assert "At 8 layers on homophilic graphs: no results yet." in text
+    assert "At 8 layers on heterophilic graphs, `good` has the best average rank, 1.00 of 2 norms over 1" in text
+    assert "1 of 3 runs not run: not run yet" in row(text, "csbm_homophilic", 8, "bad")[12]
