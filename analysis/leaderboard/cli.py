@@ -27,6 +27,11 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--host", action="append", default=[], help="run only this host (repeatable)")
     run.add_argument("--graph", action="append", default=[], help="run only this graph (repeatable)")
     run.add_argument("--retry-failed", action="store_true", help="run again the runs recorded as failed")
+    run.add_argument(
+        "--collect-only",
+        action="store_true",
+        help="run nothing: write the tidy table and knob choices from what the sweep folders hold",
+    )
     run.add_argument("--partition", help="SLURM partition (--executor slurm)")
     run.add_argument("--time-min", type=int, default=120, help="SLURM time limit per run, minutes")
     for name in ("host", "graph", "norm"):
@@ -47,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
 
             slurm = SlurmOptions(partition=args.partition, time_min=args.time_min, cpus_per_task=args.threads)
             execution = Execution(args.executor, args.workers, args.threads, args.retry_failed, slurm,
-                                  only_hosts=args.host, only_graphs=args.graph)  # fmt: skip
+                                  only_hosts=args.host, only_graphs=args.graph,
+                                  collect_only=args.collect_only)  # fmt: skip
             print(run_tier(args.tier, execution, runs=args.runs))
         elif args.command == "cell":
             from .cell import rerun_cell

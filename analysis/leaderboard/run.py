@@ -55,6 +55,7 @@ class Execution:
     log: Callable[[str], None] = print
     only_hosts: list[str] = field(default_factory=list)
     only_graphs: list[str] = field(default_factory=list)
+    collect_only: bool = False  # run nothing; the tables from what the sweep folders hold
 
     def sweep(self, sweep: dict[str, Any], out: Path) -> None:
         from graphnorm.sweep import run_sweep
@@ -64,8 +65,10 @@ class Execution:
                   log=self.log)  # fmt: skip
 
     def selected(self, host: str, graph: Graph) -> bool:
-        return (not self.only_hosts or host in self.only_hosts) and (
-            not self.only_graphs or graph.name in self.only_graphs
+        return (
+            not self.collect_only
+            and (not self.only_hosts or host in self.only_hosts)
+            and (not self.only_graphs or graph.name in self.only_graphs)
         )
 
 
@@ -153,6 +156,19 @@ def write_csv(frame: pd.DataFrame, path: Path) -> None:
     atomic_write_csv(path, frame)
 
 
+def check_selection(protocol: Protocol, execution: Execution) -> None:
+    """``ValueError`` naming a selected host or graph the tier does not have (a typo would run nothing)."""
+    for what, chosen, valid in (
+        ("host", execution.only_hosts, {host for _, host, _ in protocol.settings()}),
+        ("graph", execution.only_graphs, {graph.name for _, _, graph in protocol.settings()}),
+    ):
+        unknown = sorted(set(chosen) - valid)
+        if unknown:
+            raise ValueError(
+                f"tier {protocol.tier} has no {what} {', '.join(unknown)}; valid: {', '.join(sorted(valid))}"
+            )
+
+
 def run_tier(
     tier: str = "full",
     execution: Execution | None = None,
@@ -165,6 +181,7 @@ def run_tier(
 
     execution = execution or Execution()
     protocol = load_protocol(tier, protocol_path)
+    check_selection(protocol, execution)
     root = Path(runs) / tier
     table_path, knobs_path = results_paths(tier, Path(results))
     start = time.perf_counter()

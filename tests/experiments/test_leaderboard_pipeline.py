@@ -90,6 +90,16 @@ def test_a_second_run_resumes_and_runs_nothing(tiny):
     assert started and all(", 0 to run -> " in m for m in started)
 
 
+def test_collect_only_writes_the_same_table_and_runs_nothing(tiny, tmp_path):
+    messages: list[str] = []
+    execution = Execution("serial", threads=1, log=messages.append, collect_only=True)
+    table = run_tier("full", execution, tiny["runs"], tmp_path / "results", tiny["protocol"])
+    assert not [m for m in messages if " to run -> " in m]
+    assert table.read_text() == tiny["table"].read_text()
+    with pytest.raises(ValueError, match="tier full has no host deepgnc; valid: deepgcn"):
+        run_tier("full", Execution("serial", only_hosts=["deepgnc"]), tiny["runs"], tmp_path, tiny["protocol"])
+
+
 def test_the_page_builds_from_the_table(tiny, tmp_path):
     page = build_leaderboard(tmp_path, tiny["results"], tier="full", protocol_path=tiny["protocol"]).read_text()
     assert page.startswith("# Norm leaderboard\n")
