@@ -15,19 +15,26 @@ from .run import RESULTS, Execution, results_paths, setting_kwargs
 from .tables import read_runs, tidy_runs
 
 
-def cell_protocol(tier: str, host: str, graph: str, seeds: list[int], path: Path = PROTOCOL):
-    """The tier's protocol narrowed to one (host, graph) setting and the given replicates."""
+def cell_protocol(tier: str, host: str, graph: str, seeds: list[int], depth: int, path: Path = PROTOCOL):
+    """The tier's protocol narrowed to one (host, graph) setting and the given replicates of the grid at ``depth``
+    (all of them where ``seeds`` is empty)."""
     import dataclasses
 
     protocol = load_protocol(tier, path)
     for part in protocol.parts.values():
         if host in part.hosts and graph in part.graphs:
+            if depth not in part.depths:
+                raise ValueError(f"the grid has no depth {depth}; its depths: {part.depths}")
             chosen = part.graphs[graph]
-            replicates = [r for r in chosen.replicates if not seeds or r in seeds]
-            if not replicates:
-                raise ValueError(f"{graph} has no replicate {seeds}; its replicates: {chosen.replicates}")
+            there = part.replicates_at(chosen, depth)
+            replicates = [r for r in there if not seeds or r in seeds]
+            if not replicates or len(replicates) < len(set(seeds)):
+                raise ValueError(f"{graph} at {depth} layers runs the replicates {there}; asked for {seeds}")
             narrowed = dataclasses.replace(
-                part, hosts={host: part.hosts[host]}, graphs={graph: dataclasses.replace(chosen, replicates=replicates)}
+                part,
+                hosts={host: part.hosts[host]},
+                deep_depths=[],  # the replicates are those of this depth
+                graphs={graph: dataclasses.replace(chosen, replicates=replicates)},
             )
             return dataclasses.replace(protocol, parts={part.name: narrowed}), narrowed
     raise ValueError(f"tier {tier} has no host {host!r} with graph {graph!r}")
@@ -43,7 +50,7 @@ def rerun_cell(args: argparse.Namespace, results: Path = RESULTS, protocol_path:
     knobs = pd.read_csv(knobs_path) if knobs_path.exists() else pd.DataFrame()
     if not knobs.empty:
         knobs["chosen"] = knobs["chosen"].astype(str).str.lower() == "true"
-    protocol, part = cell_protocol(args.tier, args.host, args.graph, args.seed, protocol_path)
+    protocol, part = cell_protocol(args.tier, args.host, args.graph, args.seed, args.depth, protocol_path)
     graph = part.graphs[args.graph]
     kwargs = setting_kwargs(protocol, part, args.host, graph, knobs)
     if args.norm not in kwargs:

@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from analysis.leaderboard.cell import rerun_cell  # noqa: E402
+from analysis.leaderboard.cell import cell_protocol, rerun_cell  # noqa: E402
 from analysis.leaderboard.page import build_leaderboard  # noqa: E402
 from analysis.leaderboard.run import Execution, run_tier  # noqa: E402
 from analysis.leaderboard.statistics import RUN_COLUMNS, cell_summary  # noqa: E402
@@ -118,3 +118,13 @@ def test_a_cell_rerun_gives_the_recorded_values(tiny, capsys):
                               runs=str(tiny["runs"] / "again"), executor="serial", workers=None, threads=1)  # fmt: skip
     assert rerun_cell(args, tiny["results"], tiny["protocol"]) == 0
     assert "seed 1:" in capsys.readouterr().out
+
+
+def test_a_cell_runs_the_replicates_its_depth_runs_in_the_grid():
+    _, part = cell_protocol("full", "deepgcn", "texas", [], 64)
+    assert part.graphs["texas"].replicates == [0, 1, 2] and part.deep_depths == []
+    assert cell_protocol("full", "deepgcn", "texas", [3], 16)[1].graphs["texas"].replicates == [3]
+    with pytest.raises(ValueError, match=r"texas at 64 layers runs the replicates \[0, 1, 2\]; asked for \[3\]"):
+        cell_protocol("full", "deepgcn", "texas", [3], 64)
+    with pytest.raises(ValueError, match="the grid has no depth 7"):
+        cell_protocol("full", "deepgcn", "texas", [], 7)
