@@ -23,6 +23,7 @@ from graphnorm.escaping import markdown_code, markdown_text  # noqa: E402
 from graphnorm.files import atomic_write_text, check_output_dir, save_figure  # noqa: E402
 from graphnorm.sweep.formatting import significant  # noqa: E402
 
+from .anchors import anchor_rows, load_anchors  # noqa: E402
 from .cd_diagram import cd_diagram  # noqa: E402
 from .protocol import REPO, Part, Protocol, load_protocol  # noqa: E402
 from .run import RESULTS, results_paths  # noqa: E402
@@ -296,6 +297,24 @@ def deep_text(part: Part) -> str:
     return f" (at {', '.join(str(d) for d in deep)} layers only the first {part.deep_replicates} replicates)"
 
 
+def anchor_lines(runs: pd.DataFrame) -> list[str]:
+    """The section that holds our cells against the papers' published numbers (:mod:`.anchors`)."""
+    table = anchor_rows(runs, load_anchors())
+    rows = ["| paper | cell | published | ours (mean ± 95% CI, seeds) | verdict | protocol differences | source |",
+            "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for r in table.itertuples():
+        layers = "" if pd.isna(r.depth) else f"{int(r.depth)} layers / "
+        cell = f"{r.host} / {r.graph} / {layers}{r.norm}"
+        ours = "" if r.n == 0 else f"{number(r.mean)} ± {number(r.ci95) or '?'} ({r.n})"
+        published = "" if pd.isna(r.published) else f"{float(r.published):g}"  # as the paper gives it
+        texts = [markdown_text(t) for t in (r.paper, cell, published, ours, r.verdict, r.differences, r.source)]
+        rows.append("| " + " | ".join(texts) + " |")
+    return ["## Held against the papers", "",
+            "Published numbers beside our cell (`experiments/leaderboard/anchors.yaml`, each read in the source "
+            "named); inside our interval or not. A paper's protocol differs from ours as said, so a gap is expected "
+            "where the paper trains longer or wider.", "", *rows, ""]  # fmt: skip
+
+
 def intro_lines(tier: str, runs: pd.DataFrame) -> list[str]:
     """What the page is, which tier it shows, how to rebuild and re-run it, and where the raw results are."""
     counts = runs["status"].value_counts()
@@ -366,6 +385,7 @@ def page_lines(tier: str, runs: pd.DataFrame, knobs: pd.DataFrame, protocol: Pro
                       "", "Rank of each norm's mean among the norms of its graph and host at that depth (1 the best; "
                       "blank: no result).", ""]  # fmt: skip
         lines += ["## Critical-difference diagrams", "", *cd_figures(summary, figures, prefix, runs)]
+    lines += anchor_lines(runs)
     lines += [
         "## Every cell",
         "",

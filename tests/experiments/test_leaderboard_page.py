@@ -107,3 +107,11 @@ def test_a_grid_under_way_is_compared_only_where_every_run_has_ended(tmp_path):
     assert "At 8 layers on homophilic graphs: no results yet." in text
     assert "At 8 layers on heterophilic graphs, `good` has the best average rank, 1.00 of 2 norms over 1" in text
     assert "1 of 3 runs not run: not run yet" in row(text, "csbm_homophilic", 8, "bad")[12]
+
+
+def test_the_page_holds_the_cells_against_the_papers(page):
+    text, _ = page
+    section = text.split("## Held against the papers")[1].split("## Every cell")[0]
+    gcnii = next(line for line in section.splitlines() if "gcnii / cora / 64 layers / none" in line)
+    assert "| 0.855 |" in gcnii and "not in this tier's grid" in gcnii  # the quick tier has no GCNII
+    assert "no published number read" in section
