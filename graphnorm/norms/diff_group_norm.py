@@ -40,6 +40,11 @@ class DiffGroupNorm(NormBase):
             or ``momentum`` is outside ``[0, 1]``.
     """
 
+    # Whether a one-row training batch is decided from this process's rows alone. Data-parallel training turns it
+    # off (graphnorm.train.sync_norms): its synced BatchNorm then decides on every process's rows, and no rank skips
+    # the all-reduce the others wait in.
+    decides_single_row: bool = True
+
     def __init__(
         self, channels: int, groups: int = 10, lamda: float = 0.01, eps: float = 1e-5, momentum: float = 0.1
     ) -> None:
@@ -59,7 +64,7 @@ class DiffGroupNorm(NormBase):
 
     def _normalize(self, x: Tensor, batch: Tensor | None, batch_size: int | None) -> Tensor:
         dtype = x.dtype  # float32 for half precision, in every parameter too
-        if not (self.training and x.size(0) == 1):
+        if not (self.training and x.size(0) == 1 and self.decides_single_row):
             if self.module.norm.running_mean.dtype == dtype:  # the usual case: no parameter to cast
                 return self.module(x)
             return call_in_dtype(self.module, dtype, x)

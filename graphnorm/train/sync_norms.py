@@ -145,4 +145,7 @@ def synchronize_norms(model: nn.Module) -> nn.Module:
             # deciding on its own rows alone would skip the others' all-reduce.
             module.module.single_row_running = module.allow_single_element
             module.allow_single_element = False
+        if isinstance(module, norms.DiffGroupNorm) and isinstance(module.module.norm, SyncedBatchNorm):
+            module.module.norm.single_row_running = True  # the same decision, for DiffGroupNorm's one-row branch
+            module.decides_single_row = False
     return model
