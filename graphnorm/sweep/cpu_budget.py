@@ -151,7 +151,12 @@ def uses_cuda(devices: Iterable[str]) -> bool:
 
 
 def plan_cpus(
-    num_runs: int, workers: int | None = None, threads: int | None = None, *, devices: Iterable[str] = ()
+    num_runs: int,
+    workers: int | None = None,
+    threads: int | None = None,
+    *,
+    devices: Iterable[str] = (),
+    processes: int = 1,
 ) -> CpuPlan:
     """Workers and threads per run for ``num_runs`` runs on this machine.
 
@@ -159,31 +164,35 @@ def plan_cpus(
     the runs' ``devices`` (their ``device`` values; none given: CPU runs) use CUDA (:func:`uses_cuda`); a
     ``workers`` given is kept. ``threads``, else ``$GRAPHNORM_THREADS``, else the cores left per worker
     (``cores // workers``), and 1 when the machine is busy (:func:`machine_busy`): more threads than free cores make
-    each op wait for a descheduled thread (module docstring). ``why`` says where the threads, and a CUDA cap, come
-    from.
+    each op wait for a descheduled thread (module docstring). ``processes``: the processes each run starts (a
+    data-parallel run function); the default ``workers`` is then the cores divided by them, and ``threads`` a run's
+    total, which its processes share. ``why`` says where the threads, and a CUDA or process cap, come from.
     """
     cores = usable_cores()
-    cuda_cap = ""
-    if uses_cuda(devices) and min(workers or cores, num_runs) > CUDA_RUNS_PER_GPU:
+    slots = max(1, cores // processes)  # runs whose processes fit the cores together
+    caps = ""
+    if processes > 1 and workers is None and min(slots, num_runs) < min(cores, num_runs):
+        caps = f"; at most {slots} run(s) at once, as each run starts {processes} processes"
+    elif processes > 1 and workers is not None and workers * processes > cores:
+        caps = f"; {workers} runs of {processes} processes each exceed the {cores} usable cores"
+    if uses_cuda(devices) and min(workers or slots, num_runs) > CUDA_RUNS_PER_GPU:
         if workers is None:
             workers = CUDA_RUNS_PER_GPU
-            cuda_cap = (
+            caps += (
                 f"; at most {CUDA_RUNS_PER_GPU} runs at once, as CUDA runs share one GPU: each process holds a CUDA "
                 "context and waits its turn on the device; --workers overrides"
             )
         else:
-            cuda_cap = (
+            caps += (
                 f"; {workers} CUDA runs at once share one GPU, above the default cap of {CUDA_RUNS_PER_GPU}: each "
                 "holds a CUDA context and waits its turn on the device, so more add memory and waiting, not speed"
             )
-    workers = max(1, min(workers or cores, num_runs))
+    workers = max(1, min(workers or slots, num_runs))
     if threads is not None:
-        return CpuPlan(cores, workers, threads, "--threads" + cuda_cap)
+        return CpuPlan(cores, workers, threads, "--threads" + caps)
     from_env = env_threads()
     if from_env is not None:
-        return CpuPlan(cores, workers, from_env, f"${ENV_THREADS}" + cuda_cap)
+        return CpuPlan(cores, workers, from_env, f"${ENV_THREADS}" + caps)
     if cores // workers > 1 and machine_busy(cores):
-        return CpuPlan(
-            cores, workers, 1, "1: the machine is busy (load average), more would wait on busy cores" + cuda_cap
-        )
-    return CpuPlan(cores, workers, max(1, cores // workers), "usable cores / workers" + cuda_cap)
+        return CpuPlan(cores, workers, 1, "1: the machine is busy (load average), more would wait on busy cores" + caps)
+    return CpuPlan(cores, workers, max(1, cores // workers), "usable cores / workers" + caps)

@@ -448,7 +448,7 @@ def _run_process_pool(
     is unknown)."""
     if not todo:
         return
-    plan = plan_cpus(len(todo), workers, threads, devices={c.device for c in todo})
+    plan = plan_cpus(len(todo), workers, threads, devices={c.device for c in todo}, processes=run_processes(run_fn))
     log_cpu_plan(plan, log)
     workers, threads = plan.workers, plan.threads
     context = multiprocessing.get_context(pool_start_method(todo))
@@ -506,6 +506,13 @@ def pool_start_method(todo: list[RunConfig]) -> str:
 
         devices.add("cuda" if torch.cuda.is_available() else "cpu")
     return "spawn" if "cuda" in devices else "forkserver"
+
+
+def run_processes(run_fn: RunFn) -> int:
+    """The processes one call of ``run_fn`` starts: its ``processes`` attribute (a data-parallel run function,
+    :func:`graphnorm.train.launch.processes_run`), else 1."""
+    processes = getattr(run_fn, "processes", 1)
+    return processes if isinstance(processes, int) and processes >= 1 else 1
 
 
 def log_cpu_plan(plan: CpuPlan, log: Callable[[str], None]) -> None:

@@ -97,10 +97,11 @@ def make_submitit_executor(
     threads: int | None,
     slurm: SlurmOptions,
     devices: Iterable[str] = (),
+    processes: int = 1,
 ) -> tuple[Any, int, int]:
     """The submitit executor, how many jobs may be in flight at once, and torch threads per run (``devices``: the
     runs' ``device`` values, which cap submitit-local's CUDA runs as :func:`~graphnorm.sweep.cpu_budget.plan_cpus`
-    does)."""
+    does; ``processes``: the processes each run starts, each given ``cpus_per_task`` CPUs on SLURM)."""
     import submitit
 
     cluster = "slurm" if executor_name == "slurm" else "local"
@@ -110,7 +111,7 @@ def make_submitit_executor(
     params: dict[str, Any] = {"name": f"graphnorm-{out.name}", "timeout_min": slurm.time_min}
     if cluster == "slurm":
         params.update(
-            cpus_per_task=slurm.cpus_per_task,
+            cpus_per_task=slurm.cpus_per_task * processes if slurm.cpus_per_task else None,
             gpus_per_node=slurm.gpus_per_node,
             mem_gb=slurm.mem_gb,
             slurm_partition=slurm.partition,
@@ -121,9 +122,9 @@ def make_submitit_executor(
             slurm_signal_delay_s=min(90, slurm.time_min * 6),
         )
         max_in_flight = num_runs  # one job array; SLURM schedules it
-        threads = threads or env_threads() or slurm.cpus_per_task
+        threads = threads or env_threads() or (slurm.cpus_per_task or 1) * processes  # a run's, over its processes
     else:
-        plan = plan_cpus(num_runs, workers, threads, devices=devices)
+        plan = plan_cpus(num_runs, workers, threads, devices=devices, processes=processes)
         max_in_flight, threads = plan.workers, plan.threads
     ex.update_parameters(**{k: v for k, v in params.items() if v is not None})
     return ex, max_in_flight, threads
@@ -146,7 +147,11 @@ def run_submitit(
     if not todo:
         return
     devices = {c.device for c in todo}
-    ex, max_in_flight, threads = make_submitit_executor(out, executor_name, len(todo), workers, threads, slurm, devices)
+    from graphnorm.sweep.runner import run_processes
+
+    ex, max_in_flight, threads = make_submitit_executor(
+        out, executor_name, len(todo), workers, threads, slurm, devices, run_processes(run_fn)
+    )
     if executor_name == "slurm":
         _Follower(out, slurm, finished, hooks, log).run(ex, run_fn, todo, threads)
     else:

@@ -3,7 +3,8 @@ child (``--standalone``, N processes of this module), whose rank 0 hands back th
 
 A sweep asks for it by its run function, without a config key (run ids stay as they are): ``run_fn:
 graphnorm.train.launch:processes_2`` trains every grid point in 2 processes (any N: ``processes_<N>``). Each run then
-takes N processes, so give the sweep ``--workers`` at most the cores (or GPUs) divided by N. The child's output
+takes N processes, which the sweep's CPU plan counts: by default at most the cores divided by N runs at once (on
+GPUs, give ``--workers`` the GPUs divided by N). The child's output
 (progress lines, errors) goes where the caller's ``sys.stdout`` goes: a sweep's run log.
 """
 
@@ -56,6 +57,7 @@ def processes_run(processes: int) -> Callable[[RunConfig], dict[str, Any]]:
 
     run.__name__ = run.__qualname__ = f"processes_{processes}"
     run.__module__ = __name__
+    run.processes = processes  # type: ignore[attr-defined]  # a sweep's CPU plan counts them
     return run
 
 

@@ -152,6 +152,24 @@ def test_cuda_runs_are_capped_per_gpu_unless_workers_are_given(machine):
     assert plan_cpus(20, devices=["cuda"]) == plan_cpus(20)
 
 
+def test_runs_of_several_processes_count_their_processes(machine):
+    """A data-parallel run function starts N processes per run: by default at most cores / N runs at once, each run
+    given cores / workers threads for its processes to share; --workers beyond that is kept and said to exceed."""
+    from graphnorm.sweep.runner import run_processes
+    from graphnorm.train.launch import processes_run
+
+    machine(affinity=8)
+    plan = plan_cpus(10, processes=2)
+    assert (plan.workers, plan.threads) == (4, 2) and not plan.oversubscribed
+    assert "at most 4 run(s) at once, as each run starts 2 processes" in plan.why
+    assert plan_cpus(10, processes=1) == plan_cpus(10) and plan_cpus(10).workers == 8
+    assert plan_cpus(3, processes=2).workers == 3  # fewer runs than slots: nothing to cap, no note
+    assert "processes" not in plan_cpus(3, processes=2).why
+    assert "4 runs of 4 processes each exceed the 8 usable cores" in plan_cpus(10, workers=4, processes=4).why
+    assert plan_cpus(10, processes=16).workers == 1  # more processes than cores: one run at a time
+    assert run_processes(processes_run(3)) == 3 and run_processes(lambda config: {}) == 1
+
+
 @pytest.mark.parametrize("available", [True, False])
 def test_auto_device_counts_as_cuda_only_where_cuda_is_available(machine, monkeypatch, available):
     import torch
@@ -165,15 +183,17 @@ def test_auto_device_counts_as_cuda_only_where_cuda_is_available(machine, monkey
 
 @pytest.mark.parametrize("executor", ["local", "submitit-local"])
 def test_sweeps_plan_their_workers_from_the_runs_devices(executor, monkeypatch, tmp_path):
-    """The local pool and submitit-local hand every run's device to plan_cpus, so CUDA runs get the per-GPU cap."""
+    """The local pool and submitit-local hand every run's device to plan_cpus, so CUDA runs get the per-GPU cap, and
+    the processes a data-parallel run function starts."""
     from graphnorm.config import RunConfig
     from graphnorm.sweep import runner, slurm
     from graphnorm.sweep.slurm import SlurmOptions
+    from graphnorm.train.launch import processes_run
 
-    seen: list[set[str]] = []
+    seen: list[tuple[set[str], int]] = []
 
-    def spy(num_runs, workers=None, threads=None, *, devices=()):
-        seen.append(set(devices))
+    def spy(num_runs, workers=None, threads=None, *, devices=(), processes=1):
+        seen.append((set(devices), processes))
         raise RuntimeError("planned")
 
     monkeypatch.setattr(runner, "plan_cpus", spy)
@@ -181,7 +201,8 @@ def test_sweeps_plan_their_workers_from_the_runs_devices(executor, monkeypatch, 
     todo = [RunConfig(device="cuda", seed=0), RunConfig(device="cpu", seed=1)]
     with pytest.raises(RuntimeError, match="planned"):
         if executor == "local":
-            runner._run_process_pool(print, todo, tmp_path, None, None, lambda run_id: None)
+            runner._run_process_pool(processes_run(2), todo, tmp_path, None, None, lambda run_id: None)
         else:
-            slurm.make_submitit_executor(tmp_path, executor, 2, None, None, SlurmOptions(), {c.device for c in todo})
-    assert seen == [{"cuda", "cpu"}]
+            devices = {c.device for c in todo}
+            slurm.make_submitit_executor(tmp_path, executor, 2, None, None, SlurmOptions(), devices, processes=2)
+    assert seen == [({"cuda", "cpu"}, 2)]
