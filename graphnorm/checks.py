@@ -33,7 +33,7 @@ def check_edge_index(edge_index: Any, num_nodes: int, batch: Tensor | None = Non
 
     Raises:
         TypeError: ``edge_index`` is not a tensor, or not of an integer dtype.
-        ValueError: a wrong shape, or node ids outside ``[0, num_nodes)``.
+        ValueError: a wrong shape, node ids outside ``[0, num_nodes)``, or a tensor on the meta device (no ids).
     """
     prefix = _prefix(where)
     if not isinstance(edge_index, Tensor):
@@ -42,6 +42,8 @@ def check_edge_index(edge_index: Any, num_nodes: int, batch: Tensor | None = Non
         raise ValueError(f"{prefix}edge_index must have shape [2, num_edges], got {tuple(edge_index.shape)}")
     if edge_index.is_floating_point() or edge_index.is_complex() or edge_index.dtype == torch.bool:
         raise TypeError(f"{prefix}edge_index must be an integer tensor, got {edge_index.dtype}")
+    if edge_index.device.type == "meta":
+        raise ValueError(f"{prefix}edge_index is on the meta device (it has no node ids); pass CPU or GPU tensors")
     if edge_index.numel() and (int(edge_index.min()) < 0 or int(edge_index.max()) >= num_nodes):
         raise ValueError(
             f"{prefix}edge_index holds node ids in [{int(edge_index.min())}, {int(edge_index.max())}], outside "

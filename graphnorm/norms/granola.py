@@ -49,8 +49,8 @@ def random_node_features(positions: Tensor, features: int, seed: int, draw: int)
     """Standard normal RNF ``[len(positions), features]`` in float32 on ``positions``' device: row ``p`` of the
     stream ``(seed, draw)`` for a node at position ``p`` of its graph. Drawn on the CPU, so a seed gives the same
     numbers on every device."""
-    if positions.numel() == 0:
-        return torch.zeros(0, features, device=positions.device)
+    if positions.numel() == 0 or positions.device.type == "meta":  # meta: shapes only, no values to draw for
+        return torch.zeros(positions.numel(), features, device=positions.device)
     blocks = int(positions.max()) // RNF_BLOCK_ROWS + 1
     table = torch.cat(
         [

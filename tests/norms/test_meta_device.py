@@ -1,5 +1,5 @@
-"""Meta-device tensors (shapes without values) get one clear line from ContraNorm and the collapse metrics, not a
-torch ``.item()`` error from deep inside."""
+"""Meta-device tensors (shapes without values) get one clear line from ContraNorm, GRANOLA and the collapse
+metrics, not a torch ``.item()`` error from deep inside; GRANOLA on a meta ``x`` alone infers the output's shape."""
 
 from __future__ import annotations
 
@@ -66,3 +66,13 @@ def test_per_graph_norms_name_a_meta_batch(name) -> None:
     if name == "sepnorm":
         with pytest.raises(ValueError, match="sepnorm: token_mask is on the meta device"):
             norm(META_X, token_mask=token_mask.to("meta"))
+
+
+def test_granola_infers_shapes_on_meta_and_names_meta_edges() -> None:
+    with torch.device("meta"):
+        norm = build_norm("granola", 4)
+    with pytest.warns(UserWarning, match="without edge_index"):
+        out = norm(META_X)
+    assert out.shape == (6, 4) and out.device.type == "meta"
+    with pytest.raises(ValueError, match="granola: edge_index is on the meta device"):
+        norm(META_X, edge_index=EDGES.to("meta"))
