@@ -277,7 +277,7 @@ def protocol_lines(protocol: Protocol, knobs: pd.DataFrame) -> list[str]:
     grids = [f"{markdown_code(n)} ({settings_text(k)})" for n, k in protocol.knobs.items()]
     lines += [f"Knob grids: {'; '.join(grids) or 'none'}; fixed keywords: {settings_text(protocol.norm_kwargs)}.", ""]
     if not knobs.empty:
-        chosen = knobs[knobs["chosen"]]
+        chosen = knobs[knobs["chosen"] & (knobs["runs"] > 0)]  # a setting not tuned yet has no choice to show
         rows = ["| part | host | graph | norm | chosen keywords | validation |", "|---|---|---|---|---|---|"]
         rows += [
             f"| {markdown_text(r.part)} | {markdown_text(r.host)} | {markdown_text(r.graph)} | {markdown_text(r.norm)} "
