@@ -434,17 +434,20 @@ def test_cli_refuses_a_yaml_bomb_in_one_line_quickly_and_small(tmp_path: Path) -
         assert result["peak_rss_mb"] < 200, result
 
 
+# One CLI process per case, each its own test: independent, so pytest-xdist can run them side by side.
+BEYOND_MEMORY = {
+    "csbm.yaml": "dataset: csbm\ndataset_kwargs: {num_nodes: 10000000000}\n",
+    "contranorm.yaml": "norm: contranorm\nnorm_kwargs: {random_features: 1000000000}\n",
+    "model.yaml": "num_layers: 10000\nhidden_channels: 65536\n",
+}
+
+
 @pytest.mark.slow
-def test_cli_refuses_a_graph_or_model_beyond_memory_in_one_line(tmp_path: Path) -> None:
-    cases = {
-        "csbm.yaml": "dataset: csbm\ndataset_kwargs: {num_nodes: 10000000000}\n",
-        "contranorm.yaml": "norm: contranorm\nnorm_kwargs: {random_features: 1000000000}\n",
-        "model.yaml": "num_layers: 10000\nhidden_channels: 65536\n",
-    }
-    for name, text in cases.items():
-        result = run_cli(["train", str(write(tmp_path / name, text))], tmp_path, limit=3072 * MiB)
-        assert_one_line_refusal(result, "train", "available")
-        assert "Traceback" not in result["stderr"], result
+@pytest.mark.parametrize("name", BEYOND_MEMORY)
+def test_cli_refuses_a_graph_or_model_beyond_memory_in_one_line(tmp_path: Path, name: str) -> None:
+    result = run_cli(["train", str(write(tmp_path / name, BEYOND_MEMORY[name]))], tmp_path, limit=3072 * MiB)
+    assert_one_line_refusal(result, "train", "available")
+    assert "Traceback" not in result["stderr"], result
 
 
 def test_a_sweep_grid_beyond_the_bound_is_refused_before_expanding():
