@@ -16,9 +16,10 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ENV_THREADS = "GRAPHNORM_THREADS"  # torch threads per run, overriding the default of plan_cpus
 CGROUP_V2_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
@@ -148,6 +149,13 @@ def uses_cuda(devices: Iterable[str]) -> bool:
     import torch  # here: only a sweep that may use CUDA pays for the import
 
     return torch.cuda.is_available()
+
+
+def run_processes(run_fn: Callable[..., Any]) -> int:
+    """The processes one call of ``run_fn`` starts: its ``processes`` attribute (a data-parallel run function,
+    :func:`graphnorm.train.launch.processes_run`), else 1."""
+    processes = getattr(run_fn, "processes", 1)
+    return processes if isinstance(processes, int) and processes >= 1 else 1
 
 
 def plan_cpus(

@@ -6,10 +6,8 @@
     run_fn: mypackage.mymodule:run  # optional (default graphnorm.train:run); --run-fn overrides
     base: {dataset: cora, epochs: 200}                       # RunConfig keys shared by every run
     grid: {norm: [none, pairnorm], num_layers: [2, 8, 32], seed: [0, 1, 2]}   # norm: all = every registered norm
-    norm_settings:                                           # per-norm overrides of base keys
-      pairnorm: {norm_kwargs: {scale: 1.0}}
-    exclude:                                                 # grid points left out: every key of an entry matches
-      - {num_layers: [32], seed: [2]}
+    norm_settings: {pairnorm: {norm_kwargs: {scale: 1.0}}}  # per-norm overrides of base keys
+    exclude: [{num_layers: [32], seed: [2]}]   # grid points left out (every key of an entry matches)
 
 Executing the grid: :mod:`graphnorm.sweep.runner`.
 """

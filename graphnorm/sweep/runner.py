@@ -39,7 +39,7 @@ from graphnorm.files import (
     open_for_append,
     remove_leftover_temporary_files,
 )
-from graphnorm.sweep.cpu_budget import CpuPlan, env_threads, passive_openmp_wait, plan_cpus
+from graphnorm.sweep.cpu_budget import CpuPlan, env_threads, passive_openmp_wait, plan_cpus, run_processes
 from graphnorm.sweep.grid import expand_grid, grid_keys
 from graphnorm.sweep.processes import init_worker, signals_interrupt, stop_workers
 from graphnorm.sweep.results import check_history, check_layers, load_results
@@ -506,13 +506,6 @@ def pool_start_method(todo: list[RunConfig]) -> str:
 
         devices.add("cuda" if torch.cuda.is_available() else "cpu")
     return "spawn" if "cuda" in devices else "forkserver"
-
-
-def run_processes(run_fn: RunFn) -> int:
-    """The processes one call of ``run_fn`` starts: its ``processes`` attribute (a data-parallel run function,
-    :func:`graphnorm.train.launch.processes_run`), else 1."""
-    processes = getattr(run_fn, "processes", 1)
-    return processes if isinstance(processes, int) and processes >= 1 else 1
 
 
 def log_cpu_plan(plan: CpuPlan, log: Callable[[str], None]) -> None:

@@ -24,7 +24,7 @@ from typing import Any
 
 from graphnorm.config import RunConfig, config_run_id
 from graphnorm.files import atomic_write_text
-from graphnorm.sweep.cpu_budget import env_threads, passive_openmp_wait, plan_cpus
+from graphnorm.sweep.cpu_budget import env_threads, passive_openmp_wait, plan_cpus, run_processes
 
 RunFn = Callable[[RunConfig], dict[str, Any]]
 JOBS_FILE = "jobs.json"  # in <out>/submitit: run_id -> {"job_id", "submitted_at"} of the runs in the queue
@@ -147,8 +147,6 @@ def run_submitit(
     if not todo:
         return
     devices = {c.device for c in todo}
-    from graphnorm.sweep.runner import run_processes
-
     ex, max_in_flight, threads = make_submitit_executor(
         out, executor_name, len(todo), workers, threads, slurm, devices, run_processes(run_fn)
     )

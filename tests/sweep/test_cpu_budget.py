@@ -155,7 +155,7 @@ def test_cuda_runs_are_capped_per_gpu_unless_workers_are_given(machine):
 def test_runs_of_several_processes_count_their_processes(machine):
     """A data-parallel run function starts N processes per run: by default at most cores / N runs at once, each run
     given cores / workers threads for its processes to share; --workers beyond that is kept and said to exceed."""
-    from graphnorm.sweep.runner import run_processes
+    from graphnorm.sweep.cpu_budget import run_processes
     from graphnorm.train.launch import processes_run
 
     machine(affinity=8)
