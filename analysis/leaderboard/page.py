@@ -169,10 +169,15 @@ def family_answer(summary: pd.DataFrame, best: pd.DataFrame, family: str, depth:
 
 
 def collapse_answer(ok: pd.DataFrame) -> list[str]:
-    """Which last-layer collapse metric best predicts the metric lost with depth: Spearman's rho per family."""
-    table = collapse_predicts_accuracy(ok, by="family")
+    """Which last-layer collapse metric best predicts the metric lost with depth: Spearman's rho per family, then
+    over every cell of a metric that several families share (accuracy: homophilic and heterophilic together)."""
+    groups = list(collapse_predicts_accuracy(ok, by="family").groupby("family", sort=True))
+    shared = ok.groupby("metric")["family"].nunique()
+    for metric in shared[shared > 1].index:
+        table = collapse_predicts_accuracy(ok[ok["metric"] == metric])
+        groups.append((f"every {metric} cell", table))
     lines = []
-    for family, group in table.groupby("family", sort=True):
+    for family, group in groups:
         top = group[group["best"]]
         if top.empty:
             lines.append(f"- {markdown_text(family)}: too few cells deeper than the shallowest for a correlation.")
@@ -377,7 +382,8 @@ def page_lines(tier: str, runs: pd.DataFrame, knobs: pd.DataFrame, protocol: Pro
                 lines += [f"- {family_answer(summary, best, family, depth, set(there['norm']))}"]
         lines += ["", "## Which collapse metric predicts the loss with depth", ""]
         lines += ["Spearman's rho between each last-layer collapse metric and the metric lost from the shallowest "
-                  "depth, over every cell deeper than it, per family (the strongest named first):", "",
+                  "depth, over every cell deeper than it, per family and over every cell of a metric the families "
+                  "share (the strongest named first):", "",
                   *collapse_answer(ok), ""]  # fmt: skip
         lines += ["## Ranks by depth", ""]
         if rank_heatmap(table, figures / f"{FIGURE_PREFIX}ranks.png"):

@@ -115,3 +115,12 @@ def test_the_page_holds_the_cells_against_the_papers(page):
     gcnii = next(line for line in section.splitlines() if "gcnii / cora / 64 layers / none" in line)
     assert "| 0.855 |" in gcnii and "not in this tier's grid" in gcnii  # the quick tier has no GCNII
     assert "no published number read" in section
+
+
+def test_the_collapse_answer_pools_the_families_of_one_metric(page):
+    """Each family alone has too few deep cells; texas and csbm_homophilic together (both accuracy) have four, where
+    every collapse column (10 x, 90 x and 1 x the value) falls as the accuracy lost grows."""
+    text, _ = page
+    section = text.split("## Which collapse metric predicts the loss with depth")[1].split("## Ranks")[0]
+    assert "- heterophilic: too few cells deeper than the shallowest for a correlation." in section
+    assert "- every test_acc cell: `effective_rank`, Spearman's rho = -1.00" in section and "4 cells" in section
