@@ -6,14 +6,15 @@ cancelled before it wrote a result was never seen to end. Here each poll asks ``
 keeps an ended job's state for ``MinJobAge``), and ``sacct`` for those squeue no longer lists, where the cluster
 keeps accounting. A task that has ended without a result is recorded as failed, with its state as the reason, at
 most ``2 * poll_s + grace_s`` after it ended (:class:`SlurmOptions`); a requeued task is waited for. The job ids
-are kept in ``submitit/jobs.json``, so that a sweep restarted after its driver died follows the jobs still queued
-or running instead of submitting their runs again.
+are kept in ``submitit/jobs.json`` (and a submission's job name beforehand), so that a sweep restarted after its
+driver died follows the jobs still queued or running instead of submitting their runs again.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import secrets
 import shutil
 import subprocess
 import time
@@ -28,6 +29,9 @@ from graphnorm.sweep.cpu_budget import env_threads, passive_openmp_wait, plan_cp
 
 RunFn = Callable[[RunConfig], dict[str, Any]]
 JOBS_FILE = "jobs.json"  # in <out>/submitit: run_id -> {"job_id", "submitted_at"} of the runs in the queue
+# In <out>/submitit while a submission is on its way: the job name it carries and its runs in array order, so that a
+# driver killed between sbatch and jobs.json finds the job by its name instead of submitting the runs again.
+SUBMITTING_FILE = "submitting.json"
 SQUEUE_TIMEOUT_S = 60.0
 # Job states in which a task may still run (and write its result); every other state is an end.
 WAITING = {
@@ -239,6 +243,7 @@ class _Follower:
     ):
         self.out, self.slurm, self.finished, self.hooks, self.log = out, slurm, finished, hooks, log
         self.jobs_file = out / "submitit" / JOBS_FILE
+        self.submitting_file = out / "submitit" / SUBMITTING_FILE
         self.tasks: dict[str, _Task] = {}
         self.changed = False  # tasks left since jobs.json was last written
 
@@ -258,7 +263,7 @@ class _Follower:
         """Follow the recorded jobs of ``todo`` that are still queued or running (a driver that died left them)."""
         import submitit
 
-        records = self._records()
+        records = {**self._submitted_unrecorded(), **self._records()}
         known = {config_run_id(c): c for c in todo if config_run_id(c) in records}
         states = queue_states([records[r]["job_id"] for r in known])
         for run_id, config in known.items():
@@ -266,6 +271,9 @@ class _Follower:
             job = submitit.SlurmJob(folder=self.out / "submitit" / "%j", job_id=record["job_id"])
             if states.get(record["job_id"]) in WAITING or job.paths.result_pickle.exists():
                 self.tasks[run_id] = _Task(job, config, float(record["submitted_at"]))
+        if self.submitting_file.exists():  # the jobs found by name are in jobs.json from now on
+            self._save()
+            self.submitting_file.unlink(missing_ok=True)
         if self.tasks:
             self.log(f"following {len(self.tasks)} run(s) already in the SLURM queue (submitted by an earlier driver)")
 
@@ -273,12 +281,33 @@ class _Follower:
         if not configs:
             return
         submitted_at = time.time()
+        name = f"graphnorm-{self.out.name}-{secrets.token_hex(4)}"  # unique: a restart finds this job by it
+        marker = {"name": name, "run_ids": [config_run_id(c) for c in configs], "submitted_at": submitted_at}
+        self.submitting_file.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(self.submitting_file, json.dumps(marker), "the sweep's SLURM submission")
+        ex.update_parameters(name=name)
         with ex.batch(), passive_openmp_wait():
             jobs = [ex.submit(self.hooks.execute, run_fn, c.to_dict(), str(self.out), threads) for c in configs]
         for job, config in zip(jobs, configs):
             self.tasks[config_run_id(config)] = _Task(job, config, submitted_at)
         self._save()
+        self.submitting_file.unlink(missing_ok=True)
         self.log(f"submitted {len(jobs)} run(s) to SLURM as job {jobs[0].job_id.split('_')[0]}")
+
+    def _submitted_unrecorded(self) -> dict[str, dict[str, Any]]:
+        """The job records of a submission whose driver died before writing jobs.json: its array found by the job
+        name it carries (squeue, else sacct), its tasks in the order of its runs; ``{}`` when none was found."""
+        try:
+            marker = json.loads(self.submitting_file.read_text())
+            name, run_ids, submitted_at = marker["name"], list(marker["run_ids"]), float(marker["submitted_at"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return {}
+        arrays = jobs_named(name)
+        if len(arrays) != 1:  # never submitted (or gone without a trace): its runs are submitted again
+            return {}
+        (base,) = arrays
+        ids = [base] if len(run_ids) == 1 else [f"{base}_{i}" for i in range(len(run_ids))]
+        return {run_id: {"job_id": job_id, "submitted_at": submitted_at} for run_id, job_id in zip(run_ids, ids)}
 
     def _poll(self) -> None:
         """One look at every task: finished ones are reported, ended ones without a result recorded as failed."""
@@ -358,6 +387,23 @@ def queue_states(job_ids: list[str]) -> dict[str, str]:
             return {}
         return dict.fromkeys(job_ids, "PENDING")
     return _parse_states(answer.stdout)
+
+
+def jobs_named(name: str) -> list[str]:
+    """The ids of the jobs (an array's own id) called ``name`` that squeue still lists, else that sacct knows."""
+    commands = [
+        ["squeue", "--noheader", "--states=all", f"--name={name}", "--format=%F"],
+        ["sacct", "--noheader", "--parsable2", "--allocations", f"--name={name}", "--format=JobID"],
+    ]
+    for command in commands:
+        try:
+            answer = subprocess.run(command, capture_output=True, text=True, timeout=SQUEUE_TIMEOUT_S)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        found = sorted({line.strip().split("_")[0] for line in answer.stdout.splitlines() if line.strip()})
+        if answer.returncode == 0 and found:
+            return found
+    return []
 
 
 def accounting_states(job_ids: list[str]) -> dict[str, str]:

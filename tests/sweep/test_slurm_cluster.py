@@ -257,6 +257,32 @@ def test_a_killed_sweep_restarted_follows_its_jobs_and_runs_nothing_twice(slurm:
     assert [attempts(out, run_id) for run_id in runs.run_id] == [1, 1]
 
 
+def test_a_sweep_killed_between_sbatch_and_its_job_record_finds_its_job_by_name(slurm: Path, tmp_path, monkeypatch):
+    """The driver dies right after sbatch returned, before jobs.json holds the job ids: the restart finds the job by
+    the name its submission recorded beforehand, follows it, and runs nothing twice."""
+    monkeypatch.setenv(FAKE_SLEEP_ENV, "6")
+    sweep = grid(["none"], [0, 1])
+    out = tmp_path / "out"
+    (tmp_path / "sweep.json").write_text(json.dumps(sweep))
+    driver = (
+        "import json, os, sys; from graphnorm.sweep import SlurmOptions, run_sweep, slurm; "
+        "from sweep_run_fns import fake_run; "
+        "slurm._Follower._save = lambda self: os._exit(9); "  # killed before the job ids are written
+        f"run_sweep(json.load(open(sys.argv[1])), sys.argv[2], run_fn=fake_run, executor='slurm', "
+        f"slurm=SlurmOptions(time_min=10, poll_s={POLL_S}, grace_s={GRACE_S}), make_plots=False, progress=False)"
+    )
+    died = subprocess.run([sys.executable, "-c", driver, str(tmp_path / "sweep.json"), str(out)], timeout=WAIT_S)
+    assert died.returncode == 9 and not (out / "submitit" / "jobs.json").exists()
+    assert (out / "submitit" / "submitting.json").exists()
+    logs: list[str] = []
+    runs = run_sweep(sweep, out, run_fn=fake_run, executor="slurm", slurm=OPTIONS, make_plots=False, log=logs.append)
+    assert runs.status.tolist() == ["ok", "ok"]
+    assert any("following 2 run(s) already in the SLURM queue" in line for line in logs), logs
+    assert not any(line.startswith("submitted") for line in logs), logs  # nothing submitted again
+    assert len(executions(slurm)) == 2 and [attempts(out, run_id) for run_id in runs.run_id] == [1, 1]
+    assert not (out / "submitit" / "submitting.json").exists()
+
+
 def test_a_task_gone_from_the_queue_without_accounting_is_a_failed_run(tmp_path: Path, monkeypatch):
     # Past MinJobAge squeue forgets an ended task, and without accounting sacct knows nothing either.
     from types import SimpleNamespace
