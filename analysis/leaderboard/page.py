@@ -302,6 +302,20 @@ def deep_text(part: Part) -> str:
     return f" (at {', '.join(str(d) for d in deep)} layers only the first {part.deep_replicates} replicates)"
 
 
+def budget_lines(budget: pd.DataFrame) -> list[str]:
+    """The CPU budget per part: estimated before running, spent so far (tuning + grid), runs ended of planned."""
+    if budget.empty:
+        return []
+    rows = ["| part | estimated CPU-hours | spent: tuning + grid = total | runs ended / planned |", "|---|---|---|---|"]
+    for r in budget.itertuples():
+        spent = f"{r.spent_tuning_cpu_h:.2f} + {r.spent_grid_cpu_h:.2f} = {r.spent_cpu_h:.2f}"
+        estimated = "" if pd.isna(r.estimated_cpu_h) else f"{r.estimated_cpu_h:.1f}"
+        rows.append(f"| {markdown_text(r.part)} | {estimated} | {spent} | {r.runs_ended} / {r.runs_planned} |")
+    return ["## CPU budget", "",
+            "CPU-hours of one torch thread per run: estimated before running (`python -m experiments.leaderboard "
+            "estimate`) and spent so far, from each run's recorded CPU time.", "", *rows, ""]  # fmt: skip
+
+
 def anchor_lines(runs: pd.DataFrame) -> list[str]:
     """The section that holds our cells against the papers' published numbers (:mod:`.anchors`)."""
     table = anchor_rows(runs, load_anchors())
@@ -365,7 +379,9 @@ def clear_figures(figures: Path) -> None:
         old.unlink()
 
 
-def page_lines(tier: str, runs: pd.DataFrame, knobs: pd.DataFrame, protocol: Protocol, figures: Path) -> list[str]:
+def page_lines(
+    tier: str, runs: pd.DataFrame, knobs: pd.DataFrame, protocol: Protocol, figures: Path, budget: pd.DataFrame
+) -> list[str]:
     """The page's Markdown, its figures written into ``figures``."""
     ok, prefix = finished_settings(runs), "../figures/"
     lines = intro_lines(tier, runs)
@@ -392,6 +408,7 @@ def page_lines(tier: str, runs: pd.DataFrame, knobs: pd.DataFrame, protocol: Pro
                       "blank: no result).", ""]  # fmt: skip
         lines += ["## Critical-difference diagrams", "", *cd_figures(summary, figures, prefix, runs)]
     lines += anchor_lines(runs)
+    lines += budget_lines(budget)
     lines += [
         "## Every cell",
         "",
@@ -425,7 +442,9 @@ def build_leaderboard(out_dir: Path = REPO / "analysis", results: Path = RESULTS
     protocol = load_protocol(tier, protocol_path or PROTOCOL)
     figures = Path(out_dir) / "figures"
     clear_figures(figures)
-    lines = page_lines(tier, runs, knobs, protocol, figures)
+    budget_path = Path(results) / f"{tier}_budget.csv"
+    budget = pd.read_csv(budget_path) if budget_path.exists() else pd.DataFrame()
+    lines = page_lines(tier, runs, knobs, protocol, figures, budget)
     page = check_output_dir(Path(out_dir) / "questions", "the results' question pages") / PAGE
     atomic_write_text(page, "\n".join(lines).rstrip() + "\n", "the leaderboard page")
     return page

@@ -156,6 +156,18 @@ def write_csv(frame: pd.DataFrame, path: Path) -> None:
     atomic_write_csv(path, frame)
 
 
+def write_budget(protocol: Protocol, root: Path, table: pd.DataFrame, results: Path) -> None:
+    """``<tier>_budget.csv``: CPU-hours estimated (from ``<tier>_timings.csv`` where it exists) and spent."""
+    from .budget import budget_table, tuning_cpu_hours
+
+    tuned = {(part.name, host, graph.name): tuned_norms(protocol, part, host, graph)
+             for part, host, graph in protocol.settings()}  # fmt: skip
+    timings_path = results / f"{protocol.tier}_timings.csv"
+    timings = pd.read_csv(timings_path) if timings_path.exists() else None
+    budget = budget_table(protocol, table, tuning_cpu_hours(protocol, root, tuned), timings)
+    write_csv(budget, results / f"{protocol.tier}_budget.csv")
+
+
 def check_selection(protocol: Protocol, execution: Execution) -> None:
     """``ValueError`` naming a selected host or graph the tier does not have (a typo would run nothing)."""
     for what, chosen, valid in (
@@ -191,6 +203,7 @@ def run_tier(
     run_grid(protocol, root, knobs, execution)
     table = tidy_runs(protocol, root, knobs)
     write_csv(table, table_path)
+    write_budget(protocol, root, table, Path(results))
     counts = table["status"].value_counts().to_dict()
     execution.log(
         f"leaderboard {tier}: {len(table)} rows {counts} -> {table_path} ({time.perf_counter() - start:.0f} s)"

@@ -124,3 +124,14 @@ def test_the_collapse_answer_pools_the_families_of_one_metric(page):
     section = text.split("## Which collapse metric predicts the loss with depth")[1].split("## Ranks")[0]
     assert "- heterophilic: too few cells deeper than the shallowest for a correlation." in section
     assert "- every test_acc cell: `effective_rank`, Spearman's rho = -1.00" in section and "4 cells" in section
+
+
+def test_the_budget_shows_estimated_and_spent_hours(tmp_path):
+    write_csv(tidy_table(), tmp_path / "results" / "quick.csv")
+    spent = {"spent_tuning_cpu_h": 0.25, "spent_grid_cpu_h": 1.5, "spent_cpu_h": 1.75}
+    budget = pd.DataFrame(
+        [{"part": "node", "estimated_cpu_h": 18.57, **spent, "runs_ended": 300, "runs_planned": 9984}]
+    )
+    write_csv(budget, tmp_path / "results" / "quick_budget.csv")
+    text = build_leaderboard(tmp_path / "out", tmp_path / "results", tier="quick").read_text()
+    assert "## CPU budget" in text and "| node | 18.6 | 0.25 + 1.50 = 1.75 | 300 / 9984 |" in text

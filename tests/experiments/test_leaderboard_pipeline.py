@@ -5,6 +5,8 @@ with its listed command giving the recorded values."""
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import sys
 from pathlib import Path
 
@@ -68,6 +70,19 @@ def test_the_tidy_table_has_one_row_per_run_and_the_statistics_read_it(tiny):
     assert set(sepnorm["status"]) == {"cannot run"} and sepnorm["reason"].str.contains("graph-token rows").all()
     summary = cell_summary(ok)
     assert len(summary) == 3 * 2 and (summary["n"] == 2).all()
+
+
+def test_the_budget_sums_the_recorded_cpu_of_tuning_and_grid_runs(tiny):
+    budget = pd.read_csv(tiny["results"] / "full_budget.csv")
+    assert budget["part"].tolist() == ["node"] and math.isnan(budget["estimated_cpu_h"].iloc[0])  # no timings here
+    runs = read_runs(tiny["table"])
+    row = budget.iloc[0]
+    assert row["spent_grid_cpu_h"] == pytest.approx(ok_runs(runs)["cpu_s"].sum() / 3600)
+    tuning = [json.loads(p.read_text())["record"]["cpu_s"] for p in (tiny["runs"] / "full" / "tune").rglob("*.json")
+              if p.parent.name == "results"]  # fmt: skip
+    assert len(tuning) == 2 and row["spent_tuning_cpu_h"] == pytest.approx(sum(tuning) / 3600)
+    assert row["spent_cpu_h"] == pytest.approx(row["spent_tuning_cpu_h"] + row["spent_grid_cpu_h"])
+    assert (row["runs_ended"], row["runs_planned"]) == (12, 12)  # sepnorm cannot run: not planned
 
 
 def test_knobs_are_chosen_on_validation_once_and_used_in_the_grid(tiny):
