@@ -308,8 +308,8 @@ def budget_lines(budget: pd.DataFrame) -> list[str]:
         return []
     rows = ["| part | estimated CPU-hours | spent: tuning + grid = total | runs ended / planned |", "|---|---|---|---|"]
     for r in budget.itertuples():
-        spent = f"{r.spent_tuning_cpu_h:.2f} + {r.spent_grid_cpu_h:.2f} = {r.spent_cpu_h:.2f}"
-        estimated = "" if pd.isna(r.estimated_cpu_h) else f"{r.estimated_cpu_h:.1f}"
+        spent = f"{number(r.spent_tuning_cpu_h)} + {number(r.spent_grid_cpu_h)} = {number(r.spent_cpu_h)}"
+        estimated = number(r.estimated_cpu_h)  # blank without timings
         rows.append(f"| {markdown_text(r.part)} | {estimated} | {spent} | {r.runs_ended} / {r.runs_planned} |")
     return ["## CPU budget", "",
             "CPU-hours of one torch thread per run: estimated before running (`python -m experiments.leaderboard "

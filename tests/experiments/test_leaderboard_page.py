@@ -134,4 +134,4 @@ def test_the_budget_shows_estimated_and_spent_hours(tmp_path):
     )
     write_csv(budget, tmp_path / "results" / "quick_budget.csv")
     text = build_leaderboard(tmp_path / "out", tmp_path / "results", tier="quick").read_text()
-    assert "## CPU budget" in text and "| node | 18.6 | 0.25 + 1.50 = 1.75 | 300 / 9984 |" in text
+    assert "## CPU budget" in text and "| node | 18.6 | 0.250 + 1.50 = 1.75 | 300 / 9984 |" in text
