@@ -356,7 +356,8 @@ def intro_lines(tier: str, runs: pd.DataFrame) -> list[str]:
         done = [f"{markdown_text(g)}/{markdown_text(h)}" for (g, h), finished in groups.items() if finished]
         lines += [
             '!!! note "Under way"',
-            f"    {len(runs) - len(pending)} of {len(runs)} runs of this tier have ended; the rest are marked "
+            f"    {int(runs['status'].isin(['ok', 'failed']).sum())} of "
+            f"{int((runs['status'] != 'cannot run').sum())} runs of this tier have ended; the rest are marked "
             "*not run yet*. The answers, ranks and diagrams below compare norms only at the (graph, host, depth) "
             "groups whose runs have all ended. Finished graph/host settings: " + (", ".join(done) or "none") + ".",
             "",
