@@ -64,7 +64,7 @@ def rerun_cell(args: argparse.Namespace, results: Path = RESULTS, protocol_path:
               make_plots=False, progress=False)  # fmt: skip
     fresh = tidy_runs(protocol, root, knobs)
     fresh = fresh[(fresh["norm"] == args.norm) & (fresh["depth"] == args.depth) & (fresh["status"] == "ok")]
-    recorded = read_runs(table_path) if table_path.exists() else pd.DataFrame(columns=fresh.columns)
+    recorded = read_runs(table_path)
     keys = ["graph", "host", "depth", "norm", "seed"]
     both = fresh[[*keys, "value"]].merge(recorded[[*keys, "value"]], on=keys, how="left", suffixes=("", "_recorded"))
     differs = 0

@@ -28,7 +28,8 @@ from .protocol import (
     setting_config,
     setting_name,
 )
-from .run import RESULTS, tuned_norms, write_csv
+from .run import RESULTS, results_paths, tuned_norms, write_csv
+from .tables import read_runs
 
 TIMED_DEPTHS = (2, 8)
 TIMED_NORMS = ("contranorm", "granola")
@@ -193,7 +194,8 @@ def print_estimate(tier: str, calibrate: bool = False, results: Path = RESULTS, 
         parts = table.groupby("part")[["tuning_runs", "grid_runs", "tuning_cpu_h", "grid_cpu_h", "cpu_h"]].sum()
         log(f"\nestimated CPU-hours per part (tier {tier}, one torch thread per run; timings: {path}):")
         log(parts.round(3).to_string())
-    runs_path = results / f"{tier}.csv"
-    if runs_path.exists():
-        log(spent_lines(protocol, pd.read_csv(path), pd.read_csv(runs_path), runs_path))
+    runs_path = results_paths(tier, results)[0]
+    runs = read_runs(runs_path)
+    if not runs.empty:
+        log(spent_lines(protocol, pd.read_csv(path), runs, runs_path))
     return table

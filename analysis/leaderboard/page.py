@@ -44,7 +44,7 @@ def shown_tier(results: Path, tier: str | None) -> str:
     """The tier to show: ``tier``, else the full tier once its table exists, else the quick tier."""
     if tier is not None:
         return tier
-    return "full" if results_paths("full", results)[0].exists() else "quick"
+    return "full" if any(results_paths("full", results)[0].glob("*.csv")) else "quick"
 
 
 def p_value(value: float) -> str:
@@ -343,8 +343,8 @@ def intro_lines(tier: str, runs: pd.DataFrame) -> list[str]:
         "",
         "Which norm, at which depth, on which graph: every registered norm (and none) in deep hosts under one "
         "protocol per task family. Generated: do not edit; rebuilt from the tidy table "
-        f"`analysis/leaderboard/results/{tier}.csv` (one row per run) by `{BUILD_COMMAND}` (also run by "
-        "`python analysis/build.py`); the whole leaderboard runs or resumes with "
+        f"`analysis/leaderboard/results/{tier}/` (one row per run, one CSV per part and host) by `{BUILD_COMMAND}` "
+        "(also run by `python analysis/build.py`); the whole leaderboard runs or resumes with "
         f"`python -m experiments.leaderboard run --tier {tier}`.",
         "",
         f"Runs in this table: {len(runs)} ({status}).",
@@ -432,11 +432,10 @@ def build_leaderboard(out_dir: Path = REPO / "analysis", results: Path = RESULTS
     """Write ``out_dir/questions/leaderboard.md`` and its figures from the tier's committed results (the full
     tier once committed, else the quick one); returns the page's path."""
     from .protocol import PROTOCOL
-    from .tables import COLUMNS
 
     tier = shown_tier(Path(results), tier)
     table_path, knobs_path = results_paths(tier, Path(results))
-    runs = read_runs(table_path) if table_path.exists() else pd.DataFrame(columns=COLUMNS)
+    runs = read_runs(table_path)
     knobs = pd.read_csv(knobs_path) if knobs_path.exists() else pd.DataFrame()
     if not knobs.empty:
         knobs["chosen"] = knobs["chosen"].astype(str).str.lower() == "true"

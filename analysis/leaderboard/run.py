@@ -73,8 +73,8 @@ class Execution:
 
 
 def results_paths(tier: str, results: Path = RESULTS) -> tuple[Path, Path]:
-    """(the tidy runs table, the knob choices) of ``tier``."""
-    return results / f"{tier}.csv", results / f"{tier}_knobs.csv"
+    """(the folder of the tidy runs table, one CSV per part and host; the knob choices) of ``tier``."""
+    return results / tier, results / f"{tier}_knobs.csv"
 
 
 def knob_rows(protocol: Protocol, part: Part, host: str, graph: Graph, norm: str, out: Path) -> list[dict[str, Any]]:
@@ -188,8 +188,8 @@ def run_tier(
     results: Path = RESULTS,
     protocol_path: Path = PROTOCOL,
 ) -> Path:
-    """Tune, run the grid and write the tidy table of ``tier``; returns the table's path."""
-    from .tables import tidy_runs
+    """Tune, run the grid and write the tidy table of ``tier``; returns the table's folder."""
+    from .tables import tidy_runs, write_runs
 
     execution = execution or Execution()
     protocol = load_protocol(tier, protocol_path)
@@ -202,7 +202,7 @@ def run_tier(
     execution.log(f"knobs chosen on validation -> {knobs_path}")
     run_grid(protocol, root, knobs, execution)
     table = tidy_runs(protocol, root, knobs)
-    write_csv(table, table_path)
+    write_runs(table, table_path)
     write_budget(protocol, root, table, Path(results))
     counts = table["status"].value_counts().to_dict()
     execution.log(

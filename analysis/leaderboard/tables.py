@@ -16,8 +16,10 @@ from typing import Any
 import pandas as pd
 
 from graphnorm.config import config_run_id
+from graphnorm.files import check_output_dir
 from graphnorm.sweep.grid import expand_grid
 from graphnorm.sweep.results import load_results
+from graphnorm.sweep.tables import atomic_write_csv
 
 from .protocol import Graph, Part, Protocol, grid_sweep, metric_of, runnable_norms, setting_config, setting_name
 
@@ -101,9 +103,28 @@ def tidy_runs(protocol: Protocol, root: Path, knobs: pd.DataFrame) -> pd.DataFra
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-def read_runs(path: Path) -> pd.DataFrame:
-    """A tidy table written by :func:`tidy_runs` (text cells as written, numbers as numbers)."""
-    frame = pd.read_csv(path, keep_default_na=False, na_values=[""])
+def write_runs(frame: pd.DataFrame, folder: Path) -> list[Path]:
+    """``frame`` (a :func:`tidy_runs` table) into ``folder`` as one CSV per (part, host), ``<part>_<host>.csv``,
+    each written atomically, so that every file stays small enough to review; CSVs of ``folder`` the table no longer
+    has are removed. Returns the files written."""
+    folder = check_output_dir(folder, "the leaderboard's runs folder")
+    written = []
+    for (part, host), rows in frame.groupby(["part", "host"], sort=False):
+        written.append(folder / f"{part}_{host}.csv")
+        atomic_write_csv(written[-1], rows)
+    for stale in set(folder.glob("*.csv")) - set(written):
+        stale.unlink()
+    return written
+
+
+def read_runs(folder: Path) -> pd.DataFrame:
+    """The tidy table :func:`write_runs` wrote into ``folder`` (text cells as written, numbers as numbers); an empty
+    table with :data:`COLUMNS` where the folder holds none."""
+    files = sorted(Path(folder).glob("*.csv"))
+    if not files:
+        return pd.DataFrame(columns=COLUMNS)
+    frames = [pd.read_csv(path, keep_default_na=False, na_values=[""]) for path in files]
+    frame = pd.concat(frames, ignore_index=True)
     for column in ("reason", "variant", "norm_kwargs", "status"):
         text = frame[column].astype(object).where(frame[column].notna(), "").astype(str)
         frame[column] = text.str.replace(FORMULA_GUARD, "", regex=True)

@@ -16,7 +16,7 @@ if str(REPO) not in sys.path:
 
 from analysis.leaderboard.page import build_leaderboard  # noqa: E402
 from analysis.leaderboard.run import write_csv  # noqa: E402
-from analysis.leaderboard.tables import COLUMNS  # noqa: E402
+from analysis.leaderboard.tables import COLUMNS, read_runs, write_runs  # noqa: E402
 
 HOSTILE = "<script>alert(1)</script> | [x](javascript:alert(1)) =cmd"
 VALUES = {"good": (0.80, 0.60), "bad": (0.70, 0.20)}  # norm -> (mean at depth 2, at depth 8)
@@ -44,7 +44,7 @@ def tidy_table() -> pd.DataFrame:
 @pytest.fixture(scope="module")
 def page(tmp_path_factory) -> tuple[str, Path]:
     root = tmp_path_factory.mktemp("page")
-    write_csv(tidy_table(), root / "results" / "quick.csv")
+    write_runs(tidy_table(), root / "results" / "quick")
     return build_leaderboard(root / "out", root / "results", tier="quick").read_text(), root
 
 
@@ -99,7 +99,7 @@ def test_a_grid_under_way_is_compared_only_where_every_run_has_ended(tmp_path):
     table = tidy_table()
     waiting = (table["graph"] == "csbm_homophilic") & (table["depth"] == 8) & (table["norm"] == "bad")
     table.loc[waiting & (table["seed"] == 2), ["value", "status", "reason"]] = [float("nan"), "not run", "not run yet"]
-    write_csv(table, tmp_path / "results" / "quick.csv")
+    write_runs(table, tmp_path / "results" / "quick")
     text = build_leaderboard(tmp_path / "out", tmp_path / "results", tier="quick").read_text()
     planned = len(table) - 2  # the two sepnorm rows cannot run; of the others, one waits
     assert '!!! note "Under way"' in text and f"{planned - 1} of {planned} runs of this tier have ended" in text
@@ -128,7 +128,7 @@ def test_the_collapse_answer_pools_the_families_of_one_metric(page):
 
 
 def test_the_budget_shows_estimated_and_spent_hours(tmp_path):
-    write_csv(tidy_table(), tmp_path / "results" / "quick.csv")
+    write_runs(tidy_table(), tmp_path / "results" / "quick")
     spent = {"spent_tuning_cpu_h": 0.25, "spent_grid_cpu_h": 1.5, "spent_cpu_h": 1.75}
     budget = pd.DataFrame(
         [{"part": "node", "estimated_cpu_h": 18.57, **spent, "runs_ended": 300, "runs_planned": 9984}]
@@ -136,3 +136,22 @@ def test_the_budget_shows_estimated_and_spent_hours(tmp_path):
     write_csv(budget, tmp_path / "results" / "quick_budget.csv")
     text = build_leaderboard(tmp_path / "out", tmp_path / "results", tier="quick").read_text()
     assert "## CPU budget" in text and "| node | 18.6 | 0.250 + 1.50 = 1.75 | 300 / 9984 |" in text
+
+
+def test_the_runs_table_is_one_csv_per_part_and_host_read_back_whole(tmp_path):
+    """Each (part, host) gets its own file, so that none grows past review size; a host the table no longer has
+    loses its file; reading the folder gives back every row, text as written (the spreadsheet guard removed)."""
+    table = tidy_table()
+    table = pd.concat([table, table.assign(host="gcnii")], ignore_index=True)
+    folder = tmp_path / "full"
+    folder.mkdir()
+    (folder / "node_dropped_host.csv").write_text("family\n")
+    written = write_runs(table, folder)
+    assert sorted(path.name for path in written) == sorted(path.name for path in folder.iterdir())
+    assert sorted(path.name for path in written) == ["node_deepgcn.csv", "node_gcnii.csv"]
+    back = read_runs(folder)
+    keys = ["host", "graph", "depth", "norm", "seed"]
+    expected, back = (frame.sort_values(keys).reset_index(drop=True) for frame in (table, back))
+    pd.testing.assert_series_equal(back["value"], expected["value"], check_dtype=False)
+    assert back["reason"].tolist() == expected["reason"].tolist() and HOSTILE in back["reason"].tolist()
+    assert read_runs(tmp_path / "missing").columns.tolist() == COLUMNS
