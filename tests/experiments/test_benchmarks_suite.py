@@ -16,9 +16,14 @@ if str(REPO) not in sys.path:  # experiments/ is not an installed package
 
 from experiments.benchmarks import _common, bench_contranorm_model, bench_norms, run_all  # noqa: E402
 
+# bench_contranorm has its own smoke test (tests/experiments/test_benchmarks_smoke.py), and the scale benchmark, whose
+# every size runs in a fresh process, the next test: the two halves of the suite run side by side under xdist.
+ALONE = ("contranorm", "scale")
+
 
 def test_run_all_quick_writes_one_report(tmp_path, data_root):
-    path = run_all.run_all(quick=True, out_dir=tmp_path)
+    together = [name for name in run_all.BENCHMARKS if name not in ALONE]
+    path = run_all.run_all(quick=True, out_dir=tmp_path, only=together)
     assert path == tmp_path / run_all.REPORT_NAME
     text = path.read_text()
     assert "## Summary" in text
@@ -33,6 +38,13 @@ def test_run_all_quick_writes_one_report(tmp_path, data_root):
         if title[:2] in ("3.", "4.", "5.", "6.", "7."):  # this suite's (bench_contranorm is another module's)
             assert "**Failed:**" not in section, section
     assert torch.get_num_threads() >= 1  # thread setting restored
+
+
+def test_run_all_quick_scale_section(tmp_path, data_root):
+    text = run_all.run_all(quick=True, out_dir=tmp_path, only=["scale"]).read_text()
+    section = text.split("\n## 11. Scale")[1]
+    assert "**Failed:**" not in section
+    assert all(f"| 1000 | {variant} |" in section for variant in ("sparse", "pyg", "sparse+checkpoint", "sparse+bf16"))
 
 
 def test_time_interleaved_medians_and_calls():
