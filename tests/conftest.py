@@ -23,10 +23,11 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: unknown when xdist is not loaded
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """``-n auto``: one worker per core this process may use (affinity, container quota, SLURM), where pytest-xdist
-    would count the machine's cores."""
+    would count the machine's cores, and one more: about a fifth of the suite's time is spent waiting (on worker
+    processes, signals, a SLURM scheduler, a browser), which the extra worker fills with another test."""
     from graphnorm.sweep.cpu_budget import usable_cores
 
-    return usable_cores()
+    return usable_cores() + 1
 
 
 def pytest_configure(config: pytest.Config) -> None:
