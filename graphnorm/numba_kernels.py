@@ -6,19 +6,27 @@ algorithm in ``analysis/min_norm_point.py``) holds the callee's compiled code in
 that entry when only the callee's file changes: the caller would go on running the old callee, after an edit or an
 upgrade of graphnorm that changed only the callee. So every kernel made by :func:`kernel` is cached under one stamp,
 the digest of every file in :data:`KERNEL_MODULES`: a change to any of them compiles them all again, once (see
-:func:`graphnorm.analysis.collapse.warm_kernels`).
+:func:`graphnorm.analysis.collapse.warm_kernels`). Processes that find a kernel missing from the same cache (a sweep's
+workers, a test run's) take turns to compile it: the first compiles and caches it, the others load it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numba
 from numba.core import caching
+from numba.core.compiler_lock import global_compiler_lock
+
+try:
+    import fcntl
+except ImportError:  # not POSIX (Windows): each process compiles what it misses, as numba alone does
+    fcntl = None
 
 PACKAGE = Path(__file__).resolve().parent
 # Every module that defines a kernel, relative to the package (a test checks the list against the sources).
@@ -102,7 +110,71 @@ def _use_shared_stamp() -> None:
             registered.insert(0, locator)
 
 
+# The file, in a kernel's cache folder, whose exclusive flock is a process's turn to compile into that folder.
+COMPILE_LOCK = "graphnorm-kernels.lock"
+
+
+class _CompileTurns:
+    """This process's turn to compile, held by its outermost kernel compile (a kernel's callees compile inside it)."""
+
+    def __init__(self) -> None:
+        self._depth = 0
+        self._lock_file: Any = None
+
+    @contextlib.contextmanager
+    def turn(self, folder: str | None) -> Iterator[None]:
+        # numba's own lock first, as its compile takes it: one order for the two locks, and one thread here at a time.
+        with global_compiler_lock:
+            if self._depth == 0:
+                self._lock_file = _wait_for_turn(folder)
+            self._depth += 1
+            try:
+                yield
+            finally:
+                self._depth -= 1
+                if self._depth == 0 and self._lock_file is not None:
+                    self._lock_file.close()  # closing the file ends the flock: the next process's turn
+                    self._lock_file = None
+
+
+def _wait_for_turn(folder: str | None) -> Any:
+    """The open lock file of ``folder``, once this process holds its exclusive flock; None where there is no such
+    lock (no fcntl, no cache folder, a folder that cannot hold the file): then the process compiles unaided."""
+    if fcntl is None or folder is None:
+        return None
+    try:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        lock_file = open(Path(folder) / COMPILE_LOCK, "a")  # noqa: SIM115 (held across the compile, closed by turn)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(lock_file, fcntl.LOCK_EX)
+    except OSError:  # a filesystem without flock
+        lock_file.close()
+        return None
+    return lock_file
+
+
+_TURNS = _CompileTurns()
+
+
+def _compile_in_turn(dispatcher: Any) -> Any:
+    """``dispatcher`` whose compile waits for this process's turn: numba's compile looks in the on-disk cache before
+    it compiles, so a kernel another process compiled while this one waited is loaded, not compiled again."""
+    compile_unaided = dispatcher.compile
+    folder = getattr(dispatcher._cache, "_cache_path", None)
+
+    def compile(signature: Any) -> Any:
+        with _TURNS.turn(folder):
+            return compile_unaided(signature)
+
+    dispatcher.compile = compile  # numba calls it for a call it has no code for and for a caller's type inference
+    return dispatcher
+
+
 def kernel(**options: Any) -> Callable[[Callable], Any]:
-    """``numba.njit(cache=True, **options)`` with the shared cache stamp: every graphnorm kernel is made by it."""
+    """``numba.njit(cache=True, **options)`` with the shared cache stamp, compiled in turn with other processes:
+    every graphnorm kernel is made by it."""
     _use_shared_stamp()  # before njit: numba picks a function's locator when the decorator runs
-    return numba.njit(cache=True, **options)
+    jit = numba.njit(cache=True, **options)
+    return lambda function: _compile_in_turn(jit(function))

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import numba
@@ -132,3 +133,42 @@ def test_numba_keeps_its_own_locators_where_the_kernel_files_are_not_on_disk(tmp
     monkeypatch.setattr(numba_kernels, "KERNEL_MODULES", ("kernels.py", "gone.py"))  # e.g. a frozen application
     assert in_tree.from_function(module.f, str(source)) is None
     assert in_tree.from_function(module.f, str(Path(numba.__file__))) is None  # not graphnorm's file
+
+
+# Two of these start together; each says when its kernels are made, calls one, and reports whether it compiled it.
+RUN_AFTER_READY = """
+import sys
+from pathlib import Path
+from graphnorm import numba_kernels
+numba_kernels.PACKAGE = Path(sys.argv[1]).resolve()
+numba_kernels.KERNEL_MODULES = ("callee.py", "caller.py")
+sys.path.insert(0, sys.argv[1])
+from caller import twice_offset
+print("ready", flush=True)
+value = twice_offset(1.0)
+print(value, sum(twice_offset.stats.cache_misses.values()), sum(twice_offset.stats.cache_hits.values()))
+"""
+
+
+def test_processes_missing_a_kernel_take_turns_and_compile_it_once(tmp_path: Path):
+    """Two processes wait on the same missing kernel (the test holds their compile lock until both wait): one
+    compiles and caches it, the other loads it. numba alone would compile it in both."""
+    import fcntl
+
+    (tmp_path / "callee.py").write_text(textwrap.dedent(CALLEE.format(value=1.0)))
+    (tmp_path / "caller.py").write_text(textwrap.dedent(CALLER))
+    (tmp_path / "__pycache__").mkdir()
+    env = {key: value for key, value in os.environ.items() if key != "NUMBA_CACHE_DIR"}
+    with open(tmp_path / "__pycache__" / numba_kernels.COMPILE_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        processes = [
+            subprocess.Popen(
+                [sys.executable, "-c", RUN_AFTER_READY, str(tmp_path)], stdout=subprocess.PIPE, text=True, env=env
+            )
+            for _ in range(2)
+        ]
+        assert [process.stdout.readline().strip() for process in processes] == ["ready", "ready"]
+        time.sleep(1.0)  # both now call the kernel and wait for their turn
+    reports = [process.communicate(timeout=120)[0].split() for process in processes]
+    assert [process.returncode for process in processes] == [0, 0]
+    assert sorted(reports) == [["4.0", "0", "1"], ["4.0", "1", "0"]]  # one compiled (a miss), one loaded (a hit)
