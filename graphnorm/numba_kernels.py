@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -121,6 +122,12 @@ class _CompileTurns:
         self._depth = 0
         self._lock_file: Any = None
 
+    def forget(self) -> None:
+        """Drop a turn this process inherited (a forked child): its lock file closed here, the parent's left held."""
+        if self._lock_file is not None:
+            self._lock_file.close()
+        self._lock_file, self._depth = None, 0
+
     @contextlib.contextmanager
     def turn(self, folder: str | None) -> Iterator[None]:
         # numba's own lock first, as its compile takes it: one order for the two locks, and one thread here at a time.
@@ -156,6 +163,10 @@ def _wait_for_turn(folder: str | None) -> Any:
 
 
 _TURNS = _CompileTurns()
+if hasattr(os, "register_at_fork"):
+    # A child forked while another thread of its parent compiles must not keep the parent's turn: a flock lasts
+    # while any process holds the file open.
+    os.register_at_fork(after_in_child=_TURNS.forget)
 
 
 def _compile_in_turn(dispatcher: Any) -> Any:

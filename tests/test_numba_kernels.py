@@ -172,3 +172,21 @@ def test_processes_missing_a_kernel_take_turns_and_compile_it_once(tmp_path: Pat
     reports = [process.communicate(timeout=120)[0].split() for process in processes]
     assert [process.returncode for process in processes] == [0, 0]
     assert sorted(reports) == [["4.0", "0", "1"], ["4.0", "1", "0"]]  # one compiled (a miss), one loaded (a hit)
+
+
+def test_a_child_forked_during_a_turn_does_not_keep_it(tmp_path: Path):
+    """A flock lasts while any process holds its file open: a child forked while its parent compiles closes its
+    copy, so the parent's turn ends when the parent's compile does, however long the child lives."""
+    import fcntl
+
+    with numba_kernels._TURNS.turn(str(tmp_path)):
+        child = os.fork()
+        if child == 0:  # the child outlives its parent's turn
+            time.sleep(5)
+            os._exit(0)
+    try:
+        with open(tmp_path / numba_kernels.COMPILE_LOCK, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises BlockingIOError where the child kept the turn
+    finally:
+        os.kill(child, 9)
+        os.waitpid(child, 0)
