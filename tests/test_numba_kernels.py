@@ -179,14 +179,19 @@ def test_a_child_forked_during_a_turn_does_not_keep_it(tmp_path: Path):
     copy, so the parent's turn ends when the parent's compile does, however long the child lives."""
     import fcntl
 
+    forked, started = os.pipe()
     with numba_kernels._TURNS.turn(str(tmp_path)):
         child = os.fork()
-        if child == 0:  # the child outlives its parent's turn
+        if child == 0:  # the child (its after-fork hooks run) says so, then outlives its parent's turn
+            os.write(started, b"1")
             time.sleep(5)
             os._exit(0)
+        assert os.read(forked, 1) == b"1"
     try:
         with open(tmp_path / numba_kernels.COMPILE_LOCK, "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises BlockingIOError where the child kept the turn
     finally:
         os.kill(child, 9)
         os.waitpid(child, 0)
+        os.close(forked)
+        os.close(started)
