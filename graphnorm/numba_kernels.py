@@ -120,53 +120,49 @@ class _CompileTurns:
 
     def __init__(self) -> None:
         self._depth = 0
-        self._lock_file: Any = None
-
-    def forget(self) -> None:
-        """Drop a turn this process inherited (a forked child): its lock file closed here, the parent's left held."""
-        if self._lock_file is not None:
-            self._lock_file.close()
-        self._lock_file, self._depth = None, 0
+        self._lock_fd: int | None = None
 
     @contextlib.contextmanager
     def turn(self, folder: str | None) -> Iterator[None]:
         # numba's own lock first, as its compile takes it: one order for the two locks, and one thread here at a time.
         with global_compiler_lock:
             if self._depth == 0:
-                self._lock_file = _wait_for_turn(folder)
+                self._lock_fd = _wait_for_turn(folder)
             self._depth += 1
             try:
                 yield
             finally:
                 self._depth -= 1
-                if self._depth == 0 and self._lock_file is not None:
-                    self._lock_file.close()  # closing the file ends the flock: the next process's turn
-                    self._lock_file = None
+                if self._depth == 0 and self._lock_fd is not None:
+                    # Unlock before closing (as graphnorm.files.hold_lock): a child forked meanwhile shares the
+                    # descriptor and would otherwise keep the turn until it exits.
+                    with contextlib.suppress(OSError):
+                        fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+                    os.close(self._lock_fd)
+                    self._lock_fd = None
 
 
-def _wait_for_turn(folder: str | None) -> Any:
-    """The open lock file of ``folder``, once this process holds its exclusive flock; None where there is no such
-    lock (no fcntl, no cache folder, a folder that cannot hold the file): then the process compiles unaided."""
+def _wait_for_turn(folder: str | None) -> int | None:
+    """A descriptor of ``folder``'s lock file, once this process holds its exclusive flock; None where there is no
+    such lock (no fcntl, no cache folder, a folder that cannot hold the file): then the process compiles unaided."""
     if fcntl is None or folder is None:
         return None
+    # Never through a link, never blocking on a named pipe, not inherited by a program it starts.
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
         Path(folder).mkdir(parents=True, exist_ok=True)
-        lock_file = open(Path(folder) / COMPILE_LOCK, "a")  # noqa: SIM115 (held across the compile, closed by turn)
+        fd = os.open(Path(folder) / COMPILE_LOCK, flags, 0o666)
     except OSError:
         return None
     try:
-        fcntl.flock(lock_file, fcntl.LOCK_EX)
+        fcntl.flock(fd, fcntl.LOCK_EX)
     except OSError:  # a filesystem without flock
-        lock_file.close()
+        os.close(fd)
         return None
-    return lock_file
+    return fd
 
 
 _TURNS = _CompileTurns()
-if hasattr(os, "register_at_fork"):
-    # A child forked while another thread of its parent compiles must not keep the parent's turn: a flock lasts
-    # while any process holds the file open.
-    os.register_at_fork(after_in_child=_TURNS.forget)
 
 
 def _compile_in_turn(dispatcher: Any) -> Any:

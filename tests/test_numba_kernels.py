@@ -175,14 +175,14 @@ def test_processes_missing_a_kernel_take_turns_and_compile_it_once(tmp_path: Pat
 
 
 def test_a_child_forked_during_a_turn_does_not_keep_it(tmp_path: Path):
-    """A flock lasts while any process holds its file open: a child forked while its parent compiles closes its
-    copy, so the parent's turn ends when the parent's compile does, however long the child lives."""
+    """A flock lasts while any process holds its file open: the parent unlocks before it closes the file, so its
+    turn ends when its compile does, however long a child forked meanwhile lives."""
     import fcntl
 
     forked, started = os.pipe()
     with numba_kernels._TURNS.turn(str(tmp_path)):
         child = os.fork()
-        if child == 0:  # the child (its after-fork hooks run) says so, then outlives its parent's turn
+        if child == 0:  # the child says it has started, then outlives its parent's turn
             os.write(started, b"1")
             time.sleep(5)
             os._exit(0)
