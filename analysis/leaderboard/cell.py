@@ -41,7 +41,8 @@ def cell_protocol(tier: str, host: str, graph: str, seeds: list[int], depth: int
 
 
 def rerun_cell(args: argparse.Namespace, results: Path = RESULTS, protocol_path: Path = PROTOCOL) -> int:
-    """Run the cell ``args`` names and print each seed's value beside the recorded one; 1 when one differs."""
+    """Run the cell ``args`` names and print each seed's value beside the recorded one; 1 when one differs or has
+    no recorded value to compare with."""
     from graphnorm.sweep import run_sweep
 
     from .protocol import grid_sweep
@@ -67,9 +68,16 @@ def rerun_cell(args: argparse.Namespace, results: Path = RESULTS, protocol_path:
     recorded = read_runs(table_path)
     keys = ["graph", "host", "depth", "norm", "seed"]
     both = fresh[[*keys, "value"]].merge(recorded[[*keys, "value"]], on=keys, how="left", suffixes=("", "_recorded"))
-    differs = 0
+    differs = missing = 0
     for row in both.itertuples():
-        same = not math.isnan(row.value_recorded) and math.isclose(row.value, row.value_recorded, rel_tol=1e-6)
+        if math.isnan(row.value_recorded):  # a run the grid has not recorded yet (or recorded without a value)
+            missing += 1
+            print(f"seed {row.seed}: {row.value:.6g} (not recorded: nothing to compare with yet)")
+            continue
+        same = math.isclose(row.value, row.value_recorded, rel_tol=1e-6)
         differs += not same
         print(f"seed {row.seed}: {row.value:.6g} (recorded {row.value_recorded:.6g}) {'same' if same else 'DIFFERS'}")
-    return 1 if differs else 0
+    compared = len(both) - missing
+    print(f"{compared - differs} of {compared} recorded seeds give the recorded value"
+          + (f"; {missing} not recorded yet in {table_path}" if missing else ""))  # fmt: skip
+    return 1 if differs or missing else 0

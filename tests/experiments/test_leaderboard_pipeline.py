@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shutil
 import sys
 from pathlib import Path
 
@@ -134,7 +135,24 @@ def test_a_cell_rerun_gives_the_recorded_values(tiny, capsys):
     args = argparse.Namespace(tier="full", host="deepgcn", graph="tiny_csbm", norm="pairnorm", depth=2, seed=[1],
                               runs=str(tiny["runs"] / "again"), executor="serial", workers=None, threads=1)  # fmt: skip
     assert rerun_cell(args, tiny["results"], tiny["protocol"]) == 0
-    assert "seed 1:" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "seed 1:" in out and "same" in out and "1 of 1 recorded seeds give the recorded value" in out
+
+
+def test_a_cell_rerun_without_a_recorded_value_says_so_and_fails(tiny, tmp_path, capsys):
+    """A seed the grid has not recorded is not 'DIFFERS' (nor a pass): nothing to compare with, exit status 1."""
+    results = tmp_path / "results"
+    shutil.copytree(tiny["results"], results)
+    for table in (results / "full").glob("*.csv"):
+        runs = pd.read_csv(table)
+        unrecorded = (runs["norm"] == "pairnorm") & (runs["depth"] == 2) & (runs["seed"] == 1)
+        runs[~unrecorded].to_csv(table, index=False)
+    args = argparse.Namespace(tier="full", host="deepgcn", graph="tiny_csbm", norm="pairnorm", depth=2, seed=[1],
+                              runs=str(tmp_path / "again"), executor="serial", workers=None, threads=1)  # fmt: skip
+    assert rerun_cell(args, results, tiny["protocol"]) == 1
+    out = capsys.readouterr().out
+    assert "seed 1:" in out and "not recorded: nothing to compare with yet" in out and "DIFFERS" not in out
+    assert "0 of 0 recorded seeds give the recorded value; 1 not recorded yet" in out
 
 
 def test_a_cell_runs_the_replicates_its_depth_runs_in_the_grid():
