@@ -10,6 +10,7 @@ session's one (``built_site`` in ``tests/docs/conftest.py``), shared with the br
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import re
@@ -108,14 +109,30 @@ def check_internal_links_and_images(site: Path) -> None:
     assert counts["links"] > 100 and counts["images"] > 0  # the check saw the site, not an empty folder
 
 
-def _registered() -> dict[str, list[str]]:
-    """The registered norms, models and datasets in a fresh interpreter: what the build's process registers,
-    without this session's test registrations."""
+@functools.cache
+def _fresh_interpreter_names() -> dict[str, dict[str, list[str]]]:
+    """Read once, in a fresh interpreter: the registered norms, models and datasets (what the build's process
+    registers, without this session's test registrations), and per package with a reference page its ``__all__`` and
+    the names it loads on first use (``_LAZY``; importing them all here would load optional packages)."""
     code = (
-        "import json, graphnorm.norms as n, graphnorm.models as m, graphnorm.data as d; print(json.dumps("
-        "{'norms': n.available_norms(), 'models': m.available_models(), 'datasets': d.available_datasets()}))"
+        "import importlib, json, graphnorm.norms as n, graphnorm.models as m, graphnorm.data as d\n"
+        "registered = {'norms': n.available_norms(), 'models': m.available_models(),\n"
+        "              'datasets': d.available_datasets()}\n"
+        "public = {}\n"
+        "for name in ['norms', 'models', 'analysis', 'data', 'train', 'sweep', 'config', 'predict']:\n"
+        "    module = importlib.import_module('graphnorm.' + name)\n"
+        "    public[name] = sorted(set(getattr(module, '__all__', [])) | set(getattr(module, '_LAZY', {})))\n"
+        "print(json.dumps({'registered': registered, 'public': public}))"
     )
     return json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+
+
+def _registered() -> dict[str, list[str]]:
+    return _fresh_interpreter_names()["registered"]
+
+
+def _public_names() -> dict[str, list[str]]:
+    return _fresh_interpreter_names()["public"]
 
 
 def check_catalogues_list_every_registered_entry(site: Path) -> None:
@@ -139,19 +156,6 @@ def check_results_figures_and_tutorials(site: Path) -> None:
         assert page.is_file(), f"{notebook.name} has no tutorial page"
     benchmarks = (site / "results" / "benchmarks" / "index.html").read_text(encoding="utf-8")
     assert "<table>" in benchmarks  # the results page's benchmark table was filled in
-
-
-def _public_names() -> dict[str, list[str]]:
-    """Per package with a reference page: ``__all__`` and the names it loads on first use (``_LAZY``), read in a fresh
-    interpreter (importing them all here would load optional packages)."""
-    code = (
-        "import importlib, json; out = {}\n"
-        "for name in ['norms', 'models', 'analysis', 'data', 'train', 'sweep', 'config', 'predict']:\n"
-        "    m = importlib.import_module('graphnorm.' + name)\n"
-        "    out[name] = sorted(set(getattr(m, '__all__', [])) | set(getattr(m, '_LAZY', {})))\n"
-        "print(json.dumps(out))"
-    )
-    return json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
 
 
 def check_api_reference_lists_every_public_name(site: Path) -> None:
