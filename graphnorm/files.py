@@ -248,13 +248,14 @@ def save_figure(figure: Any, path: str | os.PathLike, what: str | None = None, *
     atomic_write(path, lambda handle: figure.savefig(handle, format=form, **savefig), what)
 
 
-def open_regular(path: str | os.PathLike, flags: int, what: str | None = None) -> int:
+def open_regular(path: str | os.PathLike, flags: int, what: str | None = None, mode: int = 0o644) -> int:
     """A descriptor of ``path`` opened with ``flags`` (``os.O_*``), never through a symbolic link nor onto a FIFO,
     device or folder (:data:`WRITE_RULE`, for reading too: opening a FIFO would wait for a writer), blocking once
-    open; :class:`OutputPathError` in one line naming the path and what it is, ``OSError`` for other failures."""
+    open; :class:`OutputPathError` in one line naming the path and what it is, ``OSError`` for other failures.
+    ``mode``: the permissions of a file ``os.O_CREAT`` creates (less the umask)."""
     path = Path(path)
     try:
-        descriptor = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+        descriptor = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
     except OSError as e:
         info = _lstat(path) if e.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO) else None
         if info is None:
@@ -296,24 +297,20 @@ def hold_lock(path: str | os.PathLike, busy: str, what: str | None = None, remov
     run rather than per folder); a process that opened it just before then finds its lock on a deleted file and
     takes the path's new one instead (:func:`acquire_lock`)."""
     path = Path(path).expanduser()
-    fd = acquire_lock(path, busy, what)
+    fd, owner = acquire_lock(path, busy, what), os.getpid()
     try:
         yield
     finally:
-        if remove:
+        if remove and os.getpid() == owner:
             with contextlib.suppress(OSError):
                 path.unlink()  # while still held: nobody can have locked the file at this name meanwhile
-        # Unlock before closing: a child forked meanwhile (a data loader's worker) shares the descriptor and would
-        # otherwise keep the lock until it exits.
-        with contextlib.suppress(OSError):
-            fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
+        release_lock(fd, owner)
 
 
 def acquire_lock(path: Path, busy: str, what: str | None = None) -> int:
     """A descriptor of the regular file ``path`` (created if missing, never through a link) holding its exclusive
     ``flock``; :class:`OutputBusyError` with the message ``busy`` when another writer holds it. The caller unlocks and
-    closes it (:func:`hold_lock` does both for a block)."""
+    closes it (:func:`release_lock`; :func:`hold_lock` does both for a block)."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     for _ in range(3):
         info = _lstat(path)
@@ -337,6 +334,31 @@ def acquire_lock(path: Path, busy: str, what: str | None = None) -> int:
             raise
         os.close(fd)  # its holder removed it between our open and our lock: lock the new one
     raise OutputBusyError(busy)
+
+
+def wait_for_lock(path: str | os.PathLike, what: str | None = None, mode: int = 0o666) -> int:
+    """A descriptor of the regular file ``path`` (created if missing with ``mode``, never through a link nor onto a
+    FIFO, device or folder: :func:`open_regular`) once this process holds its exclusive ``flock``, however long the
+    holder keeps it; release it with :func:`release_lock`. :class:`OutputPathError` where ``path`` is not a regular
+    file, ``OSError`` for other failures (a read-only folder, a file system without ``flock``)."""
+    fd = open_regular(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, what, mode)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def release_lock(fd: int, owner: int) -> None:
+    """Release the ``flock`` of ``fd`` (from :func:`acquire_lock` or :func:`wait_for_lock`, in process ``owner``) and
+    close it. Unlocked explicitly, not by the close alone: a process forked meanwhile (a data loader's worker) shares
+    the descriptor and would keep the lock until it exits. And only in ``owner``: a forked process leaving the lock's
+    block must not release the lock its parent still holds."""
+    if os.getpid() == owner:
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    os.close(fd)
 
 
 def is_temporary_file(path: Path) -> bool:

@@ -121,24 +121,23 @@ class _CompileTurns:
     def __init__(self) -> None:
         self._depth = 0
         self._lock_fd: int | None = None
+        self._owner = os.getpid()
 
     @contextlib.contextmanager
     def turn(self, folder: str | None) -> Iterator[None]:
         # numba's own lock first, as its compile takes it: one order for the two locks, and one thread here at a time.
         with global_compiler_lock:
             if self._depth == 0:
-                self._lock_fd = _wait_for_turn(folder)
+                self._lock_fd, self._owner = _wait_for_turn(folder), os.getpid()
             self._depth += 1
             try:
                 yield
             finally:
                 self._depth -= 1
                 if self._depth == 0 and self._lock_fd is not None:
-                    # Unlock before closing (as graphnorm.files.hold_lock): a child forked meanwhile shares the
-                    # descriptor and would otherwise keep the turn until it exits.
-                    with contextlib.suppress(OSError):
-                        fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
-                    os.close(self._lock_fd)
+                    from graphnorm.files import release_lock  # (imports fcntl: only where there is one)
+
+                    release_lock(self._lock_fd, self._owner)  # not kept by a child forked during the turn
                     self._lock_fd = None
 
 
@@ -147,19 +146,13 @@ def _wait_for_turn(folder: str | None) -> int | None:
     such lock (no fcntl, no cache folder, a folder that cannot hold the file): then the process compiles unaided."""
     if fcntl is None or folder is None:
         return None
-    # Never through a link, never blocking on a named pipe, not inherited by a program it starts.
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    from graphnorm.files import wait_for_lock
+
     try:
         Path(folder).mkdir(parents=True, exist_ok=True)
-        fd = os.open(Path(folder) / COMPILE_LOCK, flags, 0o666)
-    except OSError:
+        return wait_for_lock(Path(folder) / COMPILE_LOCK)
+    except OSError:  # (a lock file that is not a regular file too: graphnorm.files.OutputPathError)
         return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-    except OSError:  # a filesystem without flock
-        os.close(fd)
-        return None
-    return fd
 
 
 _TURNS = _CompileTurns()

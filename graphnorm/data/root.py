@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import logging
 import os
 import shutil
@@ -24,7 +23,7 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-from graphnorm.files import atomic_write
+from graphnorm.files import OutputPathError, atomic_write, release_lock, wait_for_lock
 
 ENV_ROOT = "GRAPHNORM_DATA"
 ENV_MIRROR = "GRAPHNORM_DATA_MIRROR"
@@ -104,25 +103,19 @@ def refuse_links(root: Path, relative: str) -> None:
                 raise _root_link_error(root, Path(dirpath) / name)
 
 
-def _open_lock(root: Path, lock: Path) -> int | None:
-    """A descriptor of the regular file ``lock`` (created if missing), or None where the root is read-only.
-
-    Never through a link (``O_NOFOLLOW``) and never blocking on a named pipe (``O_NONBLOCK``)."""
+def _wait_for_lock(root: Path, lock: Path) -> int | None:
+    """A descriptor of the regular file ``lock`` (created if missing) holding its exclusive lock, once the process
+    that holds it lets go (:func:`graphnorm.files.wait_for_lock`); None where the root is read-only."""
     if lock.is_symlink():
         raise _root_link_error(root, lock)
-    if lock.exists() and not lock.is_file():
-        raise DataRootError(f"the lock file {lock} is not a regular file (a folder or a pipe): delete it")
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
-        fd = os.open(lock, flags, 0o666)
+        return wait_for_lock(lock, "the lock file")
+    except OutputPathError:  # a folder, a pipe or a device where the lock file goes
+        raise DataRootError(f"the lock file {lock} is not a regular file (a folder or a pipe): delete it") from None
     except OSError as error:
         if error.errno in _READ_ONLY_ERRNOS:
             return None
-        raise DataRootError(f"cannot open the lock file {lock} ({error.strerror}): delete it") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):  # replaced between the checks and the open
-        os.close(fd)
-        raise DataRootError(f"the lock file {lock} is not a regular file: delete it")
-    return fd
+        raise DataRootError(f"cannot lock the lock file {lock} ({error.strerror}): delete it") from None
 
 
 @contextlib.contextmanager
@@ -135,15 +128,15 @@ def dataset_lock(root: Path, relative: str) -> Iterator[None]:
     loaders write there under the lock.
     """
     refuse_links(root, relative)
-    fd = _open_lock(root, root / f".{relative.replace('/', '_')}.lock")
+    fd = _wait_for_lock(root, root / f".{relative.replace('/', '_')}.lock")
     if fd is None:
         yield
         return
+    owner = os.getpid()
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)  # released when the file is closed, also when the process dies
         yield
     finally:
-        os.close(fd)
+        release_lock(fd, owner)  # (a process that dies releases it too)
 
 
 def mirror_root() -> Path | None:

@@ -13,7 +13,6 @@ text, a non-integer step, a step in two places) is a one-line ``ValueError`` nam
 from __future__ import annotations
 
 import csv
-import fcntl
 import math
 import os
 import re
@@ -22,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from graphnorm.files import OutputPathError, acquire_lock, atomic_write_text, open_regular
+from graphnorm.files import OutputPathError, acquire_lock, atomic_write_text, open_regular, release_lock
 
 __all__ = ["StepCsv", "STEP_RECORD_SUFFIX", "LOCK_NAME"]
 
@@ -67,16 +66,7 @@ class _Lock:
             "would write one table; close the other one (monitor.close()) or give another out_dir"
         )
         descriptor = acquire_lock(path, busy, "CollapseMonitor: the lock file of out_dir,")
-        self.release = weakref.finalize(self, _unlock, descriptor, os.getpid())
-
-
-def _unlock(descriptor: int, owner: int) -> None:
-    """Release the lock and close its descriptor. Unlocked explicitly, not by the close alone: a process forked
-    meanwhile (a data-loader worker) shares the descriptor and would keep the folder locked until it exits; and
-    only by its owner, so that such a process ending does not release the owner's lock."""
-    if os.getpid() == owner:
-        fcntl.flock(descriptor, fcntl.LOCK_UN)
-    os.close(descriptor)
+        self.release = weakref.finalize(self, release_lock, descriptor, os.getpid())
 
 
 class StepCsv:
