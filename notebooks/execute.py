@@ -1,6 +1,6 @@
 """Regenerate the executed notebooks (``notebooks/<name>.ipynb``, with outputs) from their jupytext sources.
 
-    python notebooks/execute.py                       # all three, at their defaults
+    python notebooks/execute.py                       # all of them, at their defaults
     python notebooks/execute.py train_collapse        # one
     python notebooks/execute.py --cwd . --no-write    # time them with the kernel in the repository root
     python notebooks/execute.py --markdown-only       # copy edited markdown cells into the executed copies
@@ -8,12 +8,14 @@
 Each source ``notebooks/<name>.py`` is converted with jupytext and executed with nbclient in a fresh ``python3``
 kernel, whose working directory is ``notebooks/`` (as when Jupyter opens the notebook) unless ``--cwd`` says
 otherwise; the executed notebook is written beside the source and the wall time printed. The sweep notebook needs
-the main job's output first (``graphnorm sweep experiments/sweeps/cora_depth_quick.yaml``).
+the main job's output first (``graphnorm sweep experiments/sweeps/cora_depth_quick.yaml``). Cells get ids made
+from the notebook's name and their position (:func:`stable_cell_ids`), so executing again changes only outputs.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import sys
 import time
 from pathlib import Path
@@ -27,9 +29,16 @@ NAMES = ("sweep_results", "train_collapse", "molecules_collapse", "pyg_model_col
 TIMEOUT_S = 900  # per cell
 
 
+def stable_cell_ids(notebook: nbformat.NotebookNode, name: str) -> nbformat.NotebookNode:
+    """``notebook`` with each cell's id made from ``name`` and the cell's position (jupytext draws random ones)."""
+    for index, cell in enumerate(notebook.cells):
+        cell.id = hashlib.sha256(f"{name}:{index}".encode()).hexdigest()[:8]
+    return notebook
+
+
 def execute(name: str, cwd: Path, write: bool = True) -> float:
     """Execute ``notebooks/<name>.py`` with the kernel in ``cwd``; write ``<name>.ipynb`` if ``write``; seconds."""
-    notebook = jupytext.read(NOTEBOOKS / f"{name}.py")
+    notebook = stable_cell_ids(jupytext.read(NOTEBOOKS / f"{name}.py"), name)
     start = time.perf_counter()
     client = NotebookClient(
         notebook,
@@ -55,7 +64,7 @@ def copy_markdown(name: str) -> None:
         raise ValueError(f"{name}: code cells changed, not only markdown: run python notebooks/execute.py {name}")
     for ours, theirs in zip(source.cells, executed.cells):
         theirs.source = ours.source
-    nbformat.write(executed, NOTEBOOKS / f"{name}.ipynb")
+    nbformat.write(stable_cell_ids(executed, name), NOTEBOOKS / f"{name}.ipynb")
 
 
 def main(argv: list[str] | None = None) -> int:

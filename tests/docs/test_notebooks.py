@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 from pathlib import Path
@@ -63,6 +64,26 @@ def test_committed_notebook_carries_outputs(name):
     outputs = [output for cell in code for output in cell.outputs]
     assert not [output for output in outputs if output.output_type == "error"]
     assert any("image/png" in output.get("data", {}) for output in outputs), "no figure in the committed notebook"
+
+
+def _execute_script():
+    """notebooks/execute.py as a module (notebooks/ is not a package)."""
+    spec = importlib.util.spec_from_file_location("notebooks_execute", NOTEBOOKS / "execute.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_committed_notebook_has_stable_cell_ids(name):
+    """Cell ids come from the notebook's name and the cell's position, not jupytext's random draw: executing again
+    changes the outputs only."""
+    stable_cell_ids = _execute_script().stable_cell_ids
+    expected = [cell.id for cell in stable_cell_ids(jupytext.read(NOTEBOOKS / f"{name}.py"), name).cells]
+    assert expected == [cell.id for cell in stable_cell_ids(jupytext.read(NOTEBOOKS / f"{name}.py"), name).cells]
+    assert len(set(expected)) == len(expected)
+    committed = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+    assert [cell.id for cell in committed.cells] == expected, f"run python notebooks/execute.py --markdown-only {name}"
 
 
 def test_sync_check_fails_when_a_source_cell_changes(tmp_path, monkeypatch):
