@@ -86,6 +86,14 @@ class OutputBusyError(OutputPathError, RuntimeError):
     """An output another writer holds (its lock, :func:`hold_lock`, is taken)."""
 
 
+class NoFileLocksError(OutputPathError):
+    """A lock file on a file system without ``flock`` (some network file systems): nothing there can be locked."""
+
+
+# flock's errors where the file system has no locks at all (ENOTSUP is EOPNOTSUPP on Linux, not everywhere).
+NO_LOCKS_ERRNOS = frozenset({errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS})
+
+
 def node_kind(mode: int) -> str:
     """What a file of ``st_mode`` ``mode`` is, in words (``a regular file``, ``a FIFO (named pipe)``, ...)."""
     return next((kind for test, kind in NODE_KINDS if test(mode)), "an unknown kind of file")
@@ -309,8 +317,9 @@ def hold_lock(path: str | os.PathLike, busy: str, what: str | None = None, remov
 
 def acquire_lock(path: Path, busy: str, what: str | None = None) -> int:
     """A descriptor of the regular file ``path`` (created if missing, never through a link) holding its exclusive
-    ``flock``; :class:`OutputBusyError` with the message ``busy`` when another writer holds it. The caller unlocks and
-    closes it (:func:`release_lock`; :func:`hold_lock` does both for a block)."""
+    ``flock``; :class:`OutputBusyError` with the message ``busy`` when another writer holds it
+    (:class:`NoFileLocksError` where nothing can be locked). The caller unlocks and closes it (:func:`release_lock`;
+    :func:`hold_lock` does both for a block)."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     for _ in range(3):
         info = _lstat(path)
@@ -322,7 +331,7 @@ def acquire_lock(path: Path, busy: str, what: str | None = None) -> int:
             raise OutputPathError(f"{_named(path, what)} cannot be created: {e.strerror or e}") from None
         try:
             _refuse_kind(path, os.fstat(fd), what)  # replaced between the check and the open
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, path, what)
             now = _lstat(path)
             if now is not None and (now.st_dev, now.st_ino) == (os.fstat(fd).st_dev, os.fstat(fd).st_ino):
                 return fd
@@ -340,14 +349,29 @@ def wait_for_lock(path: str | os.PathLike, what: str | None = None, mode: int = 
     """A descriptor of the regular file ``path`` (created if missing with ``mode``, never through a link nor onto a
     FIFO, device or folder: :func:`open_regular`) once this process holds its exclusive ``flock``, however long the
     holder keeps it; release it with :func:`release_lock`. :class:`OutputPathError` where ``path`` is not a regular
-    file, ``OSError`` for other failures (a read-only folder, a file system without ``flock``)."""
+    file, :class:`NoFileLocksError` on a file system without ``flock``, ``OSError`` for other failures (a read-only
+    folder)."""
     fd = open_regular(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, what, mode)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        _flock(fd, fcntl.LOCK_EX, Path(path), what)
     except BaseException:
         os.close(fd)
         raise
     return fd
+
+
+def _flock(fd: int, operation: int, path: Path, what: str | None) -> None:
+    """``fcntl.flock(fd, operation)``, with :class:`NoFileLocksError` naming ``path`` where its file system has no
+    locks: flock's own error says only "No locks available"."""
+    try:
+        fcntl.flock(fd, operation)
+    except OSError as error:
+        if error.errno not in NO_LOCKS_ERRNOS:
+            raise
+        raise NoFileLocksError(
+            f"{_named(path, what)} cannot be locked: its file system has no file locks ({error.strerror}; some "
+            "network file systems); put it on a local disk"
+        ) from None
 
 
 def release_lock(fd: int, owner: int) -> None:

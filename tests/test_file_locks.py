@@ -5,14 +5,17 @@ lock's block must not free the lock its parent still holds. The data root's data
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 from pathlib import Path
 
 import pytest
 
-from graphnorm.data.root import dataset_lock
+from graphnorm import files
+from graphnorm.data.root import DataRootError, dataset_lock
 from graphnorm.files import (
+    NoFileLocksError,
     OutputBusyError,
     OutputPathError,
     held_by_another_writer,
@@ -126,3 +129,43 @@ def test_release_lock_only_unlocks_in_its_owner(tmp_path: Path) -> None:
     assert held_by_another_writer(path)
     release_lock(fd, owner=os.getpid())
     assert not held_by_another_writer(path)
+
+
+@pytest.fixture
+def no_file_locks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """flock failing as it does on a file system without locks (an NFS mount without lockd: none can be mounted
+    here)."""
+
+    def flock(fd: int, operation: int) -> None:
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(files.fcntl, "flock", flock)
+
+
+def test_a_file_system_without_locks_is_named_as_such(tmp_path: Path, no_file_locks: None) -> None:
+    path = tmp_path / "turn.lock"
+    with pytest.raises(NoFileLocksError, match=f"{path} cannot be locked: its file system has no file locks"):
+        wait_for_lock(path)
+    what = "the sweep's lock file"
+    with (
+        pytest.raises(NoFileLocksError, match=f"{what} .* has no file locks") as refused,
+        hold_lock(tmp_path / "run.lock", "busy", what),
+    ):
+        pass
+    assert not isinstance(refused.value, OutputBusyError)  # not "another writer holds it"
+    (tmp_path / "root").mkdir()
+    advice = "has no file locks .*set \\$GRAPHNORM_DATA to a folder on a local disk"
+    with pytest.raises(DataRootError, match=advice), dataset_lock(tmp_path / "root", "Planetoid/Cora"):
+        pass
+
+
+def test_other_flock_errors_are_not_taken_for_a_file_system_without_locks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def flock(fd: int, operation: int) -> None:
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(files.fcntl, "flock", flock)
+    with pytest.raises(OSError, match="Input/output error") as raised:
+        wait_for_lock(tmp_path / "turn.lock")
+    assert not isinstance(raised.value, NoFileLocksError)

@@ -23,7 +23,7 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-from graphnorm.files import OutputPathError, atomic_write, release_lock, wait_for_lock
+from graphnorm.files import NoFileLocksError, OutputPathError, atomic_write, release_lock, wait_for_lock
 
 ENV_ROOT = "GRAPHNORM_DATA"
 ENV_MIRROR = "GRAPHNORM_DATA_MIRROR"
@@ -110,12 +110,14 @@ def _wait_for_lock(root: Path, lock: Path) -> int | None:
         raise _root_link_error(root, lock)
     try:
         return wait_for_lock(lock, "the lock file")
+    except NoFileLocksError as error:  # deleting the lock file would not help
+        raise DataRootError(f"{error}: set ${ENV_ROOT} to a folder on a local disk") from None
     except OutputPathError:  # a folder, a pipe or a device where the lock file goes
         raise DataRootError(f"the lock file {lock} is not a regular file (a folder or a pipe): delete it") from None
     except OSError as error:
         if error.errno in _READ_ONLY_ERRNOS:
             return None
-        raise DataRootError(f"cannot lock the lock file {lock} ({error.strerror}): delete it") from None
+        raise DataRootError(f"cannot lock the lock file {lock} ({error.strerror or error})") from None
 
 
 @contextlib.contextmanager
