@@ -54,6 +54,14 @@ def test_one_recipe_per_family_and_the_knobs_only_per_norm():
         assert set(grid) and all(isinstance(values, list) and values for values in grid.values())
 
 
+def test_no_run_is_cut_by_a_clock():
+    """A run's budget is in epochs: a time cap (``max_train_minutes``) would stop it at a step that depends on the
+    machine's load, and re-running its cell would not give the recorded value."""
+    for tier in ("full", "quick"):
+        for part, host, graph in load_protocol(tier).settings():
+            assert setting_config(part, host, graph).get("max_train_minutes") is None, (tier, host, graph.name)
+
+
 def test_sweeps_expand_and_tune_at_the_reference_depth_only(data_root):
     protocol = load_protocol("quick")
     for part, host, graph in protocol.settings():
