@@ -49,7 +49,7 @@ class RunConfig:
     data_root: str | None = None  # None: $GRAPHNORM_DATA, else the user cache
     feature_norm: str = "none"  # none | row_l1 (row-L1-normalized node features, Kipf/PairNorm/ContraNorm protocol)
     eval_nodes: str = "test"  # node-level only: test (public test mask) | rest (all nodes outside train+val)
-    limit_graphs: int | None = None  # graph-level smoke runs: a fixed random subset of at most this many graphs/split
+    limit_graphs: int | None = None  # graph level: a fixed random subset of at most this many graphs per split
     max_nodes: int | None = None  # graphormer: largest graph allowed (dense [n, n] inputs); larger ones -> error
     drop_large_graphs: bool = False  # graphormer: drop graphs above max_nodes instead (counted in the record)
     # --- model ---

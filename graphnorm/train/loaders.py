@@ -55,7 +55,7 @@ def prepare_task(config: RunConfig) -> GraphTask:
         # PyG's NormalizeFeatures: each row divided by its sum (exact row-L1 for the non-negative Planetoid features).
         task.data = T.NormalizeFeatures()(task.data.clone())
     if config.limit_graphs is not None:
-        # Smoke runs: a fixed random subset (seed 0, independent of the run seed) so every seed sees the same graphs.
+        # A fixed random subset (seed 0, independent of the run seed): every seed sees the same graphs.
         generator = torch.Generator().manual_seed(0)
         for split in SPLITS:
             dataset = getattr(task, split)
