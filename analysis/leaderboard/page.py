@@ -25,7 +25,7 @@ from graphnorm.sweep.formatting import significant  # noqa: E402
 
 from .anchors import anchor_rows, load_anchors  # noqa: E402
 from .cd_diagram import cd_diagram  # noqa: E402
-from .protocol import REPO, Part, Protocol, load_protocol  # noqa: E402
+from .protocol import REPO, Graph, Part, Protocol, load_protocol  # noqa: E402
 from .run import RESULTS, results_paths  # noqa: E402
 from .statistics import average_ranks, best_per_cell, cell_summary, collapse_predicts_accuracy  # noqa: E402
 from .tables import finished_settings, ok_runs, read_runs  # noqa: E402
@@ -250,6 +250,16 @@ def settings_text(values: dict) -> str:
     return ", ".join(markdown_code(f"{key}: {value}") for key, value in values.items()) or "none"
 
 
+def graph_text(graph: Graph) -> str:
+    """A graph of the protocol in words: its family, replicates and what it sets beyond its name (its dataset when
+    named otherwise, a subset, a norm's keywords)."""
+    settings = {k: v for k, v in graph.config.items() if not (k == "dataset" and v == graph.name)}
+    settings.update({"norm_kwargs": graph.norm_kwargs} if graph.norm_kwargs else {})
+    replicates = f"{len(graph.replicates)} {graph.replicate_key}{'s' if len(graph.replicates) != 1 else ''}"
+    extra = f"; {settings_text(settings)}" if settings else ""
+    return f"{markdown_text(graph.name)} ({markdown_text(graph.family)}, {replicates}{extra})"
+
+
 def protocol_lines(protocol: Protocol, knobs: pd.DataFrame) -> list[str]:
     """The protocol as stated in ``experiments/leaderboard/protocol.yaml``, and the knobs chosen on validation."""
     lines = [
@@ -264,10 +274,7 @@ def protocol_lines(protocol: Protocol, knobs: pd.DataFrame) -> list[str]:
     if protocol.tier != "full":
         lines[2:] = ["The full protocol above, changed as follows (the numbers on this page come from it):", ""]
     for part in protocol.parts.values():
-        graphs = "; ".join(
-            f"{markdown_text(g.name)} ({markdown_text(g.family)}, {len(g.replicates)} {g.replicate_key}s)"
-            for g in part.graphs.values()
-        )
+        graphs = "; ".join(graph_text(g) for g in part.graphs.values())
         hosts = "; ".join(f"{markdown_text(h)} ({settings_text(v)})" for h, v in part.hosts.items())
         lines += [
             f"### {markdown_text(part.name)} level{'' if protocol.tier == 'full' else f' ({protocol.tier} tier)'}",

@@ -155,3 +155,20 @@ def test_the_runs_table_is_one_csv_per_part_and_host_read_back_whole(tmp_path):
     pd.testing.assert_series_equal(back["value"], expected["value"], check_dtype=False)
     assert back["reason"].tolist() == expected["reason"].tolist() and HOSTILE in back["reason"].tolist()
     assert read_runs(tmp_path / "missing").columns.tolist() == COLUMNS
+
+
+def test_the_protocol_section_states_what_each_graph_sets():
+    """A graph's subset, dataset keywords and norm keywords are part of the recipe its cells ran under: the page
+    states them beside the graph."""
+    from analysis.leaderboard.page import protocol_lines
+    from analysis.leaderboard.protocol import load_protocol
+
+    protocol = load_protocol("full")
+    text = "\n".join(protocol_lines(protocol, pd.DataFrame()))
+    for part in protocol.parts.values():
+        for graph in part.graphs.values():
+            stated = text.split(f"{graph.name} (", 1)[1].split(")", 1)[0]
+            for key in ("limit_graphs", "dataset_kwargs", "norm_kwargs"):
+                if key in graph.config or (key == "norm_kwargs" and graph.norm_kwargs):
+                    assert f"`{key}: " in stated, (graph.name, key, stated)
+    assert "molhiv (molecular, 3 seeds; `limit_graphs: " in text
