@@ -48,7 +48,8 @@ def verdict(published: float | None, mean: float, ci95: float, n: int, state: st
         return f"one seed only: ours {mean:.3f}, no interval"
     if abs(published - mean) <= ci95:
         return "inside our interval"
-    return f"outside our interval ({'above' if published > mean else 'below'} it by {abs(published - mean):.3f})"
+    gap, side = abs(published - mean), "above" if published > mean else "below"
+    return f"outside our interval ({gap:.3f} {side} our mean, {gap - ci95:.3f} beyond the interval's end)"
 
 
 def anchor_rows(runs: pd.DataFrame, anchors: list[dict[str, Any]]) -> pd.DataFrame:

@@ -42,8 +42,10 @@ def test_every_anchor_names_a_cell_of_the_full_grid_and_a_source():
 
 @pytest.mark.parametrize(
     ("published", "verdict"),
-    [(0.80, "inside our interval"), (0.855, "outside our interval (above it by 0.055)"),
-     (0.70, "outside our interval (below it by 0.100)"), (None, "no published number read")],
+    [(0.80, "inside our interval"),
+     (0.855, "outside our interval (0.055 above our mean, 0.030 beyond the interval's end)"),
+     (0.70, "outside our interval (0.100 below our mean, 0.075 beyond the interval's end)"),
+     (None, "no published number read")],
 )  # fmt: skip
 def test_the_verdict_follows_from_the_interval(published, verdict):
     # mean 0.80, std 0.01, n 3: t(2) half-width 0.0248
