@@ -173,6 +173,8 @@ class GIN(nn.Module):
 
     with the MLPs of :func:`two_layer_mlp` and a trainable :math:`\\epsilon_l` starting at 0. The output is the last
     layer's rows (OGB's ``JK="last"``), then the readout and a linear head (graph level) or a linear head per node.
+    ``last_norm=False`` leaves the norm out of the last layer, as PyG's ``BasicGNN`` does: a norm that centers each
+    graph (PairNorm, InstanceNorm, ...) there, with no activation after it, makes every graph's mean readout zero.
 
     OGB's ogbg-molhiv setting is 5 layers, ``hidden_channels=300``, ``dropout=0.5``, ``norm="batchnorm"``,
     ``readout="mean"``, ``atom_encoder="ogb"``; OGB reports a test ROC-AUC of 77.07 +- 1.49 with the virtual node
@@ -194,6 +196,7 @@ class GIN(nn.Module):
         bond_encoder: embed the task's bond features into each message (OGB's ``BondEncoder``; ZINC's bond types
             as ``nn.Embedding`` rows); ``False``, or a task without categorical features (e.g. Cora's float
             features): PyG's ``GINConv`` without edge features.
+        last_norm: the norm after the last convolution too (OGB, the default); ``False``: none there (PyG).
     """
 
     def __init__(
@@ -211,6 +214,7 @@ class GIN(nn.Module):
         atom_encoder: str | None = None,
         bond_feature_dims: list[int] | None = None,
         bond_encoder: bool = True,
+        last_norm: bool = True,
     ) -> None:
         super().__init__()
         in_channels, hidden_channels, out_channels, num_layers = check_sizes(
@@ -229,11 +233,13 @@ class GIN(nn.Module):
         self.uses_bonds = bond_encoder and atom_encoder is not None
         blocks = []
         for index in range(num_layers):
+            normed = last_norm or index < num_layers - 1
             blocks.append(
                 GINBlock(
                     self.input_layer.out_channels if index == 0 else hidden_channels,
                     hidden_channels,
-                    build_norm(norm, hidden_channels, **norm_kwargs),  # an instance is copied per layer
+                    # an instance is copied per layer
+                    build_norm(norm, hidden_channels, **norm_kwargs) if normed else build_norm("none", hidden_channels),
                     dropout,
                     activation=index < num_layers - 1,  # OGB: no ReLU after the last layer
                     residual=residual,

@@ -71,8 +71,9 @@ def embedding_sum(features: Tensor, tables) -> Tensor:
     return sum(table.weight[features[:, k]] for k, table in enumerate(tables))
 
 
-def ogb_reference(model: GIN, data: Batch, training: bool) -> Tensor:
-    """OGB's GNN(gnn_type='gin', virtual_node, JK='last', graph_pooling='mean') with dropout 0."""
+def ogb_reference(model: GIN, data: Batch, training: bool, last_norm: bool = True) -> Tensor:
+    """OGB's GNN(gnn_type='gin', virtual_node, JK='last', graph_pooling='mean') with dropout 0; without
+    ``last_norm``, the last layer's BatchNorm left out."""
     source, target = data.edge_index
     num_graphs = data.num_graphs
     h = embedding_sum(data.x, model.input_layer.encoder.atom_embedding_list)
@@ -84,7 +85,8 @@ def ogb_reference(model: GIN, data: Batch, training: bool) -> Tensor:
         messages = F.relu(h[source] + bonds)
         aggregated = torch.zeros_like(h).index_add_(0, target, messages)
         out = mlp((1 + block.conv.eps) * h + aggregated, block.conv.nn, training)
-        out = batch_norm(out, block.norm.module.module, training)
+        if last_norm or layer < len(model.blocks) - 1:
+            out = batch_norm(out, block.norm.module.module, training)
         if layer < len(model.blocks) - 1:
             out = F.relu(out)
             if v is not None:
@@ -120,6 +122,32 @@ def test_forward_equals_ogb_formulas(virtual_node: bool, training: bool) -> None
     data = ogb_batch()
     expected = ogb_reference(model, data, training)
     torch.testing.assert_close(call(model, data), expected, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_without_last_norm_the_last_layer_ends_at_its_convolution(training: bool) -> None:
+    model = ogb_gin(num_layers=3, hidden=6, dropout=0.0, virtual_node=True, last_norm=False).double()
+    randomize_statistics(model)
+    model.train(training)
+    data = ogb_batch()
+    expected = ogb_reference(model, data, training, last_norm=False)
+    torch.testing.assert_close(call(model, data), expected, rtol=1e-10, atol=1e-10)
+    assert [type(block.norm).__name__ for block in model.blocks] == ["BatchNorm", "BatchNorm", "Identity"]
+
+
+@pytest.mark.parametrize("norm", ["pairnorm", "meansubtraction", "instancenorm"])
+def test_a_centering_last_norm_zeroes_the_mean_readout_unless_left_out(norm: str) -> None:
+    """Why ``last_norm=False`` exists: a norm that centers each graph after the last layer (no ReLU follows it)
+    leaves the mean readout zero, so every graph gets the head's bias."""
+    torch.manual_seed(0)
+    data = ogb_batch()
+    with_last = ogb_gin(norm=norm, virtual_node=True).eval()
+    outputs = call(with_last, data)
+    torch.testing.assert_close(outputs, with_last.head.bias.expand_as(outputs), rtol=0, atol=1e-5)
+    without_last = ogb_gin(norm=norm, virtual_node=True, last_norm=False).eval()
+    outputs = call(without_last, data)
+    assert (outputs - without_last.head.bias).abs().min() > 1e-4
+    assert (outputs[0] - outputs[1]).abs().max() > 1e-4
 
 
 def test_zinc_bond_types_and_float_features_use_the_right_convolutions() -> None:
