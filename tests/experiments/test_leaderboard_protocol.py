@@ -104,6 +104,31 @@ def test_the_quick_tier_runs_every_norm_somewhere():
     assert all(len(part.depths) == 3 for part in protocol.parts.values())
 
 
+def test_no_molecular_host_lets_a_norm_zero_its_mean_readout(data_root):
+    """MeanSubtraction centers each graph's rows: a host that ends in it (with no activation after it) would give
+    every graph the same prediction through its mean readout. Every molecular host of the full tier, at its
+    shallowest depth, predicts different values for different ZINC graphs with it."""
+    import torch
+    from torch_geometric.loader import DataLoader
+
+    from graphnorm.config import RunConfig, model_keywords
+    from graphnorm.data import load_dataset
+    from graphnorm.models import build_model, model_outputs
+
+    torch.manual_seed(0)
+    protocol = load_protocol("full")
+    part = protocol.parts["molecular"]
+    task = load_dataset("zinc", root=str(data_root))
+    batch = next(iter(DataLoader(task.val, batch_size=8)))
+    for host in part.hosts:
+        keys = {**setting_config(part, host, part.graphs["zinc"]), "norm": "meansubtraction"}
+        config = RunConfig(**{**keys, "num_layers": part.depths[0], "data_root": str(data_root)})
+        model = build_model(config.model, task, **model_keywords(config, task.level)).eval()
+        with torch.no_grad():
+            out = model_outputs(model, batch)
+        assert out.std() > 1e-3, (host, out.flatten())
+
+
 def test_an_unknown_tier_or_graph_is_one_line(tmp_path):
     with pytest.raises(ValueError, match="unknown tier"):
         load_protocol("huge")
