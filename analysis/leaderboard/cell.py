@@ -8,10 +8,8 @@ import argparse
 import math
 from pathlib import Path
 
-import pandas as pd
-
 from .protocol import PROTOCOL, load_protocol, setting_name
-from .run import RESULTS, Execution, results_paths, setting_kwargs
+from .run import RESULTS, Execution, read_knobs, results_paths, setting_kwargs
 from .tables import read_runs, tidy_runs
 
 
@@ -48,9 +46,7 @@ def rerun_cell(args: argparse.Namespace, results: Path = RESULTS, protocol_path:
     from .protocol import grid_sweep
 
     table_path, knobs_path = results_paths(args.tier, results)
-    knobs = pd.read_csv(knobs_path) if knobs_path.exists() else pd.DataFrame()
-    if not knobs.empty:
-        knobs["chosen"] = knobs["chosen"].astype(str).str.lower() == "true"
+    knobs = read_knobs(knobs_path)
     protocol, part = cell_protocol(args.tier, args.host, args.graph, args.seed, args.depth, protocol_path)
     graph = part.graphs[args.graph]
     kwargs = setting_kwargs(protocol, part, args.host, graph, knobs)

@@ -30,7 +30,7 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--collect-only",
         action="store_true",
-        help="run nothing: write the tidy table and knob choices from what the sweep folders hold",
+        help="run nothing: write the tidy table and knob choices from what the sweep folders and committed tables hold",
     )
     run.add_argument("--partition", help="SLURM partition (--executor slurm)")
     run.add_argument("--time-min", type=int, default=120, help="SLURM time limit per run, minutes")

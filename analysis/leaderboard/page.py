@@ -26,7 +26,7 @@ from graphnorm.sweep.formatting import significant  # noqa: E402
 from .anchors import anchor_rows, load_anchors  # noqa: E402
 from .cd_diagram import cd_diagram  # noqa: E402
 from .protocol import REPO, Graph, Part, Protocol, load_protocol  # noqa: E402
-from .run import RESULTS, results_paths  # noqa: E402
+from .run import RESULTS, read_knobs, results_paths  # noqa: E402
 from .statistics import average_ranks, best_per_cell, cell_summary, collapse_predicts_accuracy  # noqa: E402
 from .tables import finished_settings, ok_runs, read_runs  # noqa: E402
 
@@ -443,9 +443,7 @@ def build_leaderboard(out_dir: Path = REPO / "analysis", results: Path = RESULTS
     tier = shown_tier(Path(results), tier)
     table_path, knobs_path = results_paths(tier, Path(results))
     runs = read_runs(table_path)
-    knobs = pd.read_csv(knobs_path) if knobs_path.exists() else pd.DataFrame()
-    if not knobs.empty:
-        knobs["chosen"] = knobs["chosen"].astype(str).str.lower() == "true"
+    knobs = read_knobs(knobs_path)
     protocol = load_protocol(tier, protocol_path or PROTOCOL)
     figures = Path(out_dir) / "figures"
     clear_figures(figures)

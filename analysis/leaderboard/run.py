@@ -1,7 +1,9 @@
 """Run or resume a leaderboard tier through graphnorm's sweeps: first every tuning sweep (each norm's knob
 combinations at the reference depth), the best mean validation metric chosen per (host, graph, norm) and written to
 ``<tier>_knobs.csv``; then every grid sweep with those knobs fixed; then the tidy table ``<tier>.csv``
-(:mod:`.tables`). Sweep folders live under ``runs/leaderboard/<tier>/``; re-running skips every finished run.
+(:mod:`.tables`). Sweep folders live under ``runs/leaderboard/<tier>/``; re-running skips every finished run, and
+so does a fresh clone: a run the committed tables record (a tuning sweep's knob rows, a grid run's row with the
+same run id) is not run again, and the tables written keep it beside what the sweep folders hold.
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ from .protocol import (
 
 RESULTS = REPO / "analysis" / "leaderboard" / "results"
 RUNS = Path("runs") / "leaderboard"
-KNOB_COLUMNS = ["part", "host", "graph", "norm", "norm_kwargs", "val_metric", "val_mean", "runs", "chosen"]
+KNOB_COLUMNS = ["part", "host", "graph", "norm", "norm_kwargs", "val_metric", "val_mean", "runs", "chosen", "cpu_s",
+                "run_ids"]  # fmt: skip
 
 
 @dataclass
@@ -55,7 +58,7 @@ class Execution:
     log: Callable[[str], None] = print
     only_hosts: list[str] = field(default_factory=list)
     only_graphs: list[str] = field(default_factory=list)
-    collect_only: bool = False  # run nothing; the tables from what the sweep folders hold
+    collect_only: bool = False  # run nothing; the tables from what the sweep folders and committed tables hold
 
     def sweep(self, sweep: dict[str, Any], out: Path) -> None:
         from graphnorm.sweep import run_sweep
@@ -79,25 +82,60 @@ def results_paths(tier: str, results: Path = RESULTS) -> tuple[Path, Path]:
 
 def knob_rows(protocol: Protocol, part: Part, host: str, graph: Graph, norm: str, out: Path) -> list[dict[str, Any]]:
     """One row per knob combination of ``norm`` on (host, graph): its mean validation metric over the tuning runs
-    found in ``out`` and whether it is chosen (the best; ties and no result at all: the first listed)."""
+    found in ``out``, their CPU seconds, whether it is chosen (the best; ties and no result at all: the first
+    listed) and the run ids of its tuning runs (a committed row stands for those runs only)."""
     sweep = tuning_sweep(protocol, part, host, graph, norm)
     configs = expand_grid(sweep, log=None)
     results = load_results(out, [config_run_id(c) for c in configs]) if out.is_dir() else {}
     _, val_metric, higher = metric_of(graph)
-    scores: dict[str, list[float]] = {json.dumps(c["norm_kwargs"], sort_keys=True): [] for c in sweep_choices(sweep)}
+    keys = [json.dumps(c["norm_kwargs"], sort_keys=True) for c in sweep_choices(sweep)]
+    scores: dict[str, list[float]] = {key: [] for key in keys}
+    cpu: dict[str, float] = dict.fromkeys(keys, 0.0)
+    ids: dict[str, list[str]] = {key: [] for key in keys}
     for config in configs:
-        result = results.get(config_run_id(config))
-        value = (result or {}).get("record", {}).get(val_metric) if (result or {}).get("status") == "ok" else None
+        key = json.dumps(config.norm_kwargs, sort_keys=True)
+        ids[key].append(config_run_id(config))
+        result = results.get(config_run_id(config)) or {}
+        record = result.get("record") or {}
+        value = record.get(val_metric) if result.get("status") == "ok" else None
         if isinstance(value, (int, float)) and math.isfinite(value):
-            scores[json.dumps(config.norm_kwargs, sort_keys=True)].append(float(value))
+            scores[key].append(float(value))
+            cpu[key] += float(record.get("cpu_s") or 0.0)
     means = {key: sum(v) / len(v) if v else math.nan for key, v in scores.items()}
     ranked = [key for key in means if not math.isnan(means[key])]
-    best = (max if higher else min)(ranked, key=lambda k: means[k]) if ranked else next(iter(means))
+    best = (max if higher else min)(ranked, key=lambda k: means[k]) if ranked else keys[0]
     return [
         {"part": part.name, "host": host, "graph": graph.name, "norm": norm, "norm_kwargs": key,
-         "val_metric": val_metric, "val_mean": means[key], "runs": len(scores[key]), "chosen": key == best}
-        for key in means
+         "val_metric": val_metric, "val_mean": means[key], "runs": len(scores[key]), "chosen": key == best,
+         "cpu_s": cpu[key], "run_ids": " ".join(ids[key])}
+        for key in keys
     ]  # fmt: skip
+
+
+def recorded_knob_rows(recorded: pd.DataFrame, fresh: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The committed knob rows of the tuning sweep ``fresh`` describes (:func:`knob_rows`), where they stand for the
+    same runs (same knob combinations, same run ids), else ``[]``."""
+    if recorded.empty:
+        return []
+    first = fresh[0]
+    mine = recorded[(recorded["part"] == first["part"]) & (recorded["host"] == first["host"])
+                    & (recorded["graph"] == first["graph"]) & (recorded["norm"] == first["norm"])]  # fmt: skip
+    rows = mine[KNOB_COLUMNS].to_dict("records")
+    same = [(r["norm_kwargs"], r["run_ids"]) for r in rows] == [(r["norm_kwargs"], r["run_ids"]) for r in fresh]
+    return rows if same else []
+
+
+def read_knobs(path: Path) -> pd.DataFrame:
+    """The knob table ``run`` wrote (:data:`KNOB_COLUMNS`; ``chosen`` as booleans), empty where there is none."""
+    if not Path(path).exists():
+        return pd.DataFrame(columns=KNOB_COLUMNS)
+    knobs = pd.read_csv(path, keep_default_na=False, na_values=[""])
+    for column in ("cpu_s", "run_ids"):
+        if column not in knobs:
+            knobs[column] = math.nan if column == "cpu_s" else ""
+    knobs["run_ids"] = knobs["run_ids"].astype(object).where(knobs["run_ids"].notna(), "").astype(str)
+    knobs["chosen"] = knobs["chosen"].astype(str).str.lower() == "true"
+    return knobs[KNOB_COLUMNS]
 
 
 def sweep_choices(sweep: dict[str, Any]) -> list[dict[str, Any]]:
@@ -128,26 +166,58 @@ def tuned_norms(protocol: Protocol, part: Part, host: str, graph: Graph) -> list
     return [norm for norm in norms if len(knob_choices(protocol, norm)) > 1]
 
 
-def tune(protocol: Protocol, root: Path, execution: Execution) -> pd.DataFrame:
-    """Run every tuning sweep of the tier (resuming), then the knob table of every setting."""
+def tune(protocol: Protocol, root: Path, execution: Execution, recorded: pd.DataFrame) -> pd.DataFrame:
+    """Run every tuning sweep of the tier that neither its folder nor the committed knob table ``recorded`` holds
+    whole (resuming), then the knob table of every setting: from the folder, or the committed rows where they
+    record more runs."""
     rows = []
     for part, host, graph in protocol.settings():
         for norm in tuned_norms(protocol, part, host, graph):
             out = root / "tune" / f"{setting_name(part, host, graph)}_{norm}"
-            if execution.selected(host, graph):
+            fresh = knob_rows(protocol, part, host, graph, norm, out)
+            committed = recorded_knob_rows(recorded, fresh)
+            planned = sum(len(row["run_ids"].split()) for row in fresh)
+            if execution.selected(host, graph) and ended(fresh) < planned and ended(committed) < planned:
                 execution.sweep(tuning_sweep(protocol, part, host, graph, norm), out)
-            rows += knob_rows(protocol, part, host, graph, norm, out)
+                fresh = knob_rows(protocol, part, host, graph, norm, out)
+            rows += fresh if ended(fresh) >= ended(committed) else committed
     return pd.DataFrame(rows, columns=KNOB_COLUMNS)
 
 
-def run_grid(protocol: Protocol, root: Path, knobs: pd.DataFrame, execution: Execution) -> None:
-    """Run every grid sweep of the tier (resuming) with the chosen knobs."""
+def ended(rows: list[dict[str, Any]]) -> int:
+    """The tuning runs with a validation value that knob rows count."""
+    return sum(int(row["runs"]) for row in rows)
+
+
+def run_grid(protocol: Protocol, root: Path, knobs: pd.DataFrame, execution: Execution, recorded: pd.DataFrame) -> None:
+    """Run every grid sweep of the tier (resuming) with the chosen knobs, but the runs the committed tidy table
+    ``recorded`` has ended (failed ones too, unless retrying)."""
+    statuses = {"ok"} if execution.retry_failed else {"ok", "failed"}
+    done = set(recorded.loc[recorded["status"].isin(statuses), "run_id"]) if not recorded.empty else set()
     for part, host, graph in protocol.settings():
         if not execution.selected(host, graph):
             continue
         kwargs = setting_kwargs(protocol, part, host, graph, knobs)
         sweep = grid_sweep(part, host, graph, list(kwargs), kwargs)
-        execution.sweep(sweep, root / "grid" / setting_name(part, host, graph))
+        out = root / "grid" / setting_name(part, host, graph)
+        configs = expand_grid(sweep, log=None)
+        local = load_results(out, [config_run_id(c) for c in configs]) if out.is_dir() else {}
+        elsewhere = [c for c in configs if config_run_id(c) in done and config_run_id(c) not in local]
+        if len(elsewhere) == len(configs):
+            execution.log(f"grid {setting_name(part, host, graph)}: every run recorded in the committed table")
+            continue
+        sweep["exclude"] = sweep.get("exclude", []) + recorded_points(elsewhere, graph.replicate_key)
+        execution.sweep(sweep, out)
+
+
+def recorded_points(configs: list[Any], replicate_key: str) -> list[dict[str, list]]:
+    """``exclude`` entries of a grid sweep (:mod:`graphnorm.sweep.grid`) leaving out exactly ``configs``, one per
+    (norm, depth) with its replicates."""
+    points: dict[tuple[str, int], list] = {}
+    for config in configs:
+        points.setdefault((config.norm, config.num_layers), []).append(getattr(config, replicate_key))
+    return [{"norm": [norm], "num_layers": [depth], replicate_key: replicates}
+            for (norm, depth), replicates in points.items()]  # fmt: skip
 
 
 def write_csv(frame: pd.DataFrame, path: Path) -> None:
@@ -156,16 +226,14 @@ def write_csv(frame: pd.DataFrame, path: Path) -> None:
     atomic_write_csv(path, frame)
 
 
-def write_budget(protocol: Protocol, root: Path, table: pd.DataFrame, results: Path) -> None:
+def write_budget(protocol: Protocol, knobs: pd.DataFrame, table: pd.DataFrame, results: Path) -> None:
     """``<tier>_budget.csv``: CPU-hours estimated (from ``<tier>_timings.csv`` where it exists) and spent."""
-    from .budget import budget_table, tuning_cpu_hours
+    from .budget import budget_table, read_budget
 
-    tuned = {(part.name, host, graph.name): tuned_norms(protocol, part, host, graph)
-             for part, host, graph in protocol.settings()}  # fmt: skip
     timings_path = results / f"{protocol.tier}_timings.csv"
     timings = pd.read_csv(timings_path) if timings_path.exists() else None
-    budget = budget_table(protocol, table, tuning_cpu_hours(protocol, root, tuned), timings)
-    write_csv(budget, results / f"{protocol.tier}_budget.csv")
+    path = results / f"{protocol.tier}_budget.csv"
+    write_csv(budget_table(protocol, table, knobs, timings, read_budget(path)), path)
 
 
 def check_selection(protocol: Protocol, execution: Execution) -> None:
@@ -189,7 +257,7 @@ def run_tier(
     protocol_path: Path = PROTOCOL,
 ) -> Path:
     """Tune, run the grid and write the tidy table of ``tier``; returns the table's folder."""
-    from .tables import tidy_runs, write_runs
+    from .tables import read_runs, tidy_runs, write_runs
 
     execution = execution or Execution()
     protocol = load_protocol(tier, protocol_path)
@@ -197,13 +265,14 @@ def run_tier(
     root = Path(runs) / tier
     table_path, knobs_path = results_paths(tier, Path(results))
     start = time.perf_counter()
-    knobs = tune(protocol, root, execution)
+    recorded = read_runs(table_path)  # the committed tables: what a fresh clone resumes from
+    knobs = tune(protocol, root, execution, read_knobs(knobs_path))
     write_csv(knobs, knobs_path)
     execution.log(f"knobs chosen on validation -> {knobs_path}")
-    run_grid(protocol, root, knobs, execution)
-    table = tidy_runs(protocol, root, knobs)
+    run_grid(protocol, root, knobs, execution, recorded)
+    table = tidy_runs(protocol, root, knobs, recorded)
     write_runs(table, table_path)
-    write_budget(protocol, root, table, Path(results))
+    write_budget(protocol, knobs, table, Path(results))
     counts = table["status"].value_counts().to_dict()
     execution.log(
         f"leaderboard {tier}: {len(table)} rows {counts} -> {table_path} ({time.perf_counter() - start:.0f} s)"

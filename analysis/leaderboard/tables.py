@@ -87,20 +87,36 @@ def cannot_run_rows(graph: Graph, host: str, part: Part, norm: str, reason: str)
     ]  # fmt: skip
 
 
-def tidy_runs(protocol: Protocol, root: Path, knobs: pd.DataFrame) -> pd.DataFrame:
-    """Every run of the tier's grid (one row each, in grid order), from the sweep folders under ``root / "grid"``."""
+def tidy_runs(
+    protocol: Protocol, root: Path, knobs: pd.DataFrame, recorded: pd.DataFrame | None = None
+) -> pd.DataFrame:
+    """Every run of the tier's grid (one row each, in grid order), from the sweep folders under ``root / "grid"``;
+    a run they do not hold keeps its row in ``recorded`` (the committed table, :func:`read_runs`) where that row
+    has ended with the same run id."""
     from .run import setting_kwargs
 
+    ended = recorded_rows(recorded)
     rows: list[dict[str, Any]] = []
     for part, host, graph in protocol.settings():
         kwargs = setting_kwargs(protocol, part, host, graph, knobs)
         configs = expand_grid(grid_sweep(part, host, graph, list(kwargs), kwargs), log=None)
         out = Path(root) / "grid" / setting_name(part, host, graph)
         results = load_results(out, [config_run_id(c) for c in configs]) if out.is_dir() else {}
-        rows += [run_row(graph, host, part, c, results.get(config_run_id(c))) for c in configs]
+        for config in configs:
+            run_id = config_run_id(config)
+            found = results.get(run_id)
+            rows.append(run_row(graph, host, part, config, found) if found or run_id not in ended else ended[run_id])
         for norm, reason in runnable_norms(setting_config(part, host, graph), protocol.norms)[1].items():
             rows += cannot_run_rows(graph, host, part, norm, reason)
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def recorded_rows(recorded: pd.DataFrame | None) -> dict[str, dict[str, Any]]:
+    """run id -> its row in a committed table, for the runs that ended there (ok or failed)."""
+    if recorded is None or recorded.empty:
+        return {}
+    ended = recorded[recorded["status"].isin(["ok", "failed"])]
+    return {row["run_id"]: row for row in ended[COLUMNS].to_dict("records")}
 
 
 def write_runs(frame: pd.DataFrame, folder: Path) -> list[Path]:

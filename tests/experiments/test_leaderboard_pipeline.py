@@ -118,6 +118,62 @@ def test_collect_only_writes_the_same_table_and_runs_nothing(tiny, tmp_path):
         run_tier("full", Execution("serial", only_hosts=["deepgnc"]), tiny["runs"], tmp_path, tiny["protocol"])
 
 
+def fresh_clone_run(tiny, results: Path, runs: Path) -> list[str]:
+    """``run`` on a clone: the committed tables of ``results``, no sweep folders (``runs`` empty); its messages."""
+    messages: list[str] = []
+    run_tier("full", Execution("serial", threads=1, log=messages.append), runs, results, tiny["protocol"])
+    return messages
+
+
+def test_a_fresh_clone_runs_nothing_the_committed_tables_record(tiny, tmp_path):
+    results = tmp_path / "results"
+    shutil.copytree(tiny["results"], results)
+    messages = fresh_clone_run(tiny, results, tmp_path / "runs")
+    assert not list((tmp_path / "runs").rglob("*.json"))
+    assert not [m for m in messages if " to run -> " in m]
+    assert any("every run recorded in the committed table" in m for m in messages)
+    for name in ["full/node_deepgcn.csv", "full_knobs.csv", "full_budget.csv"]:
+        assert (results / name).read_text() == (tiny["results"] / name).read_text(), name
+
+
+def test_a_fresh_clone_runs_only_what_the_committed_tables_miss(tiny, tmp_path):
+    """A grid run the committed table lacks runs (and gives its value again); a tuning sweep whose committed rows
+    stand for other runs (another protocol) is tuned again; nothing else runs."""
+    results = tmp_path / "results"
+    shutil.copytree(tiny["results"], results)
+    table = results / "full" / "node_deepgcn.csv"
+    runs = pd.read_csv(table)
+    missing = (runs["norm"] == "pairnorm") & (runs["depth"] == 2) & (runs["seed"] == 1)
+    runs[~missing].to_csv(table, index=False)
+    knobs = pd.read_csv(results / "full_knobs.csv")
+    knobs.loc[0, "run_ids"] = "pairnorm-L2-s0-0000000000"
+    knobs.to_csv(results / "full_knobs.csv", index=False)
+    fresh_clone_run(tiny, results, tmp_path / "runs")
+    ran = sorted(p.parent.parent.name for p in (tmp_path / "runs").rglob("results/*.json"))
+    assert ran == ["node_deepgcn_tiny_csbm", "node_deepgcn_tiny_csbm_pairnorm", "node_deepgcn_tiny_csbm_pairnorm"]
+    again, before = read_runs(results / "full"), read_runs(tiny["table"])
+    assert len(again) == len(before) and (again["status"] == before["status"]).all()
+    assert again["value"].tolist() == pytest.approx(before["value"].tolist(), rel=1e-6, nan_ok=True)
+    assert pd.read_csv(results / "full_knobs.csv")["run_ids"].tolist() == (
+        pd.read_csv(tiny["results"] / "full_knobs.csv")["run_ids"].tolist()
+    )
+
+
+def test_tuning_cpu_from_before_the_knob_table_kept_it_is_carried(tiny, tmp_path):
+    results = tmp_path / "results"
+    shutil.copytree(tiny["results"], results)
+    budget = pd.read_csv(results / "full_budget.csv")
+    itemized = budget.loc[0, "spent_tuning_cpu_h"]
+    budget.assign(spent_tuning_cpu_h=1.5).drop(columns="unitemized_tuning_cpu_h").to_csv(
+        results / "full_budget.csv", index=False
+    )
+    for _ in range(2):  # the carried total stays the same from one budget file to the next
+        fresh_clone_run(tiny, results, tmp_path / "runs")
+        row = pd.read_csv(results / "full_budget.csv").iloc[0]
+        assert row["unitemized_tuning_cpu_h"] == 1.5
+        assert row["spent_tuning_cpu_h"] == pytest.approx(1.5 + itemized)
+
+
 def test_the_page_builds_from_the_table(tiny, tmp_path):
     page = build_leaderboard(tmp_path, tiny["results"], tier="full", protocol_path=tiny["protocol"]).read_text()
     assert page.startswith("# Norm leaderboard\n")
