@@ -63,7 +63,9 @@ def rerun_cell(args: argparse.Namespace, results: Path = RESULTS, protocol_path:
     fresh = fresh[(fresh["norm"] == args.norm) & (fresh["depth"] == args.depth) & (fresh["status"] == "ok")]
     recorded = read_runs(table_path)
     keys = ["graph", "host", "depth", "norm", "seed"]
-    both = fresh[[*keys, "value"]].merge(recorded[[*keys, "value"]], on=keys, how="left", suffixes=("", "_recorded"))
+    both = fresh[[*keys, "value", "cpu"]].merge(
+        recorded[[*keys, "value", "cpu"]], on=keys, how="left", suffixes=("", "_recorded")
+    )
     differs = missing = 0
     for row in both.itertuples():
         if math.isnan(row.value_recorded):  # a run the grid has not recorded yet (or recorded without a value)
@@ -72,8 +74,18 @@ def rerun_cell(args: argparse.Namespace, results: Path = RESULTS, protocol_path:
             continue
         same = math.isclose(row.value, row.value_recorded, rel_tol=1e-6)
         differs += not same
-        print(f"seed {row.seed}: {row.value:.6g} (recorded {row.value_recorded:.6g}) {'same' if same else 'DIFFERS'}")
+        verdict = "same" if same else f"DIFFERS{cpu_note(row.cpu, row.cpu_recorded)}"
+        print(f"seed {row.seed}: {row.value:.6g} (recorded {row.value_recorded:.6g}) {verdict}")
     compared = len(both) - missing
     print(f"{compared - differs} of {compared} recorded seeds give the recorded value"
           + (f"; {missing} not recorded yet in {table_path}" if missing else ""))  # fmt: skip
     return 1 if differs or missing else 0
+
+
+def cpu_note(cpu: str, recorded: str) -> str:
+    """Why a value may differ: the run was recorded on another CPU kind (or one the table did not record), whose
+    kernels round differently; '' where both ran on the same kind."""
+    if recorded == cpu:
+        return ""
+    where = f"on {recorded}" if isinstance(recorded, str) and recorded else "on a CPU kind the table did not record"
+    return f": recorded {where}, re-run on {cpu}; another CPU kind rounds differently, and training carries it on"

@@ -424,7 +424,8 @@ def page_lines(
         "over seeds; rank among the norms of the same graph, host and depth; best: on the row of the best mean, "
         "whether a paired t-test over seeds separates it from the runner-up (p < 0.05); CPU s: the CPU seconds of "
         "the cell's runs together, one torch thread each; the command re-runs the cell and compares it with these "
-        "values.",
+        "values (the same on a CPU of the kind that recorded them, AVX2 or AVX512; another kind rounds differently, "
+        "which training can carry into the fourth digit).",
         "",
         *table_lines(table),
     ]

@@ -2,8 +2,8 @@
 the statistics' columns (``family, graph, host, depth, norm, seed, metric, value, higher_is_better``), the last
 probed layer's ``effective_rank, cone_angle, dirichlet_energy``, then what the page shows beside them: ``status``
 (ok, failed, not run, cannot run) with its ``reason``, the validation value, the run's CPU seconds (one torch
-thread; its wall seconds where the record has no CPU time), its keywords and id. A norm the host cannot run keeps
-one row per would-be run, with the reason.
+thread; its wall seconds where the record has no CPU time) and CPU kind (:mod:`.timed`), its keywords and id. A
+norm the host cannot run keeps one row per would-be run, with the reason.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from .protocol import Graph, Part, Protocol, grid_sweep, metric_of, runnable_nor
 
 RUN_COLUMNS = ["family", "graph", "host", "depth", "norm", "seed", "metric", "value", "higher_is_better"]
 COLLAPSE_COLUMNS = ["effective_rank", "cone_angle", "dirichlet_energy"]
-EXTRA_COLUMNS = ["status", "reason", "val_value", "cpu_s", "epochs_run", "norm_kwargs", "variant", "part", "run_id"]
+EXTRA_COLUMNS = ["status", "reason", "val_value", "cpu_s", "cpu", "epochs_run", "norm_kwargs", "variant", "part",
+                 "run_id"]  # fmt: skip
 COLUMNS = [*RUN_COLUMNS, *COLLAPSE_COLUMNS, *EXTRA_COLUMNS]
 FORMULA_GUARD = r"^'(?=[=+\-@\t\r])"  # the quote csv_safe puts before a cell a spreadsheet would run
 STAT_ORDER = ("value", "mean")  # node level: one value per layer; graph level: the mean over the probed graphs
@@ -66,7 +67,8 @@ def run_row(graph: Graph, host: str, part: Part, config: Any, result: dict[str, 
         "value": float(value) if isinstance(value, (int, float)) else math.nan, "higher_is_better": higher,
         **last_layer((result or {}).get("layers") or []),
         "status": status, "reason": " ".join(reason.split()), "val_value": record.get(val_metric, math.nan),
-        "cpu_s": record.get("cpu_s", (result or {}).get("elapsed_s")), "epochs_run": record.get("epochs_run"),
+        "cpu_s": record.get("cpu_s", (result or {}).get("elapsed_s")), "cpu": record.get("cpu", ""),
+        "epochs_run": record.get("epochs_run"),
         "norm_kwargs": json.dumps(config.norm_kwargs, sort_keys=True),
         "variant": variant(config.norm, config.norm_kwargs),
         "part": part.name, "run_id": config_run_id(config),
@@ -140,8 +142,8 @@ def read_runs(folder: Path) -> pd.DataFrame:
     if not files:
         return pd.DataFrame(columns=COLUMNS)
     frames = [pd.read_csv(path, keep_default_na=False, na_values=[""]) for path in files]
-    frame = pd.concat(frames, ignore_index=True)
-    for column in ("reason", "variant", "norm_kwargs", "status"):
+    frame = pd.concat(frames, ignore_index=True).reindex(columns=COLUMNS)  # rows from before ``cpu``: blank there
+    for column in ("reason", "variant", "norm_kwargs", "status", "cpu"):
         text = frame[column].astype(object).where(frame[column].notna(), "").astype(str)
         frame[column] = text.str.replace(FORMULA_GUARD, "", regex=True)
     frame["higher_is_better"] = frame["higher_is_better"].astype(str).str.lower() == "true"

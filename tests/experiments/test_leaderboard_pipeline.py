@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
@@ -67,6 +68,7 @@ def test_the_tidy_table_has_one_row_per_run_and_the_statistics_read_it(tiny):
     ok = ok_runs(runs)
     assert set(ok["norm"]) == {"none", "pairnorm", "layernorm"} and len(ok) == 12
     assert ok[["value", *COLLAPSE_COLUMNS, "cpu_s"]].notna().all().all()
+    assert (ok["cpu"] == torch.backends.cpu.get_cpu_capability()).all()  # the kind of CPU each run was recorded on
     sepnorm = runs[runs["norm"] == "sepnorm"]
     assert set(sepnorm["status"]) == {"cannot run"} and sepnorm["reason"].str.contains("graph-token rows").all()
     summary = cell_summary(ok)
@@ -209,6 +211,29 @@ def test_a_cell_rerun_without_a_recorded_value_says_so_and_fails(tiny, tmp_path,
     out = capsys.readouterr().out
     assert "seed 1:" in out and "not recorded: nothing to compare with yet" in out and "DIFFERS" not in out
     assert "0 of 0 recorded seeds give the recorded value; 1 not recorded yet" in out
+
+
+@pytest.mark.parametrize("recorded_cpu", ["", "SAME", "AVX512_OTHER"])
+def test_a_cell_rerun_that_differs_says_whether_another_cpu_kind_recorded_it(tiny, tmp_path, capsys, recorded_cpu):
+    cpu = torch.backends.cpu.get_cpu_capability()
+    results = tmp_path / "results"
+    shutil.copytree(tiny["results"], results)
+    table = results / "full" / "node_deepgcn.csv"
+    runs = pd.read_csv(table)
+    cell = (runs["norm"] == "pairnorm") & (runs["depth"] == 2) & (runs["seed"] == 1)
+    runs.loc[cell, "value"] += 0.01
+    runs.loc[cell, "cpu"] = cpu if recorded_cpu == "SAME" else recorded_cpu
+    runs.to_csv(table, index=False)
+    args = argparse.Namespace(tier="full", host="deepgcn", graph="tiny_csbm", norm="pairnorm", depth=2, seed=[1],
+                              runs=str(tmp_path / "again"), executor="serial", workers=None, threads=1)  # fmt: skip
+    assert rerun_cell(args, results, tiny["protocol"]) == 1
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("seed 1:"))
+    expected = {
+        "": f"DIFFERS: recorded on a CPU kind the table did not record, re-run on {cpu}",
+        "SAME": "DIFFERS",
+        "AVX512_OTHER": f"DIFFERS: recorded on AVX512_OTHER, re-run on {cpu}; another CPU kind rounds differently",
+    }[recorded_cpu]
+    assert line.endswith(expected) if recorded_cpu == "SAME" else expected in line
 
 
 def test_a_cell_runs_the_replicates_its_depth_runs_in_the_grid():
