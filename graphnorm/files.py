@@ -87,7 +87,12 @@ class OutputBusyError(OutputPathError, RuntimeError):
 
 
 class NoFileLocksError(OutputPathError):
-    """A lock file on a file system without ``flock`` (some network file systems): nothing there can be locked."""
+    """A lock file on a file system without ``flock`` (some network file systems): nothing there can be locked.
+    ``problem``: the message without its advice, for a caller that has better advice to give."""
+
+    def __init__(self, problem: str, advice: str = "put it on a local disk") -> None:
+        super().__init__(f"{problem}; {advice}")
+        self.problem = problem
 
 
 # flock's errors where the file system has no locks at all (ENOTSUP is EOPNOTSUPP on Linux, not everywhere).
@@ -370,7 +375,7 @@ def _flock(fd: int, operation: int, path: Path, what: str | None) -> None:
             raise
         raise NoFileLocksError(
             f"{_named(path, what)} cannot be locked: its file system has no file locks ({error.strerror}; some "
-            "network file systems); put it on a local disk"
+            "network file systems)"
         ) from None
 
 

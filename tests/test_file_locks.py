@@ -155,8 +155,9 @@ def test_a_file_system_without_locks_is_named_as_such(tmp_path: Path, no_file_lo
     assert not isinstance(refused.value, OutputBusyError)  # not "another writer holds it"
     (tmp_path / "root").mkdir()
     advice = "has no file locks .*set \\$GRAPHNORM_DATA to a folder on a local disk"
-    with pytest.raises(DataRootError, match=advice), dataset_lock(tmp_path / "root", "Planetoid/Cora"):
+    with pytest.raises(DataRootError, match=advice) as refused, dataset_lock(tmp_path / "root", "Planetoid/Cora"):
         pass
+    assert str(refused.value).count("local disk") == 1  # the data root's advice, not the lock's as well
 
 
 def test_other_flock_errors_are_not_taken_for_a_file_system_without_locks(

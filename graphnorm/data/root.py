@@ -111,7 +111,7 @@ def _wait_for_lock(root: Path, lock: Path) -> int | None:
     try:
         return wait_for_lock(lock, "the lock file")
     except NoFileLocksError as error:  # deleting the lock file would not help
-        raise DataRootError(f"{error}: set ${ENV_ROOT} to a folder on a local disk") from None
+        raise DataRootError(f"{error.problem}; set ${ENV_ROOT} to a folder on a local disk") from None
     except OutputPathError:  # a folder, a pipe or a device where the lock file goes
         raise DataRootError(f"the lock file {lock} is not a regular file (a folder or a pipe): delete it") from None
     except OSError as error:
