@@ -12,7 +12,7 @@ computed in float32 and rounded once (``tests/models/test_half_precision_models.
 from graphnorm.models.gat import DeepGAT
 from graphnorm.models.gcn import DeepGCN, GCNBlock
 from graphnorm.models.gcnii import GCNII, GCNIIBlock
-from graphnorm.models.gin import GIN, GINBlock
+from graphnorm.models.gin import GIN, ConstantReadoutWarning, GINBlock
 from graphnorm.models.graphormer import Graphormer, graphormer_slim
 from graphnorm.models.registry import (
     ModelSpec,
@@ -25,6 +25,7 @@ from graphnorm.models.registry import (
 )
 
 __all__ = [
+    "ConstantReadoutWarning",
     "DeepGAT",
     "DeepGCN",
     "GCNBlock",

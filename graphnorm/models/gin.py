@@ -10,6 +10,7 @@ cannot do. The input layer, argument checks and readout it shares with the other
 
 from __future__ import annotations
 
+import warnings
 from types import SimpleNamespace
 from typing import Any
 
@@ -34,6 +35,10 @@ from graphnorm.norms import build_norm
 
 READOUTS = (None, "mean", "sum")
 NODE_ROWS_ONLY = SimpleNamespace(node_rows=None)  # what InputLayer reads of its rows: no virtual-node rows
+
+
+class ConstantReadoutWarning(UserWarning):
+    """A graph-level GIN whose last norm centers each graph with nothing after it: every graph reads out the same."""
 
 
 class AtomInput(InputLayer):
@@ -145,6 +150,21 @@ class VirtualNode(nn.Module):
         return v + new if self.residual and v.size(1) == new.size(1) else new
 
 
+def warn_if_readout_is_constant(norm: nn.Module, readout: str) -> None:
+    """:class:`ConstantReadoutWarning` where ``norm``, after the last layer with no activation or residual after it,
+    centers each graph (:attr:`graphnorm.norms.base.NormBase.centers_each_graph`): the readout is then the same for
+    every graph (mean) or depends on its size alone (sum), and the model cannot learn."""
+    if getattr(norm, "centers_each_graph", False):
+        name = getattr(type(norm), "registry_name", type(norm).__name__)
+        warnings.warn(
+            f"GIN's last layer ends in {name}, which centers each graph, so the {readout} readout is the same for "
+            "every graph (or depends on its size alone): pass last_norm=False (no norm after the last layer, as "
+            "PyG's models) or residual=True",
+            ConstantReadoutWarning,
+            stacklevel=3,
+        )
+
+
 def check_gin_config(config: Any) -> None:
     """GIN's virtual node is OGB's (a vector added to node rows, not a row): no token rows for sepnorm and no
     virtual-node readout. ``config``: a :class:`graphnorm.config.RunConfig`."""
@@ -249,6 +269,8 @@ class GIN(nn.Module):
                 )
             )
         self.blocks = nn.ModuleList(blocks)
+        if readout is not None and not residual:
+            warn_if_readout_is_constant(self.blocks[-1].norm, readout)
         self.virtual_node = (
             VirtualNode(self.input_layer.out_channels, hidden_channels, num_layers - 1, dropout, residual)
             if virtual_node

@@ -30,10 +30,14 @@ class NormBase(nn.Module):
             checked too (default False; a property where it depends on the norm's options).
         computes_in_float32: half-precision ``x`` goes to ``_normalize`` in float32 and the result is rounded back
             (default True); False for a norm that hands ``x`` on as it is (Identity, SepNorm's inner norms).
+        centers_each_graph: every graph's mean output row is the same whatever the input and the parameters (the
+            graph's mean removed, at most a learned shift added back), so a mean or sum readout right after the
+            norm sees nothing of the graph (default False; a property where it depends on the norm's options).
     """
 
     channels: int
     per_graph: ClassVar[bool] = False
+    centers_each_graph: ClassVar[bool] = False
     computes_in_float32: ClassVar[bool] = True
     _optional_inputs: ClassVar[tuple[str, ...]] = ()
 

@@ -40,6 +40,7 @@ class InstanceNorm(UnwrappedPyGNorm, NormBase):
     """
 
     per_graph = True
+    centers_each_graph = True
 
     def __init__(self, channels: int, eps: float = 1e-5, affine: bool = False) -> None:
         super().__init__()

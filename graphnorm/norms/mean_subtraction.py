@@ -24,6 +24,7 @@ class MeanSubtraction(NormBase):
     """
 
     per_graph = True
+    centers_each_graph = True
 
     def __init__(self, channels: int) -> None:
         super().__init__()

@@ -63,6 +63,12 @@ class PairNorm(NormBase):
         self.scale = check_positive(scale, "scale", "pairnorm")
         self.eps = check_positive(eps, "eps", "pairnorm")
 
+    @property
+    def centers_each_graph(self) -> bool:
+        """PN scales the centered rows by one factor per graph; PN-SI scales each row after centering, and PN-SCS
+        takes the unscaled rows' mean from the scaled rows (as the paper's code does)."""
+        return self.mode == "PN"
+
     def _normalize(self, x: Tensor, batch: Tensor | None, batch_size: int | None) -> Tensor:
         mean = graph_reduce(x, batch, batch_size, "mean")  # [num_graphs, C]
         if self.mode == "PN-SCS":

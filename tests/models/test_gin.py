@@ -5,6 +5,7 @@ errors, the probe contract, and short real training runs (ZINC, Cora) through gr
 from __future__ import annotations
 
 import copy
+import warnings
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ from torch_geometric.loader import DataLoader
 from graphnorm.analysis import CollapseProbe
 from graphnorm.config import RunConfig
 from graphnorm.data import load_dataset
-from graphnorm.models import GIN, build_model
+from graphnorm.models import GIN, ConstantReadoutWarning, build_model
 from graphnorm.norms import available_norms, norm_class
 from graphnorm.train import run
 
@@ -141,13 +142,35 @@ def test_a_centering_last_norm_zeroes_the_mean_readout_unless_left_out(norm: str
     leaves the mean readout zero, so every graph gets the head's bias."""
     torch.manual_seed(0)
     data = ogb_batch()
-    with_last = ogb_gin(norm=norm, virtual_node=True).eval()
+    with pytest.warns(ConstantReadoutWarning, match=f"ends in {norm}, which centers each graph"):
+        with_last = ogb_gin(norm=norm, virtual_node=True).eval()
     outputs = call(with_last, data)
     torch.testing.assert_close(outputs, with_last.head.bias.expand_as(outputs), rtol=0, atol=1e-5)
     without_last = ogb_gin(norm=norm, virtual_node=True, last_norm=False).eval()
     outputs = call(without_last, data)
     assert (outputs - without_last.head.bias).abs().min() > 1e-4
     assert (outputs[0] - outputs[1]).abs().max() > 1e-4
+
+
+@pytest.mark.parametrize(
+    ("norm", "norm_kwargs", "options", "warns"),
+    [
+        ("pairnorm", {}, {"readout": "sum"}, True),
+        ("pairnorm", {"mode": "PN-SI"}, {"readout": "mean"}, False),  # rows scaled after centering
+        ("instancenorm", {"affine": True}, {"readout": "mean"}, True),  # the mean is the learned shift
+        ("pairnorm", {}, {"readout": "mean", "last_norm": False}, False),
+        ("pairnorm", {}, {"readout": "mean", "residual": True}, False),
+        ("pairnorm", {}, {"readout": None}, False),  # node level: no readout
+        ("batchnorm", {}, {"readout": "mean"}, False),  # OGB's: statistics across the batch
+        ("graphnorm", {}, {"readout": "mean"}, False),  # its learned alpha keeps part of the mean
+    ],
+)
+def test_a_readout_that_sees_nothing_of_the_graph_is_warned_about(norm, norm_kwargs, options, warns) -> None:
+    if not warns:  # the suite turns warnings into errors: building is enough
+        GIN(4, 8, 1, 2, norm=norm, norm_kwargs=norm_kwargs, **options)
+        return
+    with pytest.warns(ConstantReadoutWarning, match="pass last_norm=False .* or residual=True"):
+        GIN(4, 8, 1, 2, norm=norm, norm_kwargs=norm_kwargs, **options)
 
 
 def test_zinc_bond_types_and_float_features_use_the_right_convolutions() -> None:
@@ -177,7 +200,9 @@ def test_graph_outputs_independent_of_batch_mates_in_eval() -> None:
 
 @pytest.mark.parametrize("norm", [name for name in available_norms() if name != "sepnorm"])
 def test_every_norm_runs_by_name(norm: str) -> None:
-    model = ogb_gin(norm=norm, virtual_node=True)
+    with warnings.catch_warnings():  # a norm that centers each graph runs too (its readout is warned about above)
+        warnings.simplefilter("ignore", ConstantReadoutWarning)
+        model = ogb_gin(norm=norm, virtual_node=True)
     out = call(model, ogb_batch())
     out.sum().backward()
     assert out.shape == (3, 2) and torch.isfinite(out).all()

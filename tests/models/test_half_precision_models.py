@@ -87,7 +87,10 @@ MODELS: dict[str, tuple[Callable[[str], nn.Module], Callable[[nn.Module, torch.d
     "gcnii": (lambda norm: GCNII(CHANNELS, 8, 3, 2, norm=norm, dropout=0.0), None, False),
     "gin": (lambda norm: GIN(CHANNELS, 8, 3, 2, norm=norm, dropout=0.0), None, False),
     "gin-virtual-node": (
-        lambda norm: GIN(5, 8, 3, 2, norm=norm, dropout=0.0, readout="mean", virtual_node=True, atom_encoder="zinc"),
+        # no norm after the last layer: one that centers each graph there would leave every output the head's bias
+        lambda norm: GIN(
+            5, 8, 3, 2, norm=norm, dropout=0.0, readout="mean", virtual_node=True, atom_encoder="zinc", last_norm=False
+        ),
         "atoms",
         False,
     ),

@@ -601,6 +601,21 @@ def test_per_graph_independence(name, kwargs, mode):
         torch.testing.assert_close(norm(x_other, batch)[rows], out[rows], rtol=1e-10, atol=1e-10)
 
 
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(("name", "kwargs"), [*PER_GRAPH, ("instancenorm", {}), ("batchnorm", {})])
+def test_centers_each_graph_says_whether_every_graph_has_the_same_mean_row(name, kwargs, mode):
+    """The flag a model reads to warn of a readout that sees nothing of the graph, checked against the output: with
+    random parameters, each graph's mean row is the same for every graph exactly where the norm says so."""
+    norm = build_norm(name, C, **kwargs).double()
+    randomize_parameters(norm)
+    if mode == "eval":  # running statistics from a batch first, where the norm keeps any
+        norm(*make_batch())
+    x, batch = make_batch()
+    means = torch.stack([rows.mean(dim=0) for rows in set_mode(norm, mode)(x, batch).split(SIZES)])
+    same = torch.allclose(means, means[:1].expand_as(means), rtol=0, atol=1e-9)
+    assert same == norm.centers_each_graph
+
+
 # ---------------------------------------------------------------- SepNorm
 
 
