@@ -192,8 +192,10 @@ def ended(rows: list[dict[str, Any]]) -> int:
 def run_grid(protocol: Protocol, root: Path, knobs: pd.DataFrame, execution: Execution, recorded: pd.DataFrame) -> None:
     """Run every grid sweep of the tier (resuming) with the chosen knobs, but the runs the committed tidy table
     ``recorded`` has ended (failed ones too, unless retrying)."""
-    statuses = {"ok"} if execution.retry_failed else {"ok", "failed"}
-    done = set(recorded.loc[recorded["status"].isin(statuses), "run_id"]) if not recorded.empty else set()
+    from .tables import recorded_rows
+
+    rows = recorded_rows(recorded)  # ended there: ok, or failed (run again only when retrying)
+    done = {run_id for run_id, row in rows.items() if row["status"] == "ok" or not execution.retry_failed}
     for part, host, graph in protocol.settings():
         if not execution.selected(host, graph):
             continue
